@@ -1,0 +1,543 @@
+"""The BERT encoder and its task heads, in one file.
+
+Follows Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers
+for Language Understanding", and the reference `modeling.py` of its release:
+
+    input ids ─► token + segment + position embeddings ─► LayerNorm ─► dropout
+              ─► N x [ self-attention ─► add & LayerNorm ─► GELU feed-forward ─► add & LayerNorm ]
+              ─► last_hidden_state (B, T, H);  tanh(dense(h_[CLS])) ─► pooler_output (B, H)
+
+Variants are config switches over this one implementation (see `BertConfig`):
+ALBERT's factorized embeddings (`embedding_size`) and cross-layer sharing
+(`share_layers`), pre-LayerNorm blocks (`pre_layer_norm`), no segment embeddings
+(`type_vocab_size=0`) and left-to-right attention (`causal`, GPT's objective).
+
+Task models compose the encoder with one small head each; their names, forward
+arguments and output fields are those of Hugging Face transformers, so habits
+carry over. Loading and saving live in `checkpoint.py`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import checkpoint
+from .config import BertConfig
+from .errors import UserError
+from .ops import Linear
+
+IGNORE_INDEX = -100  # label value for positions that carry no loss (transformers' convention)
+
+
+@dataclass
+class ModelOutput:
+    """What every model's forward returns; fields a model does not produce stay None.
+
+    Shapes: B = batch, T = sequence length, H = hidden size, V = vocabulary, N = number
+    of labelled (masked) positions in the batch.
+    """
+
+    loss: torch.Tensor | None = None  # scalar
+    logits: torch.Tensor | None = None  # (B, num_labels), (B, T, num_labels), or MLM (B, T, V) / (N, V)
+    prediction_logits: torch.Tensor | None = None  # masked LM: (B, T, V), or (N, V) when labels are given
+    seq_relationship_logits: torch.Tensor | None = None  # next-sentence: (B, 2)
+    start_logits: torch.Tensor | None = None  # (B, T)
+    end_logits: torch.Tensor | None = None  # (B, T)
+    last_hidden_state: torch.Tensor | None = None  # (B, T, H)
+    pooler_output: torch.Tensor | None = None  # (B, H)
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings output, then each layer: (B, T, H)
+    attentions: tuple[torch.Tensor, ...] | None = None  # each layer: (B, heads, T, T)
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def keys(self) -> list[str]:
+        """Names of the fields that are set, as in transformers' ModelOutput."""
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+
+
+def activation(name: str):
+    """The feed-forward non-linearity named by `hidden_act`."""
+    return {
+        "gelu": F.gelu,  # exact erf form, as the BERT release
+        "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+        "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+        "relu": F.relu,
+    }[name]
+
+
+class Embeddings(nn.Module):
+    """Token + segment + position embeddings, LayerNorm and dropout (and ALBERT's projection)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        width = config.embedding_width
+        self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
+        self.token_type_embeddings = (
+            nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size > 0 else None
+        )
+        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        # ALBERT: embeddings live in a small space E and are projected up to H.
+        self.projection = Linear(width, config.hidden_size) if width != config.hidden_size else None
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        """(B, T) ids -> (B, T, H) input vectors for the first layer."""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                x = x + self.token_type_embeddings.weight[0]  # all segment A
+            else:
+                x = x + self.token_type_embeddings(token_type_ids)
+        x = self.dropout(self.norm(x))
+        return x if self.projection is None else self.projection(x)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head scaled dot-product self-attention with one fused Q/K/V projection."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_size = config.head_size
+        # One (H, 3H) product instead of three (H, H) ones: fewer, larger matrix products run faster.
+        self.qkv = Linear(config.hidden_size, 3 * config.hidden_size)
+        self.out = Linear(config.hidden_size, config.hidden_size)
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, T, H), mask (B, 1, 1|T, T) bool, True = may attend. Returns (B, T, H) and the
+        attention probabilities (B, heads, T, T) when `need_weights`."""
+        B, T, H = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
+        dropout_p = self.dropout_p if self.training else 0.0
+        if need_weights:  # the explicit form, only when the caller wants to look at the weights
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_size)  # (B, nh, T, T)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            weights = scores.softmax(dim=-1)
+            y = F.dropout(weights, dropout_p, self.training) @ v
+        else:  # fused kernel (flash / memory-efficient attention where the device has one)
+            weights = None
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, nh * hs)
+        return self.out(y), weights
+
+
+class TransformerLayer(nn.Module):
+    """Self-attention and a GELU feed-forward, each with a residual connection and LayerNorm."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.attention = SelfAttention(config)
+        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn_in = Linear(config.hidden_size, config.intermediate_size)
+        self.ffn_out = Linear(config.intermediate_size, config.hidden_size)
+        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.act = activation(config.hidden_act)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.pre_layer_norm = config.pre_layer_norm
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, T, H) through the intermediate width."""
+        return self.ffn_out(self.act(self.ffn_in(x)))
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, T, H) -> (B, T, H), plus attention weights when asked."""
+        if self.pre_layer_norm:  # normalise each sub-layer's input; the residual path stays raw
+            attended, weights = self.attention(self.attention_norm(x), mask, need_weights)
+            x = x + self.dropout(attended)
+            return x + self.dropout(self.feed_forward(self.ffn_norm(x))), weights
+        attended, weights = self.attention(x, mask, need_weights)  # BERT: normalise after each residual sum
+        x = self.attention_norm(x + self.dropout(attended))
+        return self.ffn_norm(x + self.dropout(self.feed_forward(x))), weights
+
+
+class BertPreTrainedModel(nn.Module):
+    """Shared plumbing of every model: BERT initialisation, from_pretrained, save_pretrained."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+
+    def init_weights(self) -> None:
+        """BERT's initialisation: normal(0, initializer_range) weights, zero biases, unit LayerNorms."""
+        std = self.config.initializer_range
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=std)
+                if module.padding_idx is not None:
+                    with torch.no_grad():
+                        module.weight[module.padding_idx].zero_()
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        for name, param in self.named_parameters():
+            if name.endswith("mlm.bias"):
+                nn.init.zeros_(param)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike, **config_overrides: Any):
+        """Load a model from a directory in the transformers layout (ours or transformers').
+
+        Args:
+            directory: holds `config.json` and `model.safetensors` (or a legacy
+                `pytorch_model.bin`, read with `torch.load(weights_only=True)`).
+            config_overrides: config fields to change, e.g. `num_labels=3` for a new head.
+        Returns:
+            The model in eval mode. Weights a head needs but the checkpoint lacks are
+            freshly initialised (and listed in `model.newly_initialized`).
+        """
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise UserError(f"{directory}: no such model directory")
+        config = BertConfig.load(directory)
+        if config_overrides:
+            try:
+                config = replace(config, **config_overrides)
+            except TypeError as err:
+                raise UserError(f"from_pretrained: {err}") from None
+        model = cls(config)
+        state = checkpoint.load_state_dict(directory, config)
+        model.newly_initialized = checkpoint.assign_state_dict(model, state, source=directory)
+        return model.eval()
+
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        """Write `config.json` and `model.safetensors` (transformers' key names) atomically."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.config.extra["architectures"] = [type(self).__name__]
+        checkpoint.save_state_dict(self.state_dict(), directory)
+        self.config.save(directory)
+
+    def num_parameters(self) -> int:
+        """Number of distinct parameters (tied and shared weights counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+
+class BertModel(BertPreTrainedModel):
+    """The bare encoder: embeddings, N transformer layers and the [CLS] pooler.
+
+    Example:
+        >>> model = BertModel(BertConfig.from_preset("tiny", vocab_size=100))
+        >>> out = model(torch.tensor([[2, 17, 42, 3]]))
+        >>> out.last_hidden_state.shape, out.pooler_output.shape
+        (torch.Size([1, 4, 128]), torch.Size([1, 128]))
+    """
+
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = Embeddings(config)
+        # ALBERT's sharing: one layer's weights, applied num_hidden_layers times.
+        num_distinct = 1 if config.share_layers else config.num_hidden_layers
+        self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(num_distinct))
+        # Pre-LN blocks leave the residual stream unnormalised, so the stack ends with one LayerNorm.
+        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_layer_norm else None
+        self.pooler = Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
+        self.init_weights()
+
+    def attention_mask(self, attention_mask: torch.Tensor | None, seq_len: int, device) -> torch.Tensor | None:
+        """(B, T) 1 = real token, 0 = padding -> bool (B, 1, 1|T, T) for SDPA; None = attend everywhere."""
+        mask = None
+        if attention_mask is not None and not bool(attention_mask.all()):
+            mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+        if self.config.causal:
+            causal = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()  # (T, T)
+            mask = causal[None, None] if mask is None else mask & causal
+        return mask
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """Encode a batch.
+
+        Args:
+            input_ids: (B, T) token ids.
+            attention_mask: (B, T), 1 for real tokens and 0 for padding; None = no padding.
+            token_type_ids: (B, T) segment ids (0 = sentence A, 1 = sentence B); None = all A.
+        Returns:
+            ModelOutput with last_hidden_state (B, T, H), pooler_output (B, H) when the
+            model has a pooler, and hidden_states / attentions when asked.
+        """
+        seq_len = input_ids.shape[1]
+        if seq_len > self.config.max_position_embeddings:
+            raise UserError(
+                f"sequence length {seq_len} exceeds the model's max_position_embeddings "
+                f"({self.config.max_position_embeddings})"
+            )
+        mask = self.attention_mask(attention_mask, seq_len, input_ids.device)
+        x = self.embeddings(input_ids, token_type_ids)
+        hidden_states = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
+        for i in range(self.config.num_hidden_layers):
+            x, weights = self.layers[0 if self.config.share_layers else i](x, mask, output_attentions)
+            if output_hidden_states:
+                hidden_states.append(x)
+            if output_attentions:
+                attentions.append(weights)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if output_hidden_states:
+                hidden_states[-1] = x
+        pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
+        return ModelOutput(
+            last_hidden_state=x,
+            pooler_output=pooled,
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
+            attentions=tuple(attentions) if output_attentions else None,
+        )
+
+
+class MaskedLMHead(nn.Module):
+    """Masked-LM head: dense + GELU + LayerNorm, then a decoder tied to the word embeddings.
+
+    Given `positions`, it scores only those positions (sparse prediction): the
+    vocabulary product is the largest in the model, and most positions carry no label.
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = Linear(config.hidden_size, config.embedding_width)
+        self.act = activation(config.hidden_act)
+        self.norm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(
+        self, hidden: torch.Tensor, word_embeddings: torch.Tensor, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """hidden (B, T, H), word_embeddings (V, E), positions bool (B, T) ->
+        logits (B, T, V), or (N, V) for the N positions that are True."""
+        if positions is not None:
+            hidden = hidden[positions]  # (N, H)
+        h = self.norm(self.act(self.dense(hidden)))
+        return F.linear(h, word_embeddings, self.bias)
+
+
+class ClassificationHead(nn.Module):
+    """Dropout then a linear layer: on the pooled [CLS] vector, or on every token."""
+
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.dense = Linear(hidden_size, num_labels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., H) -> (..., num_labels)."""
+        return self.dense(self.dropout(x))
+
+
+def _classifier_dropout(config: BertConfig) -> float:
+    return config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
+
+
+def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of (N, V) logits against the N labelled positions of `labels` (B, T)."""
+    return F.cross_entropy(logits.float(), labels[labels != IGNORE_INDEX])
+
+
+class BertForPreTraining(BertPreTrainedModel):
+    """BERT's pre-training model: encoder + masked-LM head + next-sentence head.
+
+    With `labels` (B, T; IGNORE_INDEX where nothing was masked) the masked-LM logits
+    are computed at the labelled positions only, so `prediction_logits` is (N, V).
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.mlm = MaskedLMHead(config)
+        self.nsp = ClassificationHead(config.hidden_size, 2, dropout=0.0)
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """Returns loss (sum of the MLM and NSP losses given labels for), prediction_logits and
+        seq_relationship_logits (B, 2)."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        positions = labels != IGNORE_INDEX if labels is not None else None
+        prediction_logits = self.mlm(out.last_hidden_state, self.bert.embeddings.word_embeddings.weight, positions)
+        nsp_logits = self.nsp(out.pooler_output)
+        losses = []
+        if labels is not None:
+            losses.append(masked_lm_loss(prediction_logits, labels))
+        if next_sentence_label is not None:
+            losses.append(F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1)))
+        return ModelOutput(
+            loss=sum(losses) if losses else None,
+            prediction_logits=prediction_logits,
+            seq_relationship_logits=nsp_logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+
+
+class BertForMaskedLM(BertPreTrainedModel):
+    """Encoder + masked-LM head. With `labels`, `logits` covers the labelled positions only: (N, V)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.mlm = MaskedLMHead(config)
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """Returns logits (B, T, V), or (N, V) and the loss when `labels` are given."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        positions = labels != IGNORE_INDEX if labels is not None else None
+        logits = self.mlm(out.last_hidden_state, self.bert.embeddings.word_embeddings.weight, positions)
+        return ModelOutput(
+            loss=masked_lm_loss(logits, labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+
+
+class BertForSequenceClassification(BertPreTrainedModel):
+    """Encoder + linear head on the pooled [CLS] vector; regression when num_labels == 1."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.classifier = ClassificationHead(config.hidden_size, config.num_labels, _classifier_dropout(config))
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """Returns logits (B, num_labels); loss is cross-entropy, or MSE for regression."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        logits = self.classifier(out.pooler_output)
+        loss = None
+        if labels is not None:
+            if self.config.num_labels == 1:
+                loss = F.mse_loss(logits.float().view(-1), labels.float().view(-1))
+            else:
+                loss = F.cross_entropy(logits.float(), labels.view(-1))
+        return ModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
+
+
+class BertForTokenClassification(BertPreTrainedModel):
+    """Encoder + linear head on every token (tagging, e.g. named entities)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.classifier = ClassificationHead(config.hidden_size, config.num_labels, _classifier_dropout(config))
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """Returns logits (B, T, num_labels); loss ignores positions labelled IGNORE_INDEX."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        logits = self.classifier(out.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+        return ModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
+
+
+class BertForQuestionAnswering(BertPreTrainedModel):
+    """Encoder + span head: a start and an end score for every token (SQuAD)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.qa_outputs = Linear(config.hidden_size, 2)
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """Returns start_logits and end_logits (B, T); loss is the mean of the two
+        cross-entropies when the gold positions (B,) are given."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        start_logits, end_logits = self.qa_outputs(out.last_hidden_state).float().unbind(dim=-1)  # 2 x (B, T)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            seq_len = input_ids.shape[1]  # gold positions past the window count as "no answer here"
+            start = start_positions.view(-1).clamp(0, seq_len)
+            end = end_positions.view(-1).clamp(0, seq_len)
+            loss = (F.cross_entropy(start_logits, start, ignore_index=seq_len)
+                    + F.cross_entropy(end_logits, end, ignore_index=seq_len)) / 2
+        return ModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+
+
+MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = {
+    cls.__name__: cls
+    for cls in (BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
+                BertForTokenClassification, BertForQuestionAnswering)
+}
+
+
+def load_model(directory: str | os.PathLike) -> BertPreTrainedModel:
+    """Load a model directory as the class its config.json names in `architectures`
+    (BertModel when it names none we know)."""
+    config = BertConfig.load(directory)
+    names = config.extra.get("architectures") or ["BertModel"]
+    return MODEL_CLASSES.get(names[0], BertModel).from_pretrained(directory)
