@@ -16,10 +16,7 @@ from .model import (
     BertModel,
     ModelOutput,
 )
-try:
-    from .tokenizer import Tokenizer
-except ModuleNotFoundError:  # TEMP-WIP
-    pass
+from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"
 
