@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .config import PRESETS
 from .errors import UserError
+from .objectives import OBJECTIVES
 
 
 def positive_int(text: str) -> int:
@@ -86,6 +88,82 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
+def add_pretrain(commands: argparse._SubParsersAction) -> None:
+    """`bertology pretrain`: pre-train an encoder on raw text."""
+    p = commands.add_parser(
+        "pretrain", help="pre-train an encoder on raw text (BERT, RoBERTa, ALBERT, ELECTRA or a left-to-right LM)",
+        description="Pre-train an encoder on your text. Every flag can also be a key of a --config file "
+        "(TOML or JSON; flags win). Interrupt with Ctrl-C at any time: a checkpoint is written; --resume continues.",
+    )
+    S = argparse.SUPPRESS  # unset flags stay out of the namespace, so config-file values survive
+    data = p.add_argument_group("data")
+    data.add_argument("--corpus", nargs="+", default=S, metavar="PATH", help="text files or folders")
+    data.add_argument("--doc-format", choices=["auto", "lines", "file"], default=S,
+                      help="lines: a sentence or paragraph per line, blank lines between documents; "
+                           "file: one document per file; auto (default): decide per file")
+    data.add_argument("--skip-bad-lines", action="store_true", default=S,
+                      help="skip and count lines that are not UTF-8 (default: stop with an error)")
+    data.add_argument("--tokenizer", default=S, metavar="DIR", help="tokenizer directory (default: train one)")
+    data.add_argument("--vocab-size", type=positive_int, default=S, help="size of a trained vocabulary (30522)")
+    data.add_argument("--cased", action="store_true", default=S, help="train a cased vocabulary")
+    data.add_argument("--cache-dir", default=S, help="where tokenized shards are kept ($BERTOLOGY_CACHE)")
+    data.add_argument("--seq-len", type=positive_int, default=S, help="sequence length in tokens (128)")
+    data.add_argument("--short-seq-prob", type=float, default=S, help="share of shorter pairs (0.1)")
+    data.add_argument("--whole-word-masking", action="store_true", default=S, help="mask all pieces of a word")
+    data.add_argument("--max-predictions", type=positive_int, default=S, help="cap on masked tokens per sequence")
+    data.add_argument("--eval-fraction", type=float, default=S, help="share of documents held out (0.01)")
+    model = p.add_argument_group("model")
+    model.add_argument("--preset", choices=list(PRESETS), default=S, help="model size (mini)")
+    model.add_argument("--model-config", default=S, metavar="FILE", help="a config.json instead of a preset")
+    model.add_argument("--objective", choices=list(OBJECTIVES), default=S, help="pre-training objective (bert)")
+    model.add_argument("--pre-layer-norm", action="store_true", default=S, help="LayerNorm before each sub-layer")
+    model.add_argument("--embedding-size", type=positive_int, default=S, help="ALBERT's factorized embedding width")
+    model.add_argument("--share-layers", action="store_true", default=S, help="ALBERT's cross-layer sharing")
+    model.add_argument("--no-segment-embeddings", action="store_true", default=S, help="drop segment embeddings")
+    train = p.add_argument_group("training")
+    train.add_argument("--config", type=Path, help="TOML or JSON file with any of these settings")
+    train.add_argument("--out", default=S, metavar="DIR", help="output directory")
+    train.add_argument("--batch-size", type=positive_int, default=S, help="sequences per micro-batch (32)")
+    train.add_argument("--grad-accum", type=positive_int, default=S, help="micro-batches per step (1)")
+    train.add_argument("--lr", type=float, default=S, help="peak learning rate (5e-4)")
+    train.add_argument("--warmup", type=float, default=S, help="warmup: a fraction (< 1) or steps (0.06)")
+    train.add_argument("--weight-decay", type=float, default=S, help="AdamW weight decay (0.01)")
+    train.add_argument("--schedule", choices=["linear", "one_cycle", "slanted_triangular", "constant"], default=S)
+    train.add_argument("--max-steps", type=positive_int, default=S, help="step budget")
+    train.add_argument("--max-time", default=S, help="wall-clock budget, e.g. 20m (the schedule is fitted to it)")
+    train.add_argument("--precision", choices=["auto", "fp32", "bf16"], default=S, help="auto: bf16 where fast")
+    train.add_argument("--compile", action="store_true", default=S, help="torch.compile the model")
+    train.add_argument("--seed", type=int, default=S)
+    train.add_argument("--eval-every", type=int, default=S, help="evaluate every N steps (200)")
+    train.add_argument("--eval-batches", type=positive_int, default=S, help="held-out batches per evaluation (20)")
+    train.add_argument("--log-every", type=positive_int, default=S, help="log every N steps (10)")
+    train.add_argument("--save-every", type=int, default=S, help="checkpoint every N steps (500)")
+    train.add_argument("--keep-last", type=positive_int, default=S, help="checkpoints to keep (2)")
+    train.add_argument("--resume", action="store_true", default=S, help="continue from the last checkpoint")
+    train.add_argument("--no-progress", dest="progress", action="store_false", default=S, help="no progress bar")
+    p.set_defaults(run=run_pretrain)
+
+
+MODEL_FLAGS = {"pre_layer_norm": "pre_layer_norm", "embedding_size": "embedding_size",
+               "share_layers": "share_layers", "no_segment_embeddings": "type_vocab_size"}
+
+
+def run_pretrain(args: argparse.Namespace) -> None:
+    """Merge defaults < config file < flags, then run."""
+    from .pretrain import PretrainConfig, run_pretraining
+
+    values = PretrainConfig.from_file(args.config) if args.config else {}
+    flags = {k: v for k, v in vars(args).items() if k not in ("run", "command", "config")}
+    model = dict(values.get("model", {}))
+    for flag, field_name in MODEL_FLAGS.items():
+        if flag in flags:
+            value = flags.pop(flag)
+            model[field_name] = 0 if flag == "no_segment_embeddings" else value
+    status = run_pretraining(PretrainConfig(**{**values, **flags, "model": model}))
+    if status == "interrupted":
+        raise SystemExit(130)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (all subcommands)."""
     parser = ArgumentParser(
@@ -94,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"bertology {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (add_tokenizer, add_info):
+    for add in (add_tokenizer, add_info, add_pretrain):
         add(commands)
     return parser
 

@@ -32,7 +32,7 @@ from torch import nn
 from . import checkpoint
 from .config import BertConfig
 from .errors import UserError
-from .ops import Linear
+from .ops import Linear, linear
 
 IGNORE_INDEX = -100  # label value for positions that carry no loss (transformers' convention)
 
@@ -333,7 +333,7 @@ class MaskedLMHead(nn.Module):
         if positions is not None:
             hidden = hidden[positions]  # (N, H)
         h = self.norm(self.act(self.dense(hidden)))
-        return F.linear(h, word_embeddings, self.bias)
+        return linear(h, word_embeddings, self.bias)
 
 
 class ClassificationHead(nn.Module):

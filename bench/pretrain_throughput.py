@@ -1,0 +1,165 @@
+"""Pre-training throughput: bertology's training loop vs transformers' BertForPreTraining, same run.
+
+For each preset (tiny, mini, small by default) at sequence length 128 and batch 32,
+both models get the same config (BERT's 30,522-token vocabulary), the same batches
+(15% of positions labelled for the masked LM, NSP labels) and the same optimizer
+(AdamW, gradient clipping at 1.0). One optimizer step = forward + backward + clip +
+AdamW update. Measured in fp32 and with bf16 autocast; prints training tokens/s, the
+ratio bertology / transformers, and bertology's model FLOP utilisation (MFU): useful
+model FLOPs per second over the matrix-product peak measured in the same run.
+
+    python bench/pretrain_throughput.py [--presets tiny mini small] [--steps 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import transformers  # noqa: E402
+
+from bertology import BertConfig  # noqa: E402
+from bertology.objectives import MaskedLanguageModel  # noqa: E402
+from bertology.ops import linear  # noqa: E402
+from bertology.train import TrainConfig, Trainer, bf16_is_fast  # noqa: E402
+
+SEQ_LEN, BATCH, VOCAB, MASK_ID = 128, 32, 30522, 103
+
+
+def make_batches(count: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """Batches as the pre-training pipeline prepares them: masked ids, MLM labels, NSP labels."""
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(count):
+        ids = torch.randint(1000, VOCAB, (BATCH, SEQ_LEN), generator=g)
+        ids[:, 0], ids[:, 64], ids[:, -1] = 101, 102, 102
+        chosen = torch.rand(BATCH, SEQ_LEN, generator=g) < 0.15
+        chosen[:, [0, 64, -1]] = False
+        labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+        batches.append({
+            "input_ids": ids.masked_fill(chosen, MASK_ID),
+            "attention_mask": torch.ones_like(ids),
+            "token_type_ids": (torch.arange(SEQ_LEN) > 64).long().expand(BATCH, -1).contiguous(),
+            "labels": labels,
+            "pair_labels": torch.randint(0, 2, (BATCH,), generator=g),
+        })
+    return batches
+
+
+def model_flops_per_token(config: BertConfig, masked_fraction: float = 0.15) -> float:
+    """Useful training FLOPs per token (forward + backward = 3x forward): the layers'
+    products, attention scores and mixing, and the masked-LM head at the masked positions only."""
+    H, I, L, V = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
+    per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * SEQ_LEN * H
+    head = masked_fraction * 2 * (H * H + H * V)
+    return 3 * (L * per_layer + head)
+
+
+def matmul_peak(precision: str) -> float:
+    """FLOP/s of a large matrix product on the fastest path bertology uses for this precision."""
+    x = torch.randn(4096, 1024)
+    w = torch.randn(1024, 1024)
+    if precision == "bf16":
+        x, w = x.bfloat16(), w.bfloat16()
+        run = lambda: F.linear(x, w)  # noqa: E731
+    else:
+        run = lambda: linear(x, w)  # noqa: E731
+    with torch.no_grad():
+        for _ in range(3):
+            run()
+        start = time.perf_counter()
+        for _ in range(10):
+            run()
+    return 10 * 2 * 4096 * 1024 * 1024 / (time.perf_counter() - start)
+
+
+def bertology_seconds(config: BertConfig, batches, precision: str, steps: int) -> float:
+    """Seconds per optimizer step of bertology's Trainer (batches already prepared)."""
+    torch.manual_seed(0)
+    objective = MaskedLanguageModel(config, "nsp", MASK_ID)
+    trainer = Trainer(objective, TrainConfig(lr=1e-4, max_steps=10**6, precision=precision, progress=False),
+                      "/tmp/bertology-bench", lambda step: [batches[step % len(batches)]])
+    for _ in range(2):  # warm-up
+        trainer.train_step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        trainer.train_step()
+    return (time.perf_counter() - start) / steps
+
+
+def transformers_seconds(config: BertConfig, batches, precision: str, steps: int) -> float:
+    """Seconds per optimizer step of a plain transformers training loop, same work."""
+    torch.manual_seed(0)
+    hf_config = transformers.BertConfig(**{k: v for k, v in config.to_dict().items() if k != "model_type"})
+    model = transformers.BertForPreTraining(hf_config).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+
+    def step(i):
+        batch = batches[i % len(batches)]
+        with autocast:
+            loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                         token_type_ids=batch["token_type_ids"], labels=batch["labels"],
+                         next_sentence_label=batch["pair_labels"]).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for i in range(2):
+        step(i)
+    start = time.perf_counter()
+    for i in range(steps):
+        step(i)
+    return (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=["tiny", "mini", "small"])
+    parser.add_argument("--steps", type=int, default=6, help="timed steps per measurement")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; the median is reported")
+    args = parser.parse_args()
+    precisions = ["fp32", "bf16"] if bf16_is_fast(torch.device("cpu")) else ["fp32"]
+    peaks = {p: matmul_peak(p) for p in precisions}
+    batches = make_batches(4)
+    tokens = BATCH * SEQ_LEN
+    rows = []
+    for preset in args.presets:
+        config = BertConfig.from_preset(preset, vocab_size=VOCAB)
+        for precision in precisions:
+            ours, theirs = [], []
+            for _ in range(args.rounds):
+                ours.append(bertology_seconds(config, batches, precision, args.steps))
+                theirs.append(transformers_seconds(config, batches, precision, args.steps))
+            ours_tps, theirs_tps = tokens / statistics.median(ours), tokens / statistics.median(theirs)
+            mfu = ours_tps * model_flops_per_token(config) / peaks[precision]
+            rows.append((preset, precision, theirs_tps, ours_tps, mfu))
+            print(f"{preset} {precision}: transformers {theirs_tps:,.0f} tok/s, bertology {ours_tps:,.0f} tok/s",
+                  flush=True)
+
+    print(f"\nseq {SEQ_LEN}, batch {BATCH}, vocab {VOCAB}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+          f"transformers {transformers.__version__}")
+    print("matmul peak measured now: " + ", ".join(f"{p} {v / 1e9:,.0f} GFLOP/s" for p, v in peaks.items()) + "\n")
+    print("| preset | precision | transformers tok/s | bertology tok/s | ratio | bertology MFU |")
+    print("|---|---|---:|---:|---:|---:|")
+    for preset, precision, theirs_tps, ours_tps, mfu in rows:
+        print(f"| {preset} | {precision} | {theirs_tps:,.0f} | {ours_tps:,.0f} | {ours_tps / theirs_tps:.2f} | {mfu:.0%} |")
+    default = "bf16" if "bf16" in precisions else "fp32"
+    print(f"\nbertology's default precision here is {default}. Its speed against transformers' defaults:")
+    by_key = {(r[0], r[1]): r for r in rows}
+    for preset in args.presets:
+        ours_default = by_key[(preset, default)][3]
+        print(f"- {preset}: {ours_default / by_key[(preset, 'fp32')][2]:.2f}x transformers fp32"
+              + (f", {ours_default / by_key[(preset, 'bf16')][2]:.2f}x transformers bf16" if "bf16" in precisions else ""))
+
+
+if __name__ == "__main__":
+    main()

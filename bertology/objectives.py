@@ -1,0 +1,255 @@
+"""Pre-training objectives: small modules over the one encoder, chosen by name.
+
+| name      | what it trains                                   | paper                         |
+|-----------|--------------------------------------------------|-------------------------------|
+| `bert`    | masked LM + next-sentence prediction             | Devlin et al. 2019            |
+| `roberta` | masked LM only, full-sentence packing            | Liu et al. 2019               |
+| `albert`  | masked LM + sentence-order prediction            | Lan et al. 2020               |
+| `electra` | a small MLM generator + replaced-token detection | Clark et al. 2020             |
+| `clm`     | left-to-right LM with a causal mask              | Radford et al. 2018 (GPT)     |
+
+Each objective prepares its batch (masking is dynamic: fresh for every batch, drawn
+from the generator it is given), computes its loss, and returns counts from which the
+training loop derives accuracies. `model_to_save()` is the model written to disk: a
+transformers-compatible BERT that `bertology finetune` and transformers both load.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import BertConfig
+from .data import mask_tokens
+from .model import (
+    IGNORE_INDEX,
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertModel,
+    BertPreTrainedModel,
+    ClassificationHead,
+    activation,
+)
+from .ops import Linear
+
+Batch = dict[str, torch.Tensor]
+
+
+@dataclass
+class ObjectiveSpec:
+    """How an objective wants its data: the packing format and the sentence-pair task."""
+
+    data_format: str  # "pairs" (BERT's segment pairs), "full_sentences" (RoBERTa) or "contiguous"
+    pair_task: str | None  # "nsp", "sop" or None
+
+
+@dataclass
+class StepOutput:
+    """A micro-batch's loss and the raw counts behind its metrics (summed over micro-batches)."""
+
+    loss: torch.Tensor
+    counts: dict[str, torch.Tensor]
+
+
+def accuracy_counts(name: str, predictions: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """{name_correct, name_total} for a later `correct / total`."""
+    return {f"{name}_correct": (predictions == targets).sum(), f"{name}_total": torch.tensor(targets.numel())}
+
+
+class MaskedLanguageModel(nn.Module):
+    """BERT, RoBERTa and ALBERT: masked LM, optionally with NSP or SOP on [CLS]."""
+
+    def __init__(self, config: BertConfig, pair_task: str | None, mask_token_id: int, mlm_probability: float = 0.15, max_predictions: int | None = None, whole_word: bool = False):
+        super().__init__()
+        self.pair_task = pair_task
+        self.model = BertForPreTraining(config) if pair_task else BertForMaskedLM(config)
+        self.masking = dict(vocab_size=config.vocab_size, mask_token_id=mask_token_id,
+                            mlm_probability=mlm_probability, max_predictions=max_predictions)
+        self.whole_word = whole_word
+
+    def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
+        """Choose and corrupt 15% of the tokens (80% [MASK], 10% random, 10% kept)."""
+        ids, labels = mask_tokens(batch["input_ids"], batch["special_mask"], generator=generator,
+                                  word_continuation=batch.get("word_continuation") if self.whole_word else None,
+                                  **self.masking)
+        return {**batch, "input_ids": ids, "labels": labels}
+
+    def forward(self, batch: Batch) -> StepOutput:
+        """Loss = MLM cross-entropy at the masked positions (+ the pair task's).
+
+        Composed from the model's parts rather than its forward, so that the (N, V) logits,
+        the costliest tensor of the step, are converted and scored once for loss and accuracy.
+        """
+        labels = batch["labels"]
+        masked = labels != IGNORE_INDEX
+        out = self.model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        logits = self.model.mlm(out.last_hidden_state, self.model.bert.embeddings.word_embeddings.weight,
+                                masked).float()  # (N, V)
+        targets = labels[masked]
+        mlm_loss = F.cross_entropy(logits, targets)
+        counts = accuracy_counts("mlm", logits.detach().argmax(-1), targets)
+        counts["mlm_loss_sum"] = mlm_loss.detach() * targets.numel()
+        loss = mlm_loss
+        if self.pair_task:
+            pair_logits = self.model.nsp(out.pooler_output).float()
+            loss = loss + F.cross_entropy(pair_logits, batch["pair_labels"])
+            counts.update(accuracy_counts(self.pair_task, pair_logits.detach().argmax(-1), batch["pair_labels"]))
+        return StepOutput(loss, counts)
+
+    def model_to_save(self) -> BertPreTrainedModel:
+        """BertForPreTraining (with the NSP/SOP head) or BertForMaskedLM."""
+        return self.model
+
+
+class CausalLanguageModel(nn.Module):
+    """GPT's objective on the same encoder: each position predicts the next token, seeing only the past."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.model = BertForMaskedLM(replace(config, causal=True))
+
+    def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
+        """Labels are the inputs shifted left by one; padding and the last position carry none."""
+        ids = batch["input_ids"]
+        labels = torch.full_like(ids, IGNORE_INDEX)
+        labels[:, :-1] = ids[:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, IGNORE_INDEX)
+        return {**batch, "labels": labels}
+
+    def forward(self, batch: Batch) -> StepOutput:
+        """Loss = next-token cross-entropy; counts give accuracy and perplexity."""
+        labels = batch["labels"]
+        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=labels)
+        targets = labels[labels != IGNORE_INDEX]
+        counts = accuracy_counts("lm", out.logits.argmax(-1), targets)
+        counts["lm_loss_sum"] = out.loss.detach() * targets.numel()
+        return StepOutput(out.loss, counts)
+
+    def model_to_save(self) -> BertPreTrainedModel:
+        """The causal BertForMaskedLM (its config says `causal: true`)."""
+        return self.model
+
+
+class ReplacedTokenDetector(nn.Module):
+    """ELECTRA's discriminator head: dense + activation + one logit per token (replaced or not)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = Linear(config.hidden_size, config.hidden_size)
+        self.act = activation(config.hidden_act)
+        self.out = ClassificationHead(config.hidden_size, 1, dropout=0.0)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, T) logits."""
+        return self.out(self.act(self.dense(hidden))).squeeze(-1)
+
+
+def electra_generator_config(config: BertConfig, divisor: int = 4) -> BertConfig:
+    """The generator: the discriminator's depth at 1/`divisor` of its width (ELECTRA's best ratio),
+    reading the discriminator's embeddings (same width E) through its own projection."""
+    hidden = max(64, config.hidden_size // divisor)
+    return replace(config, hidden_size=hidden, num_attention_heads=max(1, hidden // 64),
+                   intermediate_size=4 * hidden, embedding_size=config.embedding_width)
+
+
+class Electra(nn.Module):
+    """ELECTRA (Clark et al. 2020): a small generator fills the masked positions with its samples;
+    the discriminator predicts, at every token, whether it was replaced.
+
+    The two share their token, position and segment embeddings. Loss = generator MLM loss +
+    `discriminator_weight` (50, as in the paper) x discriminator loss. The saved model is the
+    discriminator's encoder.
+    """
+
+    def __init__(self, config: BertConfig, mask_token_id: int, discriminator_weight: float = 50.0, mlm_probability: float = 0.15,
+                 max_predictions: int | None = None):
+        super().__init__()
+        self.discriminator = BertModel(config, add_pooling_layer=False)
+        self.detector = ReplacedTokenDetector(config)
+        self.generator = BertForMaskedLM(electra_generator_config(config))
+        for table in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+            setattr(self.generator.bert.embeddings, table, getattr(self.discriminator.embeddings, table))
+        self.discriminator_weight = discriminator_weight
+        self.masking = dict(vocab_size=config.vocab_size, mask_token_id=mask_token_id,
+                            mlm_probability=mlm_probability, max_predictions=max_predictions)
+
+    def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
+        """Mask as for BERT; also draw the seed for sampling the generator's tokens."""
+        ids, labels = mask_tokens(batch["input_ids"], batch["special_mask"], generator=generator, **self.masking)
+        seed = torch.randint(0, 2**62, (1,), generator=generator)
+        return {**batch, "input_ids": ids, "labels": labels, "sampling_seed": seed}
+
+    def forward(self, batch: Batch) -> StepOutput:
+        """Generator MLM loss + weighted per-token replaced/original loss."""
+        labels = batch["labels"]
+        masked = labels != IGNORE_INDEX
+        gen = self.generator(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=labels)
+        with torch.no_grad():  # sampling from the generator: no gradient flows through it
+            sampler = torch.Generator(gen.logits.device).manual_seed(int(batch["sampling_seed"]))
+            sampled = torch.multinomial(gen.logits.float().softmax(-1), 1, generator=sampler).squeeze(-1)
+            corrupted = batch["input_ids"].clone()
+            corrupted[masked] = sampled
+            original = batch["input_ids"].clone()
+            original[masked] = labels[masked]
+            replaced = (corrupted != original).float()  # a sample equal to the original counts as original
+        hidden = self.discriminator(corrupted, batch["attention_mask"], batch["token_type_ids"]).last_hidden_state
+        logits = self.detector(hidden).float()  # (B, T)
+        real = (batch["attention_mask"] == 1) & ~batch["special_mask"]
+        disc_loss = F.binary_cross_entropy_with_logits(logits[real], replaced[real])
+        loss = gen.loss + self.discriminator_weight * disc_loss
+        predicted = logits[real] > 0
+        target = replaced[real].bool()
+        counts = accuracy_counts("mlm", gen.logits.argmax(-1), labels[masked])
+        counts["mlm_loss_sum"] = gen.loss.detach() * labels[masked].numel()
+        counts.update(accuracy_counts("rtd", predicted, target))
+        counts["rtd_loss_sum"] = disc_loss.detach() * target.numel()
+        # Recall on replaced and on original tokens: their mean is the balanced accuracy (chance 0.5).
+        counts["rtd_replaced_correct"] = (predicted & target).sum()
+        counts["rtd_replaced_total"] = target.sum()
+        counts["rtd_original_correct"] = (~predicted & ~target).sum()
+        counts["rtd_original_total"] = (~target).sum()
+        return StepOutput(loss, counts)
+
+    def model_to_save(self) -> BertPreTrainedModel:
+        """The discriminator's encoder, a plain BertModel."""
+        return self.discriminator
+
+
+OBJECTIVES: dict[str, ObjectiveSpec] = {
+    "bert": ObjectiveSpec("pairs", "nsp"),
+    "roberta": ObjectiveSpec("full_sentences", None),
+    "albert": ObjectiveSpec("pairs", "sop"),
+    "electra": ObjectiveSpec("pairs", None),
+    "clm": ObjectiveSpec("contiguous", None),
+}
+
+
+def build_objective(name: str, config: BertConfig, mask_token_id: int, whole_word: bool = False, max_predictions: int | None = None) -> nn.Module:
+    """The objective module called `name` (see OBJECTIVES) over an encoder of `config`."""
+    if name in ("bert", "roberta", "albert"):
+        return MaskedLanguageModel(config, OBJECTIVES[name].pair_task, mask_token_id,
+                                   max_predictions=max_predictions, whole_word=whole_word)
+    if name == "electra":
+        return Electra(config, mask_token_id, max_predictions=max_predictions)
+    if name == "clm":
+        return CausalLanguageModel(config)
+    raise ValueError(f"unknown objective {name!r}")
+
+
+def metrics_from_counts(counts: dict[str, float]) -> dict[str, float]:
+    """Turn summed counts into metrics: `x_accuracy` = x_correct / x_total, `x_loss` = x_loss_sum /
+    x_total, the LM's `perplexity`, and ELECTRA's `rtd_balanced_accuracy` (chance = 0.5)."""
+    metrics = {}
+    for key, value in counts.items():
+        for suffix, metric in (("_correct", "_accuracy"), ("_loss_sum", "_loss")):
+            name = key.removesuffix(suffix)
+            if key.endswith(suffix) and counts.get(f"{name}_total"):
+                metrics[name + metric] = float(value) / float(counts[f"{name}_total"])
+    if "lm_loss" in metrics:
+        metrics["perplexity"] = math.exp(min(metrics["lm_loss"], 50.0))  # capped: exp overflows early in training
+    if "rtd_replaced_accuracy" in metrics and "rtd_original_accuracy" in metrics:
+        metrics["rtd_balanced_accuracy"] = (metrics.pop("rtd_replaced_accuracy") + metrics.pop("rtd_original_accuracy")) / 2
+    return metrics

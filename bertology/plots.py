@@ -1,0 +1,52 @@
+"""Pictures of training runs, written as PNG files (matplotlib, headless)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .files import atomic_path
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_training_curves(runs: dict[str, list[dict]], path: str | os.PathLike, x: str = "step",
+                         accuracy_keys: tuple[str, ...] = ("mlm_accuracy",)) -> Path:
+    """Training loss (left) and held-out accuracy (right) of one or more runs, side by side.
+
+    Args:
+        runs: label -> rows of metrics.jsonl (training rows have "loss"; eval rows have
+            "split": "eval" and the accuracy keys).
+        path: the PNG to write (atomically).
+        x: the x-axis key: "step" or "elapsed" (seconds).
+    """
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, rows in runs.items():
+        train = [r for r in rows if r.get("split") != "eval" and "loss" in r]
+        evals = [r for r in rows if r.get("split") == "eval"]
+        left.plot([r[x] for r in train], [r["loss"] for r in train], label=label)
+        for key in accuracy_keys:
+            points = [(r[x], r[key]) for r in evals if key in r and x in r]
+            if points:
+                right.plot(*zip(*points), marker="o", label=f"{label} {key}" if len(accuracy_keys) > 1 else label)
+    xlabel = "seconds of training" if x == "elapsed" else "optimizer step"
+    left.set(xlabel=xlabel, ylabel="training loss", title="Training loss")
+    right.set(xlabel=xlabel, ylabel="accuracy", title="Held-out accuracy")
+    for axis in (left, right):
+        axis.grid(alpha=0.3)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend()
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return path
