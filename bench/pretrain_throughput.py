@@ -8,15 +8,23 @@ AdamW update. Measured in fp32 and with bf16 autocast; prints training tokens/s,
 ratio bertology / transformers, and bertology's model FLOP utilisation (MFU): useful
 model FLOPs per second over the matrix-product peak measured in the same run.
 
-    python bench/pretrain_throughput.py [--presets tiny mini small] [--steps 8]
+Each measurement runs in its own child process, in the environment its library runs in
+by default: bertology's with the glibc malloc settings its command line sets
+(`bertology/__main__.py`), transformers' without. A third column gives transformers
+with bertology's malloc settings too, so the gain of each part can be told apart.
+
+    python bench/pretrain_throughput.py [--presets tiny mini small] [--steps 6]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -26,6 +34,7 @@ import torch.nn.functional as F  # noqa: E402
 import transformers  # noqa: E402
 
 from bertology import BertConfig  # noqa: E402
+from bertology.__main__ import MALLOC_SETTINGS  # noqa: E402
 from bertology.objectives import MaskedLanguageModel  # noqa: E402
 from bertology.ops import linear  # noqa: E402
 from bertology.train import TrainConfig, Trainer, bf16_is_fast  # noqa: E402
@@ -121,44 +130,71 @@ def transformers_seconds(config: BertConfig, batches, precision: str, steps: int
     return (time.perf_counter() - start) / steps
 
 
+def child(library: str, preset: str, precision: str, steps: int) -> None:
+    """Measure one (library, preset, precision) and print its tokens/s as JSON."""
+    config = BertConfig.from_preset(preset, vocab_size=VOCAB)
+    run = bertology_seconds if library == "bertology" else transformers_seconds
+    seconds = run(config, make_batches(4), precision, steps)
+    print(json.dumps({"tokens_per_second": BATCH * SEQ_LEN / seconds}))
+
+
+def measure(library: str, preset: str, precision: str, steps: int, tuned_malloc: bool) -> float:
+    """Tokens/s from a child process, with or without bertology's malloc settings."""
+    env = {k: v for k, v in os.environ.items() if k not in MALLOC_SETTINGS}
+    if tuned_malloc:
+        env.update(MALLOC_SETTINGS)
+    result = subprocess.run([sys.executable, __file__, "--child", library, preset, precision, "--steps", str(steps)],
+                            env=env, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])["tokens_per_second"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["tiny", "mini", "small"])
     parser.add_argument("--steps", type=int, default=6, help="timed steps per measurement")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; the median is reported")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of all measurements; the median is reported")
+    parser.add_argument("--child", nargs=3, metavar=("LIBRARY", "PRESET", "PRECISION"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        return child(*args.child, args.steps)
+
     precisions = ["fp32", "bf16"] if bf16_is_fast(torch.device("cpu")) else ["fp32"]
     peaks = {p: matmul_peak(p) for p in precisions}
-    batches = make_batches(4)
-    tokens = BATCH * SEQ_LEN
-    rows = []
+    setups = [("transformers", False), ("transformers", True), ("bertology", True)]
+    samples: dict[tuple, list[float]] = {}
+    for _ in range(args.rounds):  # rounds alternate, so drift in the machine's speed hits all alike
+        for preset in args.presets:
+            for precision in precisions:
+                for library, tuned in setups:
+                    samples.setdefault((preset, precision, library, tuned), []).append(
+                        measure(library, preset, precision, args.steps, tuned))
+                print(f"{preset} {precision}: " + ", ".join(
+                    f"{lib}{' (tuned malloc)' if t else ''} {samples[(preset, precision, lib, t)][-1]:,.0f} tok/s"
+                    for lib, t in setups), flush=True)
+    speed = {key: statistics.median(values) for key, values in samples.items()}
+
+    print(f"\nseq {SEQ_LEN}, batch {BATCH}, vocab {VOCAB}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+          f"transformers {transformers.__version__}, median of {args.rounds} rounds")
+    print("matmul peak measured now: " + ", ".join(f"{p} {v / 1e9:,.0f} GFLOP/s" for p, v in peaks.items()) + "\n")
+    print("| preset | precision | transformers tok/s | transformers + tuned malloc | bertology tok/s | ratio | bertology MFU |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for preset in args.presets:
         config = BertConfig.from_preset(preset, vocab_size=VOCAB)
         for precision in precisions:
-            ours, theirs = [], []
-            for _ in range(args.rounds):
-                ours.append(bertology_seconds(config, batches, precision, args.steps))
-                theirs.append(transformers_seconds(config, batches, precision, args.steps))
-            ours_tps, theirs_tps = tokens / statistics.median(ours), tokens / statistics.median(theirs)
-            mfu = ours_tps * model_flops_per_token(config) / peaks[precision]
-            rows.append((preset, precision, theirs_tps, ours_tps, mfu))
-            print(f"{preset} {precision}: transformers {theirs_tps:,.0f} tok/s, bertology {ours_tps:,.0f} tok/s",
-                  flush=True)
-
-    print(f"\nseq {SEQ_LEN}, batch {BATCH}, vocab {VOCAB}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-          f"transformers {transformers.__version__}")
-    print("matmul peak measured now: " + ", ".join(f"{p} {v / 1e9:,.0f} GFLOP/s" for p, v in peaks.items()) + "\n")
-    print("| preset | precision | transformers tok/s | bertology tok/s | ratio | bertology MFU |")
-    print("|---|---|---:|---:|---:|---:|")
-    for preset, precision, theirs_tps, ours_tps, mfu in rows:
-        print(f"| {preset} | {precision} | {theirs_tps:,.0f} | {ours_tps:,.0f} | {ours_tps / theirs_tps:.2f} | {mfu:.0%} |")
+            theirs = speed[(preset, precision, "transformers", False)]
+            tuned = speed[(preset, precision, "transformers", True)]
+            ours = speed[(preset, precision, "bertology", True)]
+            mfu = ours * model_flops_per_token(config) / peaks[precision]
+            print(f"| {preset} | {precision} | {theirs:,.0f} | {tuned:,.0f} | {ours:,.0f} | {ours / theirs:.2f} | {mfu:.0%} |")
     default = "bf16" if "bf16" in precisions else "fp32"
-    print(f"\nbertology's default precision here is {default}. Its speed against transformers' defaults:")
-    by_key = {(r[0], r[1]): r for r in rows}
+    print(f"\nratio = bertology / transformers, each as it runs by default. bertology's default precision here is "
+          f"{default}; its speed against transformers' default setups:")
     for preset in args.presets:
-        ours_default = by_key[(preset, default)][3]
-        print(f"- {preset}: {ours_default / by_key[(preset, 'fp32')][2]:.2f}x transformers fp32"
-              + (f", {ours_default / by_key[(preset, 'bf16')][2]:.2f}x transformers bf16" if "bf16" in precisions else ""))
+        ours = speed[(preset, default, "bertology", True)]
+        line = f"- {preset}: {ours / speed[(preset, 'fp32', 'transformers', False)]:.2f}x transformers fp32"
+        if "bf16" in precisions:
+            line += f", {ours / speed[(preset, 'bf16', 'transformers', False)]:.2f}x transformers with bf16 autocast"
+        print(line)
 
 
 if __name__ == "__main__":

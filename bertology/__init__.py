@@ -3,34 +3,36 @@
 Train a WordPiece vocabulary, pre-train an encoder, fine-tune it, pull features,
 distil, export and serve. The public names follow Hugging Face transformers so
 that habits carry over.
+
+Names are imported on first use, so `bertology --help` starts without loading PyTorch.
 """
 
-from .config import PRESETS, BertConfig
-from .errors import UserError
-from .model import (
-    BertForMaskedLM,
-    BertForPreTraining,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    BertModel,
-    ModelOutput,
-)
-from .tokenizer import Tokenizer
+from importlib import import_module
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "PRESETS",
-    "BertConfig",
-    "BertForMaskedLM",
-    "BertForPreTraining",
-    "BertForQuestionAnswering",
-    "BertForSequenceClassification",
-    "BertForTokenClassification",
-    "BertModel",
-    "ModelOutput",
-    "Tokenizer",
-    "UserError",
-    "__version__",
-]
+_PUBLIC = {
+    "PRESETS": "config",
+    "BertConfig": "config",
+    "UserError": "errors",
+    "BertModel": "model",
+    "BertForPreTraining": "model",
+    "BertForMaskedLM": "model",
+    "BertForSequenceClassification": "model",
+    "BertForTokenClassification": "model",
+    "BertForQuestionAnswering": "model",
+    "ModelOutput": "model",
+    "Tokenizer": "tokenizer",
+}
+
+__all__ = [*_PUBLIC, "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        return getattr(import_module(f".{_PUBLIC[name]}", __name__), name)
+    raise AttributeError(f"module 'bertology' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

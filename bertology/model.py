@@ -32,7 +32,7 @@ from torch import nn
 from . import checkpoint
 from .config import BertConfig
 from .errors import UserError
-from .ops import Linear, linear
+from .ops import Dropout, Linear, dropout, linear
 
 IGNORE_INDEX = -100  # label value for positions that carry no loss (transformers' convention)
 
@@ -86,7 +86,7 @@ class Embeddings(nn.Module):
             nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size > 0 else None
         )
         self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
         # ALBERT: embeddings live in a small space E and are projected up to H.
         self.projection = Linear(width, config.hidden_size) if width != config.hidden_size else None
 
@@ -123,17 +123,19 @@ class SelfAttention(nn.Module):
         B, T, H = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
         dropout_p = self.dropout_p if self.training else 0.0
-        if need_weights:  # the explicit form, only when the caller wants to look at the weights
+        # PyTorch's fused CPU attention has no dropout: with dropout on, SDPA falls back to this
+        # same explicit form anyway, there with slower masks than ops.dropout.
+        if need_weights or (dropout_p > 0 and x.device.type == "cpu"):
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_size)  # (B, nh, T, T)
             if mask is not None:
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
             weights = scores.softmax(dim=-1)
-            y = F.dropout(weights, dropout_p, self.training) @ v
+            y = dropout(weights, dropout_p, self.training) @ v
         else:  # fused kernel (flash / memory-efficient attention where the device has one)
             weights = None
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, nh * hs)
-        return self.out(y), weights
+        return self.out(y), weights if need_weights else None
 
 
 class TransformerLayer(nn.Module):
@@ -147,7 +149,7 @@ class TransformerLayer(nn.Module):
         self.ffn_out = Linear(config.intermediate_size, config.hidden_size)
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.act = activation(config.hidden_act)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
         self.pre_layer_norm = config.pre_layer_norm
 
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -341,7 +343,7 @@ class ClassificationHead(nn.Module):
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float):
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.dense = Linear(hidden_size, num_labels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -240,7 +240,7 @@ def check_writable(directory: Path, needed_bytes: int) -> None:
     """Fail before training, not after an hour, if `directory` cannot hold the checkpoints."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / ".write-test"
+        probe = directory / f".write-test-{os.getpid()}"
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as err:
@@ -369,7 +369,7 @@ class Trainer:
             self.module.eval()
             with torch.no_grad(), autocast(self.precision, self.device):
                 metrics = self.evaluate_fn(self.module)
-            self.log.write({"step": self.step, "split": "eval", **metrics})
+            self.log.write({"step": self.step, "split": "eval", "elapsed": round(self.elapsed, 2), **metrics})
         self.dist.barrier()
         return metrics
 
