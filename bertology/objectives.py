@@ -34,7 +34,7 @@ from .model import (
     ClassificationHead,
     activation,
 )
-from .ops import Linear
+from .ops import Linear, cross_entropy_with_accuracy
 
 Batch = dict[str, torch.Tensor]
 
@@ -60,6 +60,24 @@ def accuracy_counts(name: str, predictions: torch.Tensor, targets: torch.Tensor)
     return {f"{name}_correct": (predictions == targets).sum(), f"{name}_total": torch.tensor(targets.numel())}
 
 
+def score_labelled_positions(model: BertForMaskedLM | BertForPreTraining, batch: Batch, name: str):
+    """Encode a batch and score its labelled positions with the model's LM head.
+
+    Calls the model's parts rather than its forward, so the (N, V) logits, the costliest
+    tensor of a step, are scored once, in chunks, for both the loss and the accuracy.
+    Returns (loss, logits (N, V), the encoder's output, counts named `name`).
+    """
+    labels = batch["labels"]
+    positions = labels != IGNORE_INDEX
+    out = model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    logits = model.mlm(out.last_hidden_state, model.bert.embeddings.word_embeddings.weight, positions)
+    targets = labels[positions]
+    loss, correct = cross_entropy_with_accuracy(logits, targets)
+    counts = {f"{name}_correct": correct, f"{name}_total": torch.tensor(targets.numel()),
+              f"{name}_loss_sum": loss.detach() * targets.numel()}
+    return loss, logits, out, counts
+
+
 class MaskedLanguageModel(nn.Module):
     """BERT, RoBERTa and ALBERT: masked LM, optionally with NSP or SOP on [CLS]."""
 
@@ -79,20 +97,8 @@ class MaskedLanguageModel(nn.Module):
         return {**batch, "input_ids": ids, "labels": labels}
 
     def forward(self, batch: Batch) -> StepOutput:
-        """Loss = MLM cross-entropy at the masked positions (+ the pair task's).
-
-        Composed from the model's parts rather than its forward, so that the (N, V) logits,
-        the costliest tensor of the step, are converted and scored once for loss and accuracy.
-        """
-        labels = batch["labels"]
-        masked = labels != IGNORE_INDEX
-        out = self.model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        logits = self.model.mlm(out.last_hidden_state, self.model.bert.embeddings.word_embeddings.weight,
-                                masked).float()  # (N, V)
-        targets = labels[masked]
-        mlm_loss = F.cross_entropy(logits, targets)
-        counts = accuracy_counts("mlm", logits.detach().argmax(-1), targets)
-        counts["mlm_loss_sum"] = mlm_loss.detach() * targets.numel()
+        """Loss = MLM cross-entropy at the masked positions (+ the pair task's)."""
+        mlm_loss, _, out, counts = score_labelled_positions(self.model, batch, "mlm")
         loss = mlm_loss
         if self.pair_task:
             pair_logits = self.model.nsp(out.pooler_output).float()
@@ -121,12 +127,8 @@ class CausalLanguageModel(nn.Module):
 
     def forward(self, batch: Batch) -> StepOutput:
         """Loss = next-token cross-entropy; counts give accuracy and perplexity."""
-        labels = batch["labels"]
-        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=labels)
-        targets = labels[labels != IGNORE_INDEX]
-        counts = accuracy_counts("lm", out.logits.argmax(-1), targets)
-        counts["lm_loss_sum"] = out.loss.detach() * targets.numel()
-        return StepOutput(out.loss, counts)
+        loss, _, _, counts = score_labelled_positions(self.model, batch, "lm")
+        return StepOutput(loss, counts)
 
     def model_to_save(self) -> BertPreTrainedModel:
         """The causal BertForMaskedLM (its config says `causal: true`)."""
@@ -186,10 +188,10 @@ class Electra(nn.Module):
         """Generator MLM loss + weighted per-token replaced/original loss."""
         labels = batch["labels"]
         masked = labels != IGNORE_INDEX
-        gen = self.generator(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=labels)
+        gen_loss, gen_logits, _, counts = score_labelled_positions(self.generator, batch, "mlm")
         with torch.no_grad():  # sampling from the generator: no gradient flows through it
-            sampler = torch.Generator(gen.logits.device).manual_seed(int(batch["sampling_seed"]))
-            sampled = torch.multinomial(gen.logits.float().softmax(-1), 1, generator=sampler).squeeze(-1)
+            sampler = torch.Generator(gen_logits.device).manual_seed(int(batch["sampling_seed"]))
+            sampled = torch.multinomial(gen_logits.float().softmax(-1), 1, generator=sampler).squeeze(-1)
             corrupted = batch["input_ids"].clone()
             corrupted[masked] = sampled
             original = batch["input_ids"].clone()
@@ -199,11 +201,9 @@ class Electra(nn.Module):
         logits = self.detector(hidden).float()  # (B, T)
         real = (batch["attention_mask"] == 1) & ~batch["special_mask"]
         disc_loss = F.binary_cross_entropy_with_logits(logits[real], replaced[real])
-        loss = gen.loss + self.discriminator_weight * disc_loss
+        loss = gen_loss + self.discriminator_weight * disc_loss
         predicted = logits[real] > 0
         target = replaced[real].bool()
-        counts = accuracy_counts("mlm", gen.logits.argmax(-1), labels[masked])
-        counts["mlm_loss_sum"] = gen.loss.detach() * labels[masked].numel()
         counts.update(accuracy_counts("rtd", predicted, target))
         counts["rtd_loss_sum"] = disc_loss.detach() * target.numel()
         # Recall on replaced and on original tokens: their mean is the balanced accuracy (chance 0.5).

@@ -120,3 +120,44 @@ class Dropout(nn.Dropout):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
         return dropout(x, self.p, self.training)
+
+
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy whose gradient (softmax - one-hot) is computed in the forward pass, in row chunks."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, chunk_rows):  # noqa: D102
+        n = logits.shape[0]
+        grad = torch.empty_like(logits)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=logits.device)
+        correct = torch.zeros((), dtype=torch.long, device=logits.device)
+        for start in range(0, n, chunk_rows):
+            block = logits[start:start + chunk_rows].to(torch.float32, copy=True)  # (c, V), modified below
+            target = targets[start:start + chunk_rows]
+            rows = torch.arange(block.shape[0], device=block.device)
+            lse = block.logsumexp(dim=-1)  # (c,)
+            loss_sum += (lse - block[rows, target]).sum()
+            correct += (block.argmax(dim=-1) == target).sum()
+            block.sub_(lse[:, None]).exp_()  # softmax, in place
+            block[rows, target] -= 1.0
+            grad[start:start + chunk_rows] = block
+        ctx.save_for_backward(grad)
+        ctx.mark_non_differentiable(correct)
+        return (loss_sum / max(n, 1)).float(), correct
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_correct):  # noqa: D102
+        (grad,) = ctx.saved_tensors  # used once, so it can be scaled in place
+        return grad.mul_((grad_loss / max(grad.shape[0], 1)).to(grad.dtype)), None, None
+
+
+def cross_entropy_with_accuracy(logits: torch.Tensor, targets: torch.Tensor,
+                                chunk_rows: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean cross-entropy of (N, V) logits against (N,) targets, and how many argmaxes hit.
+
+    The same loss as `F.cross_entropy`, computed for the large (positions x vocabulary)
+    products of language-model heads: the rows are processed in chunks small enough to
+    stay in cache, in fp32 whatever the logits' dtype, and the gradient is formed in the
+    same pass, so no (N, V) fp32 log-probabilities are ever materialised.
+    """
+    return _ChunkedCrossEntropy.apply(logits, targets, chunk_rows)
