@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -140,6 +141,7 @@ def main() -> None:
     if args.child == "reference":
         return run_reference(shared_settings(args, args.out / "transformers"), args.reference_eval_seconds)
 
+    shutil.rmtree(args.out, ignore_errors=True)  # fresh runs each time (the bench owns this folder)
     runs = {}
     for side, tuned in (("bertology", True), ("reference", False)):
         env = {k: v for k, v in os.environ.items() if k not in MALLOC_SETTINGS}

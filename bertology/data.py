@@ -206,7 +206,7 @@ def read_documents(
         file_format = detect_format(path) if doc_format == "auto" else doc_format
         stats.files += 1
         stats.formats[str(path)] = file_format
-        lines = _read_lines(path, skip_bad_lines, stats)
+        lines = read_lines(path, skip_bad_lines, stats)
         for document in _file_documents(lines) if file_format == "file" else _line_documents(lines):
             stats.documents += 1
             stats.sentences += len(document)
@@ -221,16 +221,22 @@ def _check_doc_format(doc_format: str) -> None:
         raise UserError(f"unknown document format {doc_format!r}: use one of {', '.join(DOC_FORMATS)}")
 
 
-def _read_lines(path: Path, skip_bad_lines: bool, stats: ReadStats) -> Iterator[str]:
-    """The lines of `path`, stripped of surrounding whitespace (and of a UTF-8 byte order mark)."""
+def read_lines(path: Path, skip_bad_lines: bool = False, stats: ReadStats | None = None) -> Iterator[str]:
+    """The lines of `path`, stripped of surrounding whitespace (and of a UTF-8 byte order mark).
+
+    Raises:
+        UserError: `path:line: not valid UTF-8`, unless `skip_bad_lines` (then counted in `stats`).
+    """
     with open(path, "rb") as file:
         for number, raw in enumerate(file, start=1):
             try:
                 line = raw.decode("utf-8")
-            except UnicodeDecodeError:
+            except UnicodeDecodeError as error:
                 if not skip_bad_lines:
-                    raise UserError(f"{path}:{number}: not valid UTF-8 (skip_bad_lines skips such lines)") from None
-                stats.skipped_lines += 1
+                    raise UserError(f"{path}:{number}: not valid UTF-8 ({error.reason}; "
+                                    "--skip-bad-lines skips such lines)") from None
+                if stats is not None:
+                    stats.skipped_lines += 1
                 continue
             yield line.lstrip("\ufeff").strip() if number == 1 else line.strip()
 

@@ -40,6 +40,7 @@ engine keeps them as [UNK]).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -50,6 +51,7 @@ import torch
 from tokenizers import decoders, normalizers, pre_tokenizers, processors, trainers
 from tokenizers.models import WordPiece
 
+from bertology.data import read_lines, text_files
 from bertology.errors import UserError
 from bertology.files import atomic_path, write_json_atomic, write_text_atomic
 
@@ -62,7 +64,6 @@ CONFIG_FILE = "tokenizer_config.json"
 PIPELINE_FILE = "tokenizer.json"
 SPECIAL_TOKENS_FILE = "special_tokens_map.json"
 
-TEXT_SUFFIXES = (".txt", ".raw")
 # The special tokens plus room for a basic alphabet; training also checks the corpus's own.
 MIN_VOCAB_SIZE = 128
 _TRAIN_BATCH_LINES = 1000  # lines handed to the Rust trainer per call: amortises Python overhead
@@ -440,7 +441,7 @@ def train_tokenizer(
     Returns:
         The tokenizer, with [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
     """
-    paths = _text_files(files)
+    paths = text_files(files)
     if vocab_size < MIN_VOCAB_SIZE:
         raise UserError(f"vocab_size={vocab_size} is too small: use at least {MIN_VOCAB_SIZE}")
     # The trainer numbers the "##" pieces of single characters in hash-map order, and ranks
@@ -530,12 +531,12 @@ def _check_vocab(tokens: Sequence[str], source: str) -> None:
         raise UserError(f"{source}: the vocabulary lacks the special tokens {' '.join(missing)}")
 
 
-def _decode_utf8(data: bytes, path: Path, first_line: int = 1) -> str:
-    """Decode `data` (read from `path`, starting at `first_line`); name the bad line if it fails."""
+def _decode_utf8(data: bytes, path: Path) -> str:
+    """Decode the whole content `data` of `path`; name the bad line if it fails."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = first_line + data.count(b"\n", 0, error.start)
+        line = 1 + data.count(b"\n", 0, error.start)
         raise UserError(f"{path}:{line}: not valid UTF-8 ({error.reason})") from None
 
 
@@ -593,46 +594,17 @@ def _normalizer(
     return bert
 
 
-def _text_files(files: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
-    """The training files: each file as given, each folder's *.txt and *.raw files, sorted."""
-    if isinstance(files, (str, os.PathLike)):
-        files = [files]
-    found: list[Path] = []
-    for path in map(Path, files):
-        if path.is_dir():
-            inside = sorted(p for p in path.rglob("*") if p.suffix in TEXT_SUFFIXES and p.is_file())
-            if not inside:
-                raise UserError(f"{path}: folder holds no {' or '.join(TEXT_SUFFIXES)} files")
-            found += inside
-        elif path.is_file():
-            found.append(path)
-        else:
-            raise UserError(f"{path}: no such file or folder")
-    if not found:
-        raise UserError("no training files given")
-    return found
-
-
 def _line_batches(paths: list[Path]) -> Iterator[list[str]]:
-    """Yield the corpus's non-blank lines in batches, checking UTF-8 line by line.
+    """Yield the corpus's non-blank lines in batches (UTF-8 is checked line by line).
 
     Raises:
         UserError: a line is not valid UTF-8 (naming file and line) or the corpus has no text.
     """
-    batch: list[str] = []
+    lines = (line for path in paths for line in read_lines(path) if line)
     seen_text = False
-    for path in paths:
-        with open(path, "rb") as file:
-            for line_number, raw in enumerate(file, start=1):
-                line = _decode_utf8(raw, path, line_number)
-                if line and not line.isspace():
-                    seen_text = True
-                    batch.append(line)
-                if len(batch) == _TRAIN_BATCH_LINES:
-                    yield batch
-                    batch = []
+    while batch := list(itertools.islice(lines, _TRAIN_BATCH_LINES)):
+        seen_text = True
+        yield batch
     if not seen_text:
         shown = ", ".join(map(str, paths[:3])) + (", ..." if len(paths) > 3 else "")
         raise UserError(f"{shown}: the corpus has no text, only blank lines")
-    if batch:
-        yield batch

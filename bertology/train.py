@@ -447,6 +447,9 @@ class Trainer:
         Returns "completed" or "interrupted"; either way the last state is checkpointed.
         """
         check_writable(self.out_dir, self.estimated_checkpoint_bytes())
+        if not resume and (self.checkpoints() or self.log.path.exists()):
+            raise UserError(f"{self.out_dir} already holds a training run; continue it with --resume "
+                            "or choose another output directory")
         torch.manual_seed(self.config.seed + self.dist.rank)
         if resume and self.resume() and self.dist.is_main:
             print(f"resumed from step {self.step}", file=sys.stderr)

@@ -89,3 +89,10 @@ def test_damaged_checkpoint_is_a_clear_error_on_resume(tmp_path):
     (tmp_path / "checkpoints" / "step-00000004" / "optimizer.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(UserError, match="step-00000004: cannot resume"):
         Trainer(Regression(), TrainConfig(max_steps=8, progress=False), tmp_path, batches).fit(resume=True)
+
+
+def test_a_finished_run_is_not_overwritten(tmp_path):
+    config = TrainConfig(max_steps=2, progress=False, precision="fp32")
+    Trainer(Regression(), config, tmp_path, batches).fit()
+    with pytest.raises(UserError, match="already holds a training run"):
+        Trainer(Regression(), config, tmp_path, batches).fit()
