@@ -128,7 +128,8 @@ def add_pretrain(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--lr", type=float, default=S, help="peak learning rate (5e-4)")
     train.add_argument("--warmup", type=float, default=S, help="warmup: a fraction (< 1) or steps (0.06)")
     train.add_argument("--weight-decay", type=float, default=S, help="AdamW weight decay (0.01)")
-    train.add_argument("--schedule", choices=["linear", "one_cycle", "slanted_triangular", "constant"], default=S)
+    train.add_argument("--schedule", choices=["linear", "slanted_triangular", "constant"], default=S,
+                       help="learning-rate schedule (linear: warmup then decay over the step or time budget)")
     train.add_argument("--max-steps", type=positive_int, default=S, help="step budget")
     train.add_argument("--max-time", default=S, help="wall-clock budget, e.g. 20m (the schedule is fitted to it)")
     train.add_argument("--precision", choices=["auto", "fp32", "bf16"], default=S, help="auto: bf16 where fast")

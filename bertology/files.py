@@ -29,10 +29,19 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.exists():  # mkstemp creates 0600 files; give the usual permissions instead
+            os.chmod(tmp_path, _new_file_mode())
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def _new_file_mode() -> int:
+    """The mode `open()` would give a new file: 0o666 less the process's umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

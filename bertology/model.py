@@ -259,7 +259,9 @@ class BertModel(BertPreTrainedModel):
     def attention_mask(self, attention_mask: torch.Tensor | None, seq_len: int, device) -> torch.Tensor | None:
         """(B, T) 1 = real token, 0 = padding -> bool (B, 1, 1|T, T) for SDPA; None = attend everywhere."""
         mask = None
-        if attention_mask is not None and not bool(attention_mask.all()):
+        # An all-ones mask is dropped so SDPA can take its unmasked kernel; under torch.compile the
+        # check would break the graph, so there the mask is always kept.
+        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
             mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
         if self.config.causal:
             causal = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()  # (T, T)

@@ -152,7 +152,7 @@ class ReplacedTokenDetector(nn.Module):
 def electra_generator_config(config: BertConfig, divisor: int = 4) -> BertConfig:
     """The generator: the discriminator's depth at 1/`divisor` of its width (ELECTRA's best ratio),
     reading the discriminator's embeddings (same width E) through its own projection."""
-    hidden = max(64, config.hidden_size // divisor)
+    hidden = max(32, config.hidden_size // divisor)
     return replace(config, hidden_size=hidden, num_attention_heads=max(1, hidden // 64),
                    intermediate_size=4 * hidden, embedding_size=config.embedding_width)
 

@@ -26,7 +26,7 @@ from .files import write_json_atomic
 from .objectives import OBJECTIVES, build_objective, metrics_from_counts
 from .plots import plot_training_curves
 from .tokenizer import Tokenizer, train_tokenizer
-from .train import Distributed, TrainConfig, Trainer, check_writable, parse_duration
+from .train import Distributed, TrainConfig, Trainer, check_no_earlier_run, check_writable, parse_duration
 
 RESOLVED_CONFIG_NAME = "pretrain_config.json"
 
@@ -272,6 +272,8 @@ def run_pretraining(cfg: PretrainConfig) -> str:
     dist = Distributed()
     out = Path(cfg.out)
     check_writable(out, needed_bytes=0)  # the Trainer checks the space once the model's size is known
+    if not cfg.resume:
+        check_no_earlier_run(out)
     tokenizer = load_or_train_tokenizer(cfg, dist)
     model_config = build_model_config(cfg, tokenizer.vocab_size)
     if dist.is_main:

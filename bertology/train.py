@@ -6,7 +6,8 @@ optimizer step, and optionally an evaluation function. The loop supplies the res
 
 - AdamW without weight decay on biases and LayerNorm (every 1-D parameter), as BERT;
 - a learning-rate schedule over a step or wall-clock budget: linear warmup then linear
-  decay (BERT), a one-cycle triangle, ULMFiT's slanted triangle, or constant;
+  decay (BERT; over a wall-clock budget this is the one-cycle triangle of cramming-style
+  time-budgeted training), ULMFiT's slanted triangle, or constant;
 - gradient accumulation and clipping, bf16 autocast (CPU where the processor has bf16
   instructions, and CUDA), optional `torch.compile`, DistributedDataParallel under torchrun;
 - a progress bar with tokens/s, loss and ETA, `metrics.jsonl`, periodic evaluation;
@@ -42,7 +43,7 @@ from .files import write_json_atomic, write_text_atomic
 from .objectives import StepOutput, metrics_from_counts
 
 Batch = dict[str, torch.Tensor]
-SCHEDULES = ("linear", "one_cycle", "slanted_triangular", "constant")
+SCHEDULES = ("linear", "slanted_triangular", "constant")
 PRECISIONS = ("auto", "fp32", "bf16")
 CHECKPOINTS_DIR = "checkpoints"
 
@@ -122,9 +123,9 @@ def autocast(precision: str, device: torch.device):
 def lr_factor(schedule: str, progress: float, warmup: float) -> float:
     """Multiplier of the peak learning rate at `progress` in [0, 1] of the budget; `warmup` is a fraction.
 
-    linear: BERT's linear warmup then linear decay to 0. one_cycle: the same triangle, used
-    with a time budget. slanted_triangular: ULMFiT's short warmup (cut_frac = warmup) and long
-    decay down to 1/32 of the peak. constant: warmup then flat.
+    linear: BERT's linear warmup then linear decay to 0 (a triangle over the budget, steps or
+    seconds). slanted_triangular: ULMFiT's short warmup (cut_frac = warmup) and long decay
+    down to 1/32 of the peak. constant: warmup then flat.
     """
     progress = min(max(progress, 0.0), 1.0)
     if warmup > 0 and progress < warmup:
@@ -249,6 +250,13 @@ def check_writable(directory: Path, needed_bytes: int) -> None:
     if free < needed_bytes:
         raise UserError(f"{directory}: only {free / 2**20:.0f} MiB free, checkpoints need about "
                         f"{needed_bytes / 2**20:.0f} MiB")
+
+
+def check_no_earlier_run(directory: Path) -> None:
+    """Refuse to start a fresh run over an earlier one's checkpoints and metrics (nothing written is lost)."""
+    if (directory / CHECKPOINTS_DIR).exists() or (directory / "metrics.jsonl").exists():
+        raise UserError(f"{directory} already holds a training run; continue it with --resume "
+                        "or choose another output directory")
 
 
 class Trainer:
@@ -447,9 +455,8 @@ class Trainer:
         Returns "completed" or "interrupted"; either way the last state is checkpointed.
         """
         check_writable(self.out_dir, self.estimated_checkpoint_bytes())
-        if not resume and (self.checkpoints() or self.log.path.exists()):
-            raise UserError(f"{self.out_dir} already holds a training run; continue it with --resume "
-                            "or choose another output directory")
+        if not resume:
+            check_no_earlier_run(self.out_dir)
         torch.manual_seed(self.config.seed + self.dist.rank)
         if resume and self.resume() and self.dist.is_main:
             print(f"resumed from step {self.step}", file=sys.stderr)

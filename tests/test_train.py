@@ -96,3 +96,8 @@ def test_a_finished_run_is_not_overwritten(tmp_path):
     Trainer(Regression(), config, tmp_path, batches).fit()
     with pytest.raises(UserError, match="already holds a training run"):
         Trainer(Regression(), config, tmp_path, batches).fit()
+
+
+def test_compile_option_wraps_the_module(tmp_path):
+    trainer = Trainer(Regression(), TrainConfig(max_steps=1, compile=True, progress=False), tmp_path, batches)
+    assert isinstance(trainer.wrapped, torch._dynamo.eval_frame.OptimizedModule)
