@@ -153,7 +153,7 @@ def run_pretrain(args: argparse.Namespace) -> None:
     """Merge defaults < config file < flags, then run."""
     from .pretrain import PretrainConfig, run_pretraining
 
-    values = PretrainConfig.from_file(args.config) if args.config else {}
+    values = PretrainConfig.read_settings(args.config) if args.config else {}
     flags = {k: v for k, v in vars(args).items() if k not in ("run", "command", "config")}
     model = dict(values.get("model", {}))
     for flag, field_name in MODEL_FLAGS.items():

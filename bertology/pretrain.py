@@ -36,6 +36,18 @@ def default_cache_dir() -> str:
     return os.environ.get("BERTOLOGY_CACHE", str(Path.home() / ".cache" / "bertology"))
 
 
+def _has_type(value: Any, annotation: str) -> bool:
+    """Whether a config-file value fits a field annotation such as "int", "str | None", "list[str]"."""
+    if value is None:
+        return "None" in annotation
+    base = annotation.replace(" | None", "")
+    if base.startswith(("list", "dict")):
+        return isinstance(value, list if base.startswith("list") else dict)
+    if isinstance(value, bool):
+        return base == "bool"
+    return isinstance(value, {"int": int, "float": (int, float), "str": str, "bool": bool}[base])
+
+
 @dataclass
 class PretrainConfig:
     """Everything a pre-training run needs; each field is also a command-line flag and a config-file key."""
@@ -77,7 +89,7 @@ class PretrainConfig:
     progress: bool = True
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> dict[str, Any]:
+    def read_settings(cls, path: str | os.PathLike) -> dict[str, Any]:
         """Read a TOML or JSON config file into a dict of (validated) field values."""
         path = Path(path)
         if not path.is_file():
@@ -96,10 +108,13 @@ class PretrainConfig:
             raise UserError(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
         except Exception as err:  # tomllib.TOMLDecodeError names the line in its message
             raise UserError(f"{path}: invalid TOML: {err}") from None
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
+        types = {f.name: f.type for f in dataclasses.fields(cls)}  # annotations as strings, e.g. "int | None"
+        unknown = sorted(set(values) - set(types))
         if unknown:
             raise UserError(f"{path}: unknown setting(s) {', '.join(unknown)}")
+        for key, value in values.items():
+            if not _has_type(value, types[key]):
+                raise UserError(f"{path}: setting {key!r} must be {types[key]}, got {value!r}")
         return values
 
     def validate(self) -> None:

@@ -208,4 +208,13 @@ def test_unknown_config_key_is_an_error(tmp_path):
     config = tmp_path / "run.json"
     config.write_text('{"max_stpes": 3}')
     with pytest.raises(UserError, match="unknown setting.*max_stpes"):
-        PretrainConfig.from_file(config)
+        PretrainConfig.read_settings(config)
+
+
+def test_config_values_of_the_wrong_type_are_errors(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text('seq_len = "long"\n')
+    with pytest.raises(UserError, match="'seq_len' must be int"):
+        PretrainConfig.read_settings(config)
+    config.write_text('max_time = "20m"\nlr = 1\nmodel = {pre_layer_norm = true}\ntokenizer = "x"\n')
+    assert PretrainConfig.read_settings(config)["lr"] == 1
