@@ -78,7 +78,8 @@ class ReferenceObjective(torch.nn.Module):
 def run_reference(cfg: PretrainConfig, eval_seconds: float) -> None:
     """A plain training loop over transformers' model, fed by bertology's data pipeline."""
     from bertology import pretrain
-    from bertology.objectives import OBJECTIVES, build_objective
+    from bertology.config import OBJECTIVES
+    from bertology.objectives import build_objective
     from bertology.tokenizer import Tokenizer
     from bertology.train import Distributed
 

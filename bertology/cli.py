@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .config import PRESETS
+from .config import OBJECTIVES, PRESETS
 from .errors import UserError
-from .objectives import OBJECTIVES
 
 
 def positive_int(text: str) -> int:

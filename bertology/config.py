@@ -4,7 +4,9 @@ Field names are those of the original `bert_config.json` and of Hugging Face
 transformers, so a `config.json` written here loads in transformers and vice
 versa. The variant switches at the end (ALBERT's factorized embeddings and shared
 layers, pre-LayerNorm, no segment embeddings) each change one visible branch in
-`model.py`; a vanilla BERT leaves them at their defaults.
+`model.py`; a vanilla BERT leaves them at their defaults. `OBJECTIVES` says what data
+each pre-training objective of `objectives.py` needs (kept here, free of PyTorch, so the
+command line can list the choices without loading it).
 """
 
 from __future__ import annotations
@@ -33,6 +35,23 @@ PRESETS: dict[str, tuple[int, int]] = {
 }
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+
+
+@dataclass
+class ObjectiveSpec:
+    """How a pre-training objective (objectives.py) wants its data: the packing format and the pair task."""
+
+    data_format: str  # "pairs" (BERT's segment pairs), "full_sentences" (RoBERTa) or "contiguous"
+    pair_task: str | None  # "nsp", "sop" or None
+
+
+OBJECTIVES: dict[str, ObjectiveSpec] = {
+    "bert": ObjectiveSpec("pairs", "nsp"),
+    "roberta": ObjectiveSpec("full_sentences", None),
+    "albert": ObjectiveSpec("pairs", "sop"),
+    "electra": ObjectiveSpec("pairs", None),
+    "clm": ObjectiveSpec("contiguous", None),
+}
 
 
 @dataclass

@@ -169,6 +169,22 @@ class TransformerLayer(nn.Module):
         return self.ffn_norm(x + self.dropout(self.feed_forward(x))), weights
 
 
+def init_module(module: nn.Module, std: float) -> None:
+    """BERT's initialisation of one module: normal(0, std) weights, zero biases, unit LayerNorms."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=std)
+        if module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
 class BertPreTrainedModel(nn.Module):
     """Shared plumbing of every model: BERT initialisation, from_pretrained, save_pretrained."""
 
@@ -177,24 +193,16 @@ class BertPreTrainedModel(nn.Module):
         self.config = config
 
     def init_weights(self) -> None:
-        """BERT's initialisation: normal(0, initializer_range) weights, zero biases, unit LayerNorms."""
-        std = self.config.initializer_range
+        """BERT's initialisation of every module (see `init_module`).
+
+        Modules of a nested model (the encoder inside a task model) are skipped: that model
+        initialised them when it was built.
+        """
+        nested = [m for m in self.modules() if m is not self and isinstance(m, BertPreTrainedModel)]
+        done = {id(module) for model in nested for module in model.modules()}
         for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.normal_(module.weight, std=std)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, std=std)
-                if module.padding_idx is not None:
-                    with torch.no_grad():
-                        module.weight[module.padding_idx].zero_()
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-        for name, param in self.named_parameters():
-            if name.endswith("mlm.bias"):
-                nn.init.zeros_(param)
+            if id(module) not in done:
+                init_module(module, self.config.initializer_range)
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, **config_overrides: Any):

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import BertConfig
+from .config import OBJECTIVES, BertConfig
 from .data import mask_tokens
 from .model import (
     IGNORE_INDEX,
@@ -33,18 +33,11 @@ from .model import (
     BertPreTrainedModel,
     ClassificationHead,
     activation,
+    init_module,
 )
 from .ops import Linear, cross_entropy_with_accuracy
 
 Batch = dict[str, torch.Tensor]
-
-
-@dataclass
-class ObjectiveSpec:
-    """How an objective wants its data: the packing format and the sentence-pair task."""
-
-    data_format: str  # "pairs" (BERT's segment pairs), "full_sentences" (RoBERTa) or "contiguous"
-    pair_task: str | None  # "nsp", "sop" or None
 
 
 @dataclass
@@ -143,6 +136,8 @@ class ReplacedTokenDetector(nn.Module):
         self.dense = Linear(config.hidden_size, config.hidden_size)
         self.act = activation(config.hidden_act)
         self.out = ClassificationHead(config.hidden_size, 1, dropout=0.0)
+        for module in self.modules():
+            init_module(module, config.initializer_range)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """(B, T, H) -> (B, T) logits."""
@@ -216,15 +211,6 @@ class Electra(nn.Module):
     def model_to_save(self) -> BertPreTrainedModel:
         """The discriminator's encoder, a plain BertModel."""
         return self.discriminator
-
-
-OBJECTIVES: dict[str, ObjectiveSpec] = {
-    "bert": ObjectiveSpec("pairs", "nsp"),
-    "roberta": ObjectiveSpec("full_sentences", None),
-    "albert": ObjectiveSpec("pairs", "sop"),
-    "electra": ObjectiveSpec("pairs", None),
-    "clm": ObjectiveSpec("contiguous", None),
-}
 
 
 def build_objective(name: str, config: BertConfig, mask_token_id: int, whole_word: bool = False, max_predictions: int | None = None) -> nn.Module:

@@ -20,10 +20,10 @@ from typing import Any
 import torch
 
 from . import data
-from .config import PRESETS, BertConfig
+from .config import OBJECTIVES, PRESETS, BertConfig
 from .errors import UserError
 from .files import write_json_atomic
-from .objectives import OBJECTIVES, build_objective, metrics_from_counts
+from .objectives import build_objective, metrics_from_counts
 from .plots import plot_training_curves
 from .tokenizer import Tokenizer, train_tokenizer
 from .train import Distributed, TrainConfig, Trainer, check_no_earlier_run, check_writable, parse_duration
@@ -181,9 +181,14 @@ def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer
     return Tokenizer.from_pretrained(out)
 
 
-def prepare_batch(instances: list, objective, pad_id: int, generator: torch.Generator,
+def prepare_batch(instances: list, objective, pad_id: int, seed: int, index: int,
                   continuation: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """Collate instances and let the objective mask them (whole-word masking needs `continuation`)."""
+    """Collate instances and let the objective mask them (whole-word masking needs `continuation`).
+
+    The masking is drawn from a generator seeded by (seed, batch index): fresh for every batch,
+    yet the same on a resumed run, on any rank, at every evaluation.
+    """
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + index)
     batch = data.collate(instances, pad_id)
     if continuation is not None:
         batch["word_continuation"] = continuation[batch["input_ids"]] & ~batch["special_mask"]
@@ -238,8 +243,8 @@ class PretrainingBatches:
         """The prepared (collated and masked) micro-batch number `index` of the run."""
         instances, order = self.epoch_batches(index // self.batches_per_epoch)
         chosen = order[(index % self.batches_per_epoch) % len(order)]
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        return prepare_batch([instances[i] for i in chosen], self.objective, self.pad_id, generator, self.continuation)
+        return prepare_batch([instances[i] for i in chosen], self.objective, self.pad_id, self.seed, index,
+                             self.continuation)
 
     def __call__(self, step: int) -> list[dict[str, torch.Tensor]]:
         first = step * self.grad_accum * self.world_size
@@ -261,8 +266,7 @@ def make_evaluator(dataset: data.PretrainingDataset, objective, batch_size: int,
         counts, loss_sum = {}, 0.0
         device = next(module.parameters()).device
         for index, chunk in enumerate(chunks):
-            generator = torch.Generator().manual_seed(seed * 1_000_003 + index)
-            batch = prepare_batch(chunk, objective, pad_id, generator, continuation)
+            batch = prepare_batch(chunk, objective, pad_id, seed, index, continuation)
             out = module({k: v.to(device) for k, v in batch.items()})
             loss_sum += out.loss.item()
             for key, value in out.counts.items():

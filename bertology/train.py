@@ -343,7 +343,8 @@ class Trainer:
         self.wrapped.train()
         batches = self.micro_batches(self.step)
         lr = self.set_lr()
-        loss_sum, counts, tokens = 0.0, {}, 0
+        # Sums stay tensors on the device until the step ends: one host sync per step, not per micro-batch.
+        sums: dict[str, torch.Tensor | float] = {"loss": 0.0, "tokens": 0.0}
         for i, batch in enumerate(batches):
             batch = self.to_device(batch)
             last = i == len(batches) - 1
@@ -352,16 +353,16 @@ class Trainer:
                 with autocast(self.precision, self.device):
                     out: StepOutput = self.wrapped(batch)
                 (out.loss / len(batches)).backward()
-            loss_sum += out.loss.item()
-            tokens += int(batch["attention_mask"].sum())
-            for key, value in out.counts.items():
-                counts[key] = counts.get(key, 0.0) + float(value)
+            for key, value in {"loss": out.loss.detach(), "tokens": batch["attention_mask"].sum(), **out.counts}.items():
+                sums[key] = sums.get(key, 0.0) + value
         if self.config.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        totals = self.dist.sum({"loss": loss_sum, "micro_batches": len(batches), "tokens": tokens, **counts})
+        values = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in sums.values()])
+        totals = dict(zip(sums, values.tolist()))
+        totals = self.dist.sum({**totals, "micro_batches": len(batches)})
         loss = totals.pop("loss") / totals.pop("micro_batches")
         tokens = int(totals.pop("tokens"))
         return loss, {**totals, "lr": lr}, tokens
@@ -445,6 +446,11 @@ class Trainer:
 
     # ----- the loop -------------------------------------------------------------------------
 
+    @staticmethod
+    def _new_window() -> dict:
+        """Sums over the steps since the last log row."""
+        return {"loss": 0.0, "steps": 0, "tokens": 0, "seconds": 0.0, "counts": {}}
+
     def finished(self) -> bool:
         """Whether the step or time budget is used up."""
         return self.progress() >= 1.0
@@ -462,7 +468,7 @@ class Trainer:
             print(f"resumed from step {self.step}", file=sys.stderr)
         bar = tqdm(total=self.config.max_steps, initial=self.step, disable=not (self.config.progress and self.dist.is_main),
                    unit="step", dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 30)
-        window = {"loss": 0.0, "steps": 0, "tokens": 0, "seconds": 0.0, "counts": {}}
+        window = self._new_window()
         status = "completed"
         with StopSignal() as stop:
             while not self.finished():
@@ -490,7 +496,7 @@ class Trainer:
                     if self.config.max_time:
                         postfix["left"] = f"{max(self.config.max_time - self.elapsed, 0):.0f}s"
                     bar.set_postfix(postfix, refresh=False)
-                    window = {"loss": 0.0, "steps": 0, "tokens": 0, "seconds": 0.0, "counts": {}}
+                    window = self._new_window()
                 if self.config.eval_every and self.step % self.config.eval_every == 0 and not self.finished():
                     self.run_evaluation()
                 if self.config.save_every and self.step % self.config.save_every == 0 and not self.finished():
