@@ -101,7 +101,7 @@ def run_reference(cfg: PretrainConfig, eval_seconds: float) -> None:
     torch.manual_seed(cfg.seed)
     hf_config = transformers.BertConfig(**{k: v for k, v in model_config.to_dict().items() if k != "model_type"})
     module = ReferenceObjective(transformers.BertForPreTraining(hf_config))
-    optimizer = torch.optim.AdamW(parameter_groups(module, cfg.weight_decay), lr=cfg.lr, eps=1e-6)
+    optimizer = torch.optim.AdamW(parameter_groups(module, cfg.weight_decay, cfg.lr), lr=cfg.lr, eps=1e-6)
     budget = float(cfg.max_time.rstrip("m")) * 60
     log = MetricsLog(out / "metrics.jsonl", True)
     elapsed, step, next_eval = 0.0, 0, eval_seconds

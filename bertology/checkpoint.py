@@ -54,6 +54,7 @@ _KEY_TABLE: list[tuple[str, tuple[str, ...]]] = [
     ("qa_outputs", ("qa_outputs",)),
 ]
 _HEAD_PREFIXES = ("mlm.", "nsp.", "classifier.", "qa_outputs.")
+TASK_HEAD_PREFIXES = ("classifier.", "qa_outputs.")  # fine-tuning heads, replaced for a new task
 # Keys transformers stores that carry no information of their own.
 _REDUNDANT = ("embeddings.position_ids", "cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 _ENCODER_PREFIX = "bert."

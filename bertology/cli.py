@@ -150,9 +150,10 @@ MODEL_FLAGS = {"pre_layer_norm": "pre_layer_norm", "embedding_size": "embedding_
 
 def run_pretrain(args: argparse.Namespace) -> None:
     """Merge defaults < config file < flags, then run."""
+    from .config import read_settings
     from .pretrain import PretrainConfig, run_pretraining
 
-    values = PretrainConfig.read_settings(args.config) if args.config else {}
+    values = read_settings(PretrainConfig, args.config) if args.config else {}
     flags = {k: v for k, v in vars(args).items() if k not in ("run", "command", "config")}
     model = dict(values.get("model", {}))
     for flag, field_name in MODEL_FLAGS.items():
@@ -164,6 +165,166 @@ def run_pretrain(args: argparse.Namespace) -> None:
         raise SystemExit(130)
 
 
+def add_finetune(commands: argparse._SubParsersAction) -> None:
+    """`bertology finetune`: train a task head (and the encoder) on labelled data."""
+    p = commands.add_parser(
+        "finetune", help="fine-tune an encoder on a task (GLUE, CoNLL-2003, SQuAD, or your own CSV/TSV/JSONL)",
+        description="Fine-tune a pre-trained encoder with one small head. Writes the best model (by the task's "
+        "main dev metric), eval_results.json, metrics.jsonl and learning_curve.png into --out. Every flag can "
+        "also be a key of a --config file (TOML or JSON; flags win).",
+    )
+    S = argparse.SUPPRESS
+    task = p.add_argument_group("task and data")
+    task.add_argument("--task", default=S, help="cola sst2 mrpc stsb qqp mnli qnli rte wnli conll2003 squad squad_v2, "
+                      "or classification / regression / pair-classification for your own files")
+    task.add_argument("--data", default=S, metavar="PATH", help="the task's folder (or file) in its official format")
+    task.add_argument("--model", default=S, metavar="DIR", help="pre-trained model directory (bertology or transformers)")
+    task.add_argument("--out", default=S, metavar="DIR", help="output directory")
+    task.add_argument("--train-file", default=S, help="your own task: training CSV/TSV/JSONL")
+    task.add_argument("--dev-file", default=S, help="your own task: dev CSV/TSV/JSONL")
+    task.add_argument("--text-column", default=S, help="column of the text (text)")
+    task.add_argument("--text-pair-column", default=S, help="column of the second text, for pairs")
+    task.add_argument("--label-column", default=S, help="column of the label (label)")
+    task.add_argument("--labels", nargs="+", default=S, help="the label set (default: those of the training file)")
+    task.add_argument("--max-train-examples", type=positive_int, default=S, help="a reproducible random subset")
+    inputs = p.add_argument_group("inputs")
+    inputs.add_argument("--max-seq-len", type=positive_int, default=S, help="tokens per row (128; SQuAD 384)")
+    inputs.add_argument("--long-inputs", choices=["truncate", "window"], default=S,
+                        help="too-long inputs: cut (counted and reported) or covered by overlapping windows")
+    inputs.add_argument("--doc-stride", type=positive_int, default=S, help="tokens between window starts (128)")
+    inputs.add_argument("--max-query-length", type=positive_int, default=S, help="SQuAD: question tokens kept (64)")
+    inputs.add_argument("--max-answer-length", type=positive_int, default=S, help="SQuAD: longest answer in tokens (30)")
+    inputs.add_argument("--null-score-threshold", type=float, default=S, help="SQuAD 2.0: no-answer threshold (0)")
+    train = p.add_argument_group("training")
+    train.add_argument("--config", type=Path, help="TOML or JSON file with any of these settings")
+    train.add_argument("--epochs", type=float, default=S, help="passes over the training set (3)")
+    train.add_argument("--lr", type=float, default=S, help="peak learning rate (5e-5)")
+    train.add_argument("--batch-size", type=positive_int, default=S, help="examples per step (32)")
+    train.add_argument("--warmup", type=float, default=S, help="warmup: a fraction (< 1) or steps (0.1)")
+    train.add_argument("--weight-decay", type=float, default=S, help="AdamW weight decay (0.01)")
+    train.add_argument("--schedule", choices=["linear", "slanted_triangular", "constant"], default=S,
+                       help="learning-rate schedule (linear; slanted_triangular is ULMFiT's)")
+    train.add_argument("--layer-lr-decay", type=float, default=S,
+                       help="ULMFiT's discriminative learning rates: each layer down gets this factor (1 = off)")
+    train.add_argument("--gradual-unfreezing", action="store_true", default=S,
+                       help="ULMFiT: train the top layer first, one more layer each epoch")
+    train.add_argument("--precision", choices=["auto", "fp32", "bf16"], default=S, help="auto: bf16 where fast")
+    train.add_argument("--seed", type=int, default=S, help="random seed (42)")
+    train.add_argument("--seeds", type=positive_int, default=S, help="run N seeds; report median and spread")
+    train.add_argument("--resume", action="store_true", default=S, help="continue an interrupted run")
+    train.add_argument("--no-progress", dest="progress", action="store_false", default=S, help="no progress bar")
+    feats = p.add_argument_group("feature-based mode (frozen encoder, only the head trains)")
+    feats.add_argument("--mode", choices=["finetune", "features"], default=S, help="finetune (default) or features")
+    feats.add_argument("--feature-layers", default=S,
+                       help="embeddings, last, second_to_last, sum_last_four (default), concat_last_four, sum_all, "
+                            "mix (ELMo's learned mix), or layer numbers like 4,5,6")
+    feats.add_argument("--feature-head", choices=["linear", "bilstm"], default=S, help="the head (linear)")
+    feats.add_argument("--feature-pooling", choices=["mean", "cls", "max"], default=S, help="sentence tasks (mean)")
+    feats.add_argument("--cache-dir", default=S, help="where computed features are kept ($BERTOLOGY_CACHE)")
+    p.set_defaults(run=run_finetune)
+
+
+def print_results(results: dict) -> None:
+    """A small table of a results dict's metrics (fractions shown as they are)."""
+    skip = ("task", "split", "runs", "seeds", "step", "mode")
+    rows = [(k, v) for k, v in results.items() if k not in skip and isinstance(v, (int, float))]
+    if "seeds" in results:
+        print(f"{results['task']} dev, median of {results['seeds']} seeds (min / max):")
+        for key, value in rows:
+            if not key.endswith(("_min", "_max", "_std")):
+                print(f"  {key:<22} {value:.4f}  ({results[key + '_min']:.4f} / {results[key + '_max']:.4f})")
+        return
+    print(f"{results['task']} {results['split']}:")
+    for key, value in rows:
+        print(f"  {key:<22} {value:.4f}")
+
+
+def run_finetune(args: argparse.Namespace) -> None:
+    """Merge defaults < config file < flags, run, print the dev results."""
+    from .config import read_settings
+    from .finetune import FinetuneConfig, run_finetuning
+
+    values = read_settings(FinetuneConfig, args.config) if args.config else {}
+    flags = {k: v for k, v in vars(args).items() if k not in ("run", "command", "config")}
+    config = FinetuneConfig(**{**values, **flags})
+    results = run_finetuning(config)
+    print_results(results)
+    print(f"wrote the best model, eval_results.json and learning_curve.png to {config.out}")
+
+
+def add_evaluate(commands: argparse._SubParsersAction) -> None:
+    """`bertology evaluate`: a fine-tuned model's metrics on a task's split."""
+    p = commands.add_parser("evaluate", help="score a fine-tuned model on a task's dev (or other) split")
+    p.add_argument("--task", help="the task (default: the one the model was fine-tuned on)")
+    p.add_argument("--data", required=True, metavar="PATH", help="the task's folder or file")
+    p.add_argument("--model", required=True, metavar="DIR", help="a model directory from `bertology finetune`")
+    p.add_argument("--split", default="dev", help="dev (default), dev_mismatched, train or test")
+    p.add_argument("--batch-size", type=positive_int, default=128)
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
+    p.add_argument("--out", type=Path, help="also write the results as JSON here")
+    p.set_defaults(run=run_evaluate)
+
+
+def run_evaluate(args: argparse.Namespace) -> None:
+    """Score and print; write JSON when asked."""
+    from .files import write_json_atomic
+    from .finetune import run_evaluation
+
+    results = run_evaluation(args.task, args.data, str(args.model), args.split, args.batch_size, args.precision)
+    print_results(results)
+    if args.out:
+        write_json_atomic(args.out, results)
+
+
+def add_predict(commands: argparse._SubParsersAction) -> None:
+    """`bertology predict`: run a fine-tuned model over a file."""
+    p = commands.add_parser(
+        "predict", help="predict with a fine-tuned model: GLUE submission TSV, SQuAD predictions JSON, CoNLL tags",
+        description="Input formats: the task's official format (GLUE test.tsv, SQuAD JSON, CoNLL file), or for "
+        "sentence tasks a .txt with one text per line (a tab between the two texts of a pair) and for tagging a "
+        ".txt with one sentence of space-separated words per line. Output: GLUE-style index<TAB>prediction TSV, "
+        "{id: answer} JSON, or CoNLL columns (word [gold] predicted).",
+    )
+    p.add_argument("--model", required=True, metavar="DIR", help="a model directory from `bertology finetune`")
+    p.add_argument("--input", required=True, type=Path, metavar="FILE")
+    p.add_argument("--out", required=True, type=Path, metavar="FILE")
+    p.add_argument("--batch-size", type=positive_int, default=128)
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
+    p.set_defaults(run=run_predict)
+
+
+def run_predict(args: argparse.Namespace) -> None:
+    """Predict and write the file."""
+    from .finetune import run_prediction
+
+    count = run_prediction(str(args.model), args.input, args.out, args.batch_size, args.precision)
+    print(f"wrote {count:,} predictions to {args.out}")
+
+
+def add_demo(commands: argparse._SubParsersAction) -> None:
+    """`bertology demo`: the main job, offline, in minutes."""
+    p = commands.add_parser(
+        "demo", help="the whole story offline in ~6 minutes: vocabulary, pre-training, fine-tuning vs from scratch",
+        description="Pre-train a tiny BERT on the Python standard library's own documentation, fine-tune it to tell "
+        "which part of the library a docstring comes from, and compare with the same model trained from scratch. "
+        "Writes results.json and PNGs into --out.",
+    )
+    p.add_argument("--out", default="bertology-demo", help="output directory (bertology-demo)")
+    p.add_argument("--pretrain-time", default="4m", help="pre-training budget, e.g. 90s, 4m (4m)")
+    p.add_argument("--preset", choices=list(PRESETS), default="tiny", help="model size (tiny)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    p.set_defaults(run=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> None:
+    """Run the demo."""
+    from .demo import DemoConfig, run_demo as demo
+
+    demo(DemoConfig(out=args.out, pretrain_time=args.pretrain_time, preset=args.preset, seed=args.seed,
+                    progress=args.progress))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (all subcommands)."""
     parser = ArgumentParser(
@@ -172,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"bertology {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (add_tokenizer, add_info, add_pretrain):
+    for add in (add_demo, add_tokenizer, add_info, add_pretrain, add_finetune, add_evaluate, add_predict):
         add(commands)
     return parser
 

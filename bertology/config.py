@@ -207,3 +207,45 @@ class BertConfig:
         except json.JSONDecodeError as err:
             raise UserError(f"{path}: invalid JSON at line {err.lineno}: {err.msg}") from None
         return cls.from_dict(data, source=str(path))
+
+
+def _has_type(value: Any, annotation: str) -> bool:
+    """Whether a config-file value fits a field annotation such as "int", "str | None", "list[str]"."""
+    if value is None:
+        return "None" in annotation
+    base = annotation.replace(" | None", "")
+    if base.startswith(("list", "dict")):
+        return isinstance(value, list if base.startswith("list") else dict)
+    if isinstance(value, bool):
+        return base == "bool"
+    return isinstance(value, {"int": int, "float": (int, float), "str": str, "bool": bool}[base])
+
+
+def read_settings(cls: type, path: str | os.PathLike) -> dict[str, Any]:
+    """Read a TOML or JSON config file into a dict of values for the dataclass `cls`,
+    each checked against its field's type (unknown keys and wrong types are one-line errors)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such config file")
+    text = path.read_bytes()
+    try:
+        if path.suffix == ".toml":
+            import tomllib
+
+            values = tomllib.loads(text.decode("utf-8"))
+        else:
+            values = json.loads(text)
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
+    except Exception as err:  # tomllib.TOMLDecodeError names the line in its message
+        raise UserError(f"{path}: invalid TOML: {err}") from None
+    types = {f.name: f.type for f in dataclasses.fields(cls)}  # annotations as strings, e.g. "int | None"
+    unknown = sorted(set(values) - set(types))
+    if unknown:
+        raise UserError(f"{path}: unknown setting(s) {', '.join(unknown)}")
+    for key, value in values.items():
+        if not _has_type(value, types[key]):
+            raise UserError(f"{path}: setting {key!r} must be {types[key]}, got {value!r}")
+    return values

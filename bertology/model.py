@@ -205,12 +205,13 @@ class BertPreTrainedModel(nn.Module):
                 init_module(module, self.config.initializer_range)
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike, **config_overrides: Any):
+    def from_pretrained(cls, directory: str | os.PathLike, drop_head: bool = False, **config_overrides: Any):
         """Load a model from a directory in the transformers layout (ours or transformers').
 
         Args:
             directory: holds `config.json` and `model.safetensors` (or a legacy
                 `pytorch_model.bin`, read with `torch.load(weights_only=True)`).
+            drop_head: ignore the checkpoint's task-head weights (a new task's head starts fresh).
             config_overrides: config fields to change, e.g. `num_labels=3` for a new head.
         Returns:
             The model in eval mode. Weights a head needs but the checkpoint lacks are
@@ -227,6 +228,8 @@ class BertPreTrainedModel(nn.Module):
                 raise UserError(f"from_pretrained: {err}") from None
         model = cls(config)
         state = checkpoint.load_state_dict(directory, config)
+        if drop_head:
+            state = {k: v for k, v in state.items() if not k.startswith(checkpoint.TASK_HEAD_PREFIXES)}
         model.newly_initialized = checkpoint.assign_state_dict(model, state, source=directory)
         return model.eval()
 

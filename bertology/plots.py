@@ -50,3 +50,28 @@ def plot_training_curves(runs: dict[str, list[dict]], path: str | os.PathLike, x
         fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_demo(runs: dict[str, list[dict]], results: dict, path: str | os.PathLike) -> Path:
+    """The demo's picture: dev accuracy per epoch of each fine-tuning run (left) and the final
+    accuracies beside the majority-class rate (right)."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, rows in runs.items():
+        evals = [r for r in rows if r.get("split") == "eval"]
+        left.plot(range(1, len(evals) + 1), [r["accuracy"] for r in evals], marker="o", label=label.replace("_", " "))
+    left.axhline(results["majority_rate"], color="grey", linestyle=":", label="majority class")
+    left.set(xlabel="epoch", ylabel="dev accuracy", title="Fine-tuning on the labelled docstrings")
+    left.grid(alpha=0.3)
+    left.legend()
+    names = [*runs, "majority"]
+    values = [results[name]["accuracy"] for name in runs] + [results["majority_rate"]]
+    bars = right.bar([n.replace("_", " ") for n in names], values, color=["tab:blue", "tab:orange", "grey"][: len(names)])
+    right.bar_label(bars, fmt="%.3f")
+    right.set(ylabel="dev accuracy", ylim=(0, 1), title="Pre-trained vs from scratch (same model, same labels)")
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return path

@@ -10,7 +10,6 @@ into the output directory.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -34,18 +33,6 @@ RESOLVED_CONFIG_NAME = "pretrain_config.json"
 def default_cache_dir() -> str:
     """Where tokenized corpora are kept between runs ($BERTOLOGY_CACHE or ~/.cache/bertology)."""
     return os.environ.get("BERTOLOGY_CACHE", str(Path.home() / ".cache" / "bertology"))
-
-
-def _has_type(value: Any, annotation: str) -> bool:
-    """Whether a config-file value fits a field annotation such as "int", "str | None", "list[str]"."""
-    if value is None:
-        return "None" in annotation
-    base = annotation.replace(" | None", "")
-    if base.startswith(("list", "dict")):
-        return isinstance(value, list if base.startswith("list") else dict)
-    if isinstance(value, bool):
-        return base == "bool"
-    return isinstance(value, {"int": int, "float": (int, float), "str": str, "bool": bool}[base])
 
 
 @dataclass
@@ -87,35 +74,6 @@ class PretrainConfig:
     keep_last: int = 2
     resume: bool = False
     progress: bool = True
-
-    @classmethod
-    def read_settings(cls, path: str | os.PathLike) -> dict[str, Any]:
-        """Read a TOML or JSON config file into a dict of (validated) field values."""
-        path = Path(path)
-        if not path.is_file():
-            raise UserError(f"{path}: no such config file")
-        text = path.read_bytes()
-        try:
-            if path.suffix == ".toml":
-                import tomllib
-
-                values = tomllib.loads(text.decode("utf-8"))
-            else:
-                values = json.loads(text)
-        except UnicodeDecodeError:
-            raise UserError(f"{path}: not UTF-8 text") from None
-        except json.JSONDecodeError as err:
-            raise UserError(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
-        except Exception as err:  # tomllib.TOMLDecodeError names the line in its message
-            raise UserError(f"{path}: invalid TOML: {err}") from None
-        types = {f.name: f.type for f in dataclasses.fields(cls)}  # annotations as strings, e.g. "int | None"
-        unknown = sorted(set(values) - set(types))
-        if unknown:
-            raise UserError(f"{path}: unknown setting(s) {', '.join(unknown)}")
-        for key, value in values.items():
-            if not _has_type(value, types[key]):
-                raise UserError(f"{path}: setting {key!r} must be {types[key]}, got {value!r}")
-        return values
 
     def validate(self) -> None:
         """Everything that can be checked before any tokenization or training."""

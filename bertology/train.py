@@ -137,13 +137,20 @@ def lr_factor(schedule: str, progress: float, warmup: float) -> float:
     return decay if schedule != "slanted_triangular" else (1 + decay * 31) / 32
 
 
-def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW groups: decay on matrices, none on biases and LayerNorm weights (1-D tensors)."""
-    decay, no_decay = [], []
-    for param in module.parameters():
+def parameter_groups(module: nn.Module, weight_decay: float, lr: float,
+                     lr_scale: Callable[[str], float] | None = None) -> list[dict]:
+    """AdamW groups: decay on matrices, none on biases and LayerNorm weights (1-D tensors).
+
+    `lr_scale(name)` multiplies a parameter's learning rate (ULMFiT's discriminative rates);
+    parameters with the same scale and decay share a group.
+    """
+    groups: dict[tuple[float, float], list] = {}
+    for name, param in module.named_parameters():
         if param.requires_grad:
-            (decay if param.ndim >= 2 else no_decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+            key = (weight_decay if param.ndim >= 2 else 0.0, lr_scale(name) if lr_scale else 1.0)
+            groups.setdefault(key, []).append(param)
+    return [{"params": params, "weight_decay": decay, "lr": lr * scale}
+            for (decay, scale), params in sorted(groups.items(), key=lambda item: (-item[0][1], -item[0][0]))]
 
 
 class Distributed:
@@ -270,13 +277,15 @@ class Trainer:
         evaluate: module -> metrics dict, run on rank 0 every `eval_every` steps and at the end.
         save_model: called with the (unwrapped) module at the end and at every checkpoint, to
             write the user-facing model (e.g. the HF-layout encoder) into out_dir.
+        lr_scale: parameter name -> learning-rate multiplier (see `parameter_groups`).
     """
 
     def __init__(self, module: nn.Module, config: TrainConfig, out_dir: str | os.PathLike,
                  micro_batches: Callable[[int], list[Batch]],
                  evaluate: Callable[[nn.Module], dict] | None = None,
                  save_model: Callable[[nn.Module], None] | None = None,
-                 dist: Distributed | None = None):
+                 dist: Distributed | None = None,
+                 lr_scale: Callable[[str], float] | None = None):
         config.validate()
         self.config = config
         self.out_dir = Path(out_dir)
@@ -287,8 +296,8 @@ class Trainer:
         self.micro_batches = micro_batches
         self.evaluate_fn = evaluate
         self.save_model_fn = save_model
-        self.optimizer = torch.optim.AdamW(parameter_groups(module, config.weight_decay), lr=config.lr,
-                                           betas=config.adam_betas, eps=config.adam_eps)
+        self.optimizer = torch.optim.AdamW(parameter_groups(module, config.weight_decay, config.lr, lr_scale),
+                                           lr=config.lr, betas=config.adam_betas, eps=config.adam_eps)
         for group in self.optimizer.param_groups:
             group["peak_lr"] = group["lr"]
         self.step = 0
@@ -325,7 +334,7 @@ class Trainer:
         return 0.06  # a step count with only a time budget: fall back to BERT-like 6%
 
     def set_lr(self) -> float:
-        """Set every group's lr for the current progress; return the first group's."""
+        """Set every group's lr for the current progress; return the first (largest) group's."""
         factor = lr_factor(self.config.schedule, self.progress(), self.warmup_fraction())
         for group in self.optimizer.param_groups:
             group["lr"] = group["peak_lr"] * factor

@@ -14,6 +14,7 @@ import transformers
 from bertology import BertForMaskedLM, BertForPreTraining, BertModel, UserError
 from bertology.cli import main
 from bertology.pretrain import PretrainConfig, run_pretraining
+from bertology.config import read_settings
 from bertology.tokenizer import train_tokenizer
 
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
@@ -208,13 +209,13 @@ def test_unknown_config_key_is_an_error(tmp_path):
     config = tmp_path / "run.json"
     config.write_text('{"max_stpes": 3}')
     with pytest.raises(UserError, match="unknown setting.*max_stpes"):
-        PretrainConfig.read_settings(config)
+        read_settings(PretrainConfig, config)
 
 
 def test_config_values_of_the_wrong_type_are_errors(tmp_path):
     config = tmp_path / "run.toml"
     config.write_text('seq_len = "long"\n')
     with pytest.raises(UserError, match="'seq_len' must be int"):
-        PretrainConfig.read_settings(config)
+        read_settings(PretrainConfig, config)
     config.write_text('max_time = "20m"\nlr = 1\nmodel = {pre_layer_norm = true}\ntokenizer = "x"\n')
-    assert PretrainConfig.read_settings(config)["lr"] == 1
+    assert read_settings(PretrainConfig, config)["lr"] == 1

@@ -51,9 +51,16 @@ def test_durations():
 
 
 def test_no_weight_decay_on_biases_and_layer_norms():
-    decay, no_decay = parameter_groups(Regression(), 0.01)
+    decay, no_decay = parameter_groups(Regression(), 0.01, lr=1e-3)
     assert [p.shape for p in decay["params"]] == [torch.Size([1, 4])]
     assert len(no_decay["params"]) == 3 and no_decay["weight_decay"] == 0.0
+
+
+def test_discriminative_learning_rates_group_parameters_by_scale():
+    groups = parameter_groups(Regression(), 0.01, lr=1e-3, lr_scale=lambda name: 0.5 if "weight" in name else 1.0)
+    by_lr = {(g["lr"], g["weight_decay"]): sum(p.numel() for p in g["params"]) for g in groups}
+    assert groups[0]["lr"] == 1e-3  # the largest rate first: it is the one logged
+    assert by_lr[(5e-4, 0.01)] == 4 and (1e-3, 0.0) in by_lr
 
 
 def test_step_budget_logs_and_keeps_the_last_checkpoints(tmp_path):

@@ -1,0 +1,272 @@
+"""The BERT paper's feature-based approach: a frozen encoder, a small trained head.
+
+The encoder runs once over the training and dev rows; the chosen layers' token vectors
+(features.py: last, sum of the last four, ELMo's learned mix, ...) are cached on disk,
+and only the head trains, over many epochs, at the cost of the head alone. The head is a
+linear layer or, as in the paper's feature-based NER experiment (and TagLM before it), a
+two-layer BiLSTM before the classifier. Sentence tasks pool the token vectors (mean by
+default). The saved `FeatureModel` chains encoder and head, so `evaluate` and `predict`
+run it like any fine-tuned model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from .errors import UserError
+from .features import ScalarMix, combine_layers, feature_width, parse_layers, pool
+from .files import atomic_path, write_json_atomic
+from .model import IGNORE_INDEX, BertModel, ModelOutput
+from .objectives import StepOutput
+from .plots import plot_training_curves
+from .task_inputs import Encoded, bucketed_batches, collate, encode
+from .tasks import TaskSpec
+from .train import TrainConfig, Trainer, autocast, resolve_precision
+
+HEAD_CONFIG = "feature_head.json"
+HEAD_WEIGHTS = "feature_head.safetensors"
+
+
+@dataclass
+class HeadConfig:
+    """What a feature head is: which layers feed it, how, and its shape."""
+
+    kind: str  # "sequence" or "token"
+    layers: list[int]
+    combine: str  # "sum", "concat" or "mix"
+    width: int  # feature width after combining
+    num_labels: int
+    head: str = "linear"  # or "bilstm"
+    pooling: str = "mean"
+    lstm_size: int = 256
+    dropout: float = 0.1
+
+
+class FeatureHead(nn.Module):
+    """[ScalarMix] -> [2-layer BiLSTM] -> dropout -> linear, per token or on pooled tokens."""
+
+    def __init__(self, config: HeadConfig):
+        super().__init__()
+        self.config = config
+        self.mix = ScalarMix(len(config.layers)) if config.combine == "mix" else None
+        width = config.width
+        self.lstm = None
+        if config.head == "bilstm":
+            self.lstm = nn.LSTM(width, config.lstm_size, num_layers=2, bidirectional=True, batch_first=True,
+                                dropout=config.dropout)
+            width = 2 * config.lstm_size
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(width, config.num_labels)
+
+    def forward(self, features: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, [L,] H) features -> logits (B, num_labels) or (B, T, num_labels)."""
+        x = features.float()
+        if self.mix is not None:
+            x = self.mix(x)
+        if self.lstm is not None:
+            lengths = attention_mask.sum(1).cpu()
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            x, _ = self.lstm(packed)
+            x, _ = nn.utils.rnn.pad_packed_sequence(x, batch_first=True, total_length=attention_mask.shape[1])
+        if self.config.kind == "sequence":
+            x = pool(x, attention_mask, self.config.pooling)
+        return self.classifier(self.dropout(x))
+
+
+def head_loss(logits: torch.Tensor, labels: torch.Tensor, kind: str, regression: bool) -> torch.Tensor:
+    """Cross-entropy (or MSE for regression; ignoring unlabelled tokens for tagging)."""
+    if regression:
+        return F.mse_loss(logits.view(-1), labels.float().view(-1))
+    if kind == "token":
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+    return F.cross_entropy(logits, labels)
+
+
+class FeatureModel(nn.Module):
+    """A frozen encoder and a feature head, called like a task model (logits out)."""
+
+    def __init__(self, encoder: BertModel, head: FeatureHead):
+        super().__init__()
+        self.bert = encoder
+        self.head = head
+
+    def features(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+        """The combined layer features (B, T, [L,] H) the head reads."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True)
+        return combine_layers(out.hidden_states, self.head.config.layers, self.head.config.combine)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> ModelOutput:
+        """Logits of the head over the encoder's features."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        return ModelOutput(logits=self.head(self.features(input_ids, attention_mask, token_type_ids), attention_mask))
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """The encoder in the usual layout plus feature_head.json / feature_head.safetensors."""
+        directory = Path(directory)
+        self.bert.save_pretrained(directory)
+        with atomic_path(directory / HEAD_WEIGHTS) as tmp:
+            save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}, str(tmp))
+        write_json_atomic(directory / HEAD_CONFIG, dataclasses.asdict(self.head.config))
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path) -> FeatureModel:
+        """Load what `save_pretrained` wrote."""
+        directory = Path(directory)
+        try:
+            config = HeadConfig(**json.loads((directory / HEAD_CONFIG).read_text(encoding="utf-8")))
+            head = FeatureHead(config)
+            head.load_state_dict(load_file(str(directory / HEAD_WEIGHTS)))
+        except (OSError, ValueError, TypeError, RuntimeError) as err:
+            raise UserError(f"{directory}: cannot load the feature head ({err})") from None
+        return cls(BertModel.from_pretrained(directory), head).eval()
+
+
+def is_feature_model(directory: str | Path) -> bool:
+    """Whether a model directory holds a feature-based model."""
+    return (Path(directory) / HEAD_CONFIG).is_file()
+
+
+# ----- feature cache --------------------------------------------------------------------------
+
+def _cache_key(model_dir: str, encoded: Encoded, layers: list[int], combine: str) -> str:
+    """Same encoder weights, same rows, same layers -> same key."""
+    weights = next((p for p in Path(model_dir).glob("*.safetensors")), None) or next(Path(model_dir).glob("*.bin"))
+    digest = hashlib.sha256(f"{weights.resolve()}:{weights.stat().st_size}:{weights.stat().st_mtime_ns}:{layers}:{combine}".encode())
+    for feature in encoded.features:
+        digest.update(np.asarray(feature.input_ids, np.int32).tobytes() + np.asarray(feature.token_type_ids, np.int8).tobytes())
+    return digest.hexdigest()[:24]
+
+
+@torch.no_grad()
+def compute_features(model: FeatureModel, encoded: Encoded, pad_id: int, batch_size: int, precision: str,
+                     cache: Path | None, key_source: str) -> list[torch.Tensor]:
+    """Each row's (T, [L,] H) features in fp16, from the cache file when an earlier run made it."""
+    path = None
+    if cache is not None:
+        path = cache / f"{_cache_key(key_source, encoded, model.head.config.layers, model.head.config.combine)}.safetensors"
+        if path.is_file():
+            stored = load_file(str(path))
+            return list(torch.split(stored["features"], stored["lengths"].tolist()))
+    device = next(model.parameters()).device
+    precision = resolve_precision(precision, device)
+    rows: list = [None] * len(encoded.features)
+    for batch_rows in bucketed_batches([len(f.input_ids) for f in encoded.features], batch_size, None):
+        batch = collate([encoded.features[i] for i in batch_rows], "none", pad_id)
+        with autocast(precision, device):
+            states = model.features(**{k: v.to(device) for k, v in batch.items()})
+        for j, i in enumerate(batch_rows):
+            rows[i] = states[j, : len(encoded.features[i].input_ids)].to(torch.float16).cpu()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            save_file({"features": torch.cat(rows), "lengths": torch.tensor([len(r) for r in rows])}, str(tmp))
+    return rows
+
+
+def feature_batch(rows: list[torch.Tensor], features: list, kind: str, pad_id: int, regression: bool) -> dict:
+    """Pad cached features (and labels) of a batch of rows."""
+    batch = collate(features, kind, pad_id, regression)
+    width = batch["input_ids"].shape[1]
+    padded = torch.zeros((len(rows), width, *rows[0].shape[1:]), dtype=rows[0].dtype)
+    for j, row in enumerate(rows):
+        padded[j, : len(row)] = row
+    return {"features": padded, "attention_mask": batch["attention_mask"], **{k: batch[k] for k in ("labels",) if k in batch}}
+
+
+class HeadModule(nn.Module):
+    """The head as the loop trains it: forward(batch of cached features) -> StepOutput."""
+
+    def __init__(self, head: FeatureHead, regression: bool):
+        super().__init__()
+        self.head = head
+        self.regression = regression
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
+        """Loss of the head on a batch of cached features."""
+        logits = self.head(batch["features"], batch["attention_mask"])
+        return StepOutput(head_loss(logits.float(), batch["labels"], self.head.config.kind, self.regression), {})
+
+
+def train_feature_head(cfg, data, seed: int, out: Path) -> dict:
+    """Train one seed of a feature-based head into `out`; returns the best dev results."""
+    from .finetune import RESULTS_NAME, decode, describe_task, score  # finetune imports this module lazily
+
+    spec: TaskSpec = data.spec
+    if spec.kind == "span":
+        raise UserError("the feature-based mode covers sentence, pair and token tasks; fine-tune for span tasks")
+    torch.manual_seed(seed)
+    encoder = BertModel.from_pretrained(cfg.model)
+    for param in encoder.parameters():
+        param.requires_grad_(False)
+    describe_task(encoder.config, spec, data.settings)
+    layers, combine = parse_layers(cfg.feature_layers, encoder.config.num_hidden_layers)
+    regression = spec.regression
+    head = FeatureHead(HeadConfig(spec.kind, layers, combine, feature_width(encoder.config.hidden_size, layers, combine),
+                                  1 if regression else len(spec.labels), cfg.feature_head, cfg.feature_pooling))
+    model = FeatureModel(encoder, head)
+    pad_id = data.tokenizer.pad_token_id
+    cache = Path(cfg.cache_dir) / "features" if cfg.cache_dir else default_feature_cache()
+    train_rows = compute_features(model, data.train_encoded, pad_id, cfg.eval_batch_size, cfg.precision, cache, cfg.model)
+    dev = {split: encode(spec, examples, data.tokenizer, data.settings, training=False) for split, examples in data.dev.items()}
+    dev_rows = {split: compute_features(model, enc, pad_id, cfg.eval_batch_size, cfg.precision, cache, cfg.model)
+                for split, enc in dev.items()}
+
+    features = data.train_encoded.features
+    steps_per_epoch = math.ceil(len(features) / cfg.batch_size)
+    lengths = [len(f.input_ids) for f in features]
+
+    def micro_batches(step: int) -> list[dict]:
+        epoch, index = divmod(step, steps_per_epoch)
+        rows = bucketed_batches(lengths, cfg.batch_size, np.random.default_rng([seed, epoch]))[index]
+        return [feature_batch([train_rows[i] for i in rows], [features[i] for i in rows], spec.kind, pad_id, regression)]
+
+    best: dict = {}
+
+    def evaluate(module: HeadModule) -> dict:
+        results = {}
+        for split, enc in dev.items():
+            outputs: list = [None] * len(enc.features)
+            for rows in bucketed_batches([len(f.input_ids) for f in enc.features], cfg.eval_batch_size, None):
+                batch = feature_batch([dev_rows[split][i] for i in rows], [enc.features[i] for i in rows], "none", pad_id, False)
+                logits = module.head(batch["features"], batch["attention_mask"]).float().numpy()
+                for j, i in enumerate(rows):
+                    outputs[i] = logits[j]
+            results.update(score(spec, data.dev[split], decode(spec, enc, outputs, data.dev[split], data.settings), split))
+        if not best or results[spec.main_metric] > best[spec.main_metric]:
+            best.clear()
+            best.update({"task": spec.name, "split": "dev", "mode": "features", **results, "step": trainer.step})
+            model.save_pretrained(out)
+            data.tokenizer.save_pretrained(out)
+            write_json_atomic(out / RESULTS_NAME, best)
+        return results
+
+    train_config = TrainConfig(lr=cfg.lr, weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule,
+                               max_steps=max(1, round(cfg.epochs * steps_per_epoch)), max_grad_norm=cfg.max_grad_norm,
+                               precision="fp32", log_every=max(1, min(50, steps_per_epoch // 4)),
+                               eval_every=steps_per_epoch, save_every=0, keep_last=1, seed=seed, progress=cfg.progress)
+    trainer = Trainer(HeadModule(head, regression), train_config, out, micro_batches, evaluate)
+    if trainer.fit(resume=cfg.resume) != "completed":
+        raise KeyboardInterrupt
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    plot_training_curves({spec.name: trainer.log.rows()}, out / "learning_curve.png", accuracy_keys=spec.metrics)
+    return best
+
+
+def default_feature_cache() -> Path:
+    """$BERTOLOGY_CACHE/features (the tokenized corpora's cache root)."""
+    from .pretrain import default_cache_dir
+
+    return Path(default_cache_dir()) / "features"
