@@ -21,6 +21,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -220,8 +221,7 @@ class TaskModule(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
         """The task model's own loss (cross-entropy, MSE, or the span loss)."""
-        inputs = {k: v for k, v in batch.items() if k != "example"}
-        return StepOutput(self.model(**inputs).loss, {})
+        return StepOutput(self.model(**batch).loss, {})
 
 
 class EpochBatches:
@@ -232,7 +232,7 @@ class EpochBatches:
     """
 
     def __init__(self, encoded: Encoded, spec: TaskSpec, batch_size: int, seed: int, pad_id: int,
-                 unfreeze: callable | None = None):
+                 unfreeze: Callable[[int], None] | None = None):
         self.features = encoded.features
         self.spec = spec
         self.batch_size = batch_size
