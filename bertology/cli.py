@@ -304,7 +304,7 @@ def run_predict(args: argparse.Namespace) -> None:
 def add_demo(commands: argparse._SubParsersAction) -> None:
     """`bertology demo`: the main job, offline, in minutes."""
     p = commands.add_parser(
-        "demo", help="the whole story offline in ~6 minutes: vocabulary, pre-training, fine-tuning vs from scratch",
+        "demo", help="the whole story offline in minutes: vocabulary, pre-training, fine-tuning vs from scratch",
         description="Pre-train a tiny BERT on the Python standard library's own documentation, fine-tune it to tell "
         "which part of the library a docstring comes from, and compare with the same model trained from scratch. "
         "Writes results.json and PNGs into --out.",
@@ -312,6 +312,7 @@ def add_demo(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="bertology-demo", help="output directory (bertology-demo)")
     p.add_argument("--pretrain-time", default="4m", help="pre-training budget, e.g. 90s, 4m (4m)")
     p.add_argument("--preset", choices=list(PRESETS), default="tiny", help="model size (tiny)")
+    p.add_argument("--objective", choices=list(OBJECTIVES), default="roberta", help="pre-training objective (roberta)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     p.set_defaults(run=run_demo)
@@ -321,8 +322,8 @@ def run_demo(args: argparse.Namespace) -> None:
     """Run the demo."""
     from .demo import DemoConfig, run_demo as demo
 
-    demo(DemoConfig(out=args.out, pretrain_time=args.pretrain_time, preset=args.preset, seed=args.seed,
-                    progress=args.progress))
+    demo(DemoConfig(out=args.out, pretrain_time=args.pretrain_time, preset=args.preset, objective=args.objective,
+                    seed=args.seed, progress=args.progress))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,7 +3,10 @@
 1. Real text every Python installation carries (stdlib_docs.py: the standard library's
    docstrings and the language reference), minus the modules held out for evaluation.
 2. A WordPiece vocabulary trained on it.
-3. A tiny BERT pre-trained on it (masked LM + next-sentence prediction) within a time budget.
+3. A tiny BERT pre-trained on it within a time budget: masked LM over full sentences packed
+   into 64-token rows (RoBERTa's recipe, which drops next-sentence prediction). In a
+   4-minute budget this learns far faster than BERT's MLM + NSP (held-out MLM accuracy 0.28
+   vs 0.15 here), and only the faster one gives the fine-tuned model a head start.
 4. The same labelled task fine-tuned twice with identical settings: from the pre-trained
    weights and from random weights. The task is real: which part of the standard library
    (asyncio, email, http+urllib, importlib, unittest, xml) a docstring comes from, judged on
@@ -30,10 +33,13 @@ class DemoConfig:
     out: str = "bertology-demo"
     pretrain_time: str = "4m"  # the pre-training budget (the schedule is fitted to it)
     preset: str = "tiny"
+    objective: str = "roberta"
     vocab_size: int = 6000
-    seq_len: int = 128
+    pretrain_seq_len: int = 64
+    pretrain_lr: float = 1e-3  # tiny models take a large rate
+    finetune_seq_len: int = 128
     finetune_epochs: float = 10.0
-    finetune_lr: float = 3e-4
+    finetune_lr: float = 1e-3
     max_train_per_label: int = 100
     seed: int = 0
     progress: bool = True
@@ -83,10 +89,11 @@ def run_demo(cfg: DemoConfig) -> dict:
     train_tokenizer(corpus, vocab_size=cfg.vocab_size, out_dir=tokenizer_dir)
     timings["tokenizer"] = time.perf_counter() - start
 
-    start = _step(f"3/5 pre-training a {cfg.preset} BERT (masked LM + next sentence) for {cfg.pretrain_time}")
+    start = _step(f"3/5 pre-training a {cfg.preset} BERT ({cfg.objective} objective) for {cfg.pretrain_time}")
     pretrained = out / "pretrained"
     run_pretraining(PretrainConfig(corpus=[str(p) for p in corpus], out=str(pretrained), tokenizer=str(tokenizer_dir),
-                                   preset=cfg.preset, objective="bert", seq_len=cfg.seq_len, max_time=cfg.pretrain_time,
+                                   preset=cfg.preset, objective=cfg.objective, seq_len=cfg.pretrain_seq_len,
+                                   lr=cfg.pretrain_lr, max_time=cfg.pretrain_time,
                                    eval_fraction=0.02, eval_every=100, save_every=0, seed=cfg.seed,
                                    cache_dir=str(out / "cache"), progress=cfg.progress))
     timings["pretraining"] = time.perf_counter() - start
@@ -107,14 +114,14 @@ def run_demo(cfg: DemoConfig) -> dict:
         run = run_finetuning(FinetuneConfig(task="classification", train_file=str(train_file), dev_file=str(dev_file),
                                             model=str(model_dir), out=str(out / f"finetuned_{name}"),
                                             epochs=cfg.finetune_epochs, lr=cfg.finetune_lr, batch_size=32,
-                                            max_seq_len=cfg.seq_len, seed=cfg.seed, progress=cfg.progress))
+                                            max_seq_len=cfg.finetune_seq_len, seed=cfg.seed, progress=cfg.progress))
         timings[f"finetune_{name}"] = time.perf_counter() - start
         results[name] = {"accuracy": run["accuracy"], "mcc": run["mcc"]}
         curves[name] = [json.loads(line) for line in
                         (out / f"finetuned_{name}" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
 
-    results["pretraining"] = {"mlm_accuracy": pretrain_eval.get("mlm_accuracy"),
-                              "nsp_accuracy": pretrain_eval.get("nsp_accuracy"), "steps": pretrain_eval["step"]}
+    results["pretraining"] = {"objective": cfg.objective, "steps": pretrain_eval["step"],
+                              **{k: v for k, v in pretrain_eval.items() if k.endswith("accuracy")}}
     results["seconds"] = {k: round(v, 1) for k, v in timings.items()}
     write_json_atomic(out / "results.json", results)
     plot_demo(curves, results, out / "finetuning.png")
@@ -135,6 +142,7 @@ def _print_table(results: dict, out: Path) -> None:
     print(f"{'pre-trained, then fine-tuned':<28}{pre['accuracy']:>14.3f}{pre['mcc']:>10.3f}")
     print(f"{'fine-tuned from scratch':<28}{scratch['accuracy']:>14.3f}{scratch['mcc']:>10.3f}")
     print(f"{'majority class':<28}{results['majority_rate']:>14.3f}{0.0:>10.3f}")
-    print(f"pre-training: {results['pretraining']['steps']} steps, held-out masked-LM accuracy "
-          f"{results['pretraining']['mlm_accuracy']:.3f}, next-sentence accuracy {results['pretraining']['nsp_accuracy']:.3f}")
+    pre_stats = results["pretraining"]
+    held_out = ", ".join(f"{k.replace('_', ' ')} {v:.3f}" for k, v in pre_stats.items() if k.endswith("accuracy"))
+    print(f"pre-training ({pre_stats['objective']}): {pre_stats['steps']} steps; held-out {held_out}")
     print(f"wrote {out / 'results.json'}, {out / 'finetuning.png'} and {out / 'pretrained' / 'training_curves.png'}")
