@@ -303,7 +303,7 @@ def decode(spec: TaskSpec, encoded: Encoded, outputs: list, examples: list, sett
     if spec.kind == "token":
         return decode_tokens(spec, encoded, outputs, examples)
     return decode_spans(encoded, [o[0] for o in outputs], [o[1] for o in outputs], examples, settings,
-                        allow_no_answer=spec.name == "squad_v2")
+                        allow_no_answer=spec.unanswerable)
 
 
 def predict(model: BertPreTrainedModel, tokenizer: Tokenizer, spec: TaskSpec, examples: list,
@@ -365,7 +365,7 @@ def prepare_data(cfg: FinetuneConfig) -> RunData:
 
 
 def evaluate_splits(model: BertPreTrainedModel, data: RunData, cfg: FinetuneConfig) -> dict[str, float]:
-    """Metrics on every dev split (see `split_metrics`)."""
+    """Metrics on every dev split (MNLI's mismatched one as `accuracy_mismatched`)."""
     results = {}
     for split, examples in data.dev.items():
         predictions = predict(model, data.tokenizer, data.spec, examples, data.settings, cfg.eval_batch_size, cfg.precision)
@@ -388,6 +388,7 @@ def finetune_once(cfg: FinetuneConfig, data: RunData, seed: int, out: Path) -> d
                                eval_every=batches.steps_per_epoch, save_every=batches.steps_per_epoch, keep_last=1,
                                seed=seed, progress=cfg.progress)
     best = BestModel(out, data, cfg)
+
     def lr_scale(name: str) -> float:  # ULMFiT's discriminative rates: the head at lr, each layer below x decay
         return cfg.layer_lr_decay ** (num_layers + 1 - layer_depth(name.removeprefix("model."), num_layers))
 
