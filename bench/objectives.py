@@ -7,7 +7,18 @@ and each held-out metric at the first and the last evaluation next to its chance
 Also prints the parameter counts that ALBERT's switches (factorized embeddings, shared
 layers) give at several sizes.
 
-    python bench/objectives.py [--preset tiny] [--steps 2000] [--out runs/objectives]
+Two of the figures need more than "chance is 0.5" to read:
+- sentence-order prediction: ALBERT's pair recipe (ours too) leaves the true second segment
+  longer on average (it holds the chunk's last sentence, the one that crosses the target
+  length), so "the first segment is the longer, hence swapped" already beats 0.5. That guess's
+  accuracy on the same held-out pairs is printed next to sop_accuracy: only the excess over it
+  is sentence order.
+- replaced-token detection: with ~15% of the tokens replaced, the discriminator's probabilities
+  stay below 0.5 long after it has begun to rank replaced tokens above original ones, so its
+  balanced accuracy at 0.5 sits at chance; `rtd_auc` (threshold-free, as the release's
+  `disc_auc`) measures the ranking.
+
+    OMP_NUM_THREADS=1 python bench/objectives.py [--preset tiny] [--steps 2000] [--objectives albert electra]
 """
 
 from __future__ import annotations
@@ -19,18 +30,19 @@ import shutil
 import sys
 from pathlib import Path
 
-from bertology import BertConfig, BertModel
+from bertology import BertConfig, BertModel, data
 from bertology.pretrain import PretrainConfig, run_pretraining
-from bertology.tokenizer import train_tokenizer
+from bertology.tokenizer import Tokenizer, train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
-# What guessing scores: the pair tasks and the balanced replaced-token accuracy are 0.5; for the
-# language models it is the share of the most frequent token, measured from the run's own data.
+# What guessing scores: the pair tasks, the balanced replaced-token accuracy and its AUC are 0.5
+# (SOP: see the length baseline above); for the language models it is the share of the most
+# frequent token, measured from the run's own data.
 METRICS = {
     "bert": ["mlm_accuracy", "nsp_accuracy"],
     "roberta": ["mlm_accuracy"],
     "albert": ["mlm_accuracy", "sop_accuracy"],
-    "electra": ["rtd_balanced_accuracy", "mlm_accuracy"],
+    "electra": ["rtd_auc", "rtd_balanced_accuracy", "mlm_accuracy"],
     "clm": ["lm_accuracy", "perplexity"],
 }
 
@@ -46,11 +58,28 @@ def albert_parameter_counts() -> list[tuple[str, int, int, int, int]]:
     return rows
 
 
+def sop_length_baseline(cfg: PretrainConfig) -> float:
+    """Accuracy of "swapped if the first segment is the longer" on the held-out pairs `cfg`'s run
+    evaluates (the same documents, seed and count), a guess that reads no word of either segment."""
+    tokenizer = Tokenizer.from_pretrained(cfg.tokenizer)
+    corpus = data.build_corpus([Path(p) for p in cfg.corpus], tokenizer, cfg.cache_dir)
+    _, eval_docs = corpus.split(cfg.eval_fraction, cfg.seed)
+    dataset = data.PretrainingDataset(corpus, eval_docs, cfg.seq_len, "pairs", "sop", cfg.short_seq_prob,
+                                      tokenizer.cls_token_id, tokenizer.sep_token_id, cfg.seed)
+    pairs = dataset.instances(0)[: cfg.eval_batches * cfg.batch_size]
+    # Token types: [CLS] A [SEP] are 0, B [SEP] are 1.
+    guesses = [int((p.token_type_ids == 0).sum() - 2 > (p.token_type_ids == 1).sum() - 1) for p in pairs]
+    return sum(g == p.pair_label for g, p in zip(guesses, pairs)) / len(pairs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--eval-batches", type=int, default=100,
+                        help="held-out batches of 32 per evaluation (100: about 3,200 pairs, "
+                             "a standard error of 0.009 at 0.5)")
     parser.add_argument("--objectives", nargs="+", default=list(METRICS))
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "objectives")
     args = parser.parse_args()
@@ -68,11 +97,13 @@ def main() -> None:
         shutil.rmtree(out, ignore_errors=True)  # a fresh run each time (the bench owns this folder)
         cfg = PretrainConfig(corpus=[str(p) for p in corpus], tokenizer=str(tokenizer), out=str(out),
                              preset=args.preset, objective=objective, seq_len=128, batch_size=32, lr=1e-3,
-                             max_steps=args.steps, eval_every=args.steps // 4, eval_fraction=0.02, eval_batches=20,
-                             log_every=50, save_every=0, progress=False)
+                             max_steps=args.steps, eval_every=args.steps // 4, eval_fraction=0.02,
+                             eval_batches=args.eval_batches, log_every=50, save_every=0, progress=False)
         run_pretraining(cfg)
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         results[objective] = rows
+        if objective == "albert":
+            length_baseline = sop_length_baseline(cfg)
 
     print(f"\npreset {args.preset}, {args.steps} steps of 32 x 128 tokens, lr 1e-3, vocabulary {args.vocab_size}\n")
     print("| objective | training loss (first 50 steps -> last 50) | held-out metric: first eval -> last eval |")
@@ -81,9 +112,11 @@ def main() -> None:
         train = [r for r in rows if r.get("split") != "eval"]
         evals = [r for r in rows if r.get("split") == "eval"]
         metrics = ", ".join(f"{m} {evals[0][m]:.3f} -> {evals[-1][m]:.3f}" for m in METRICS[objective] if m in evals[-1])
+        if objective == "albert":
+            metrics += f" (length-only guess: {length_baseline:.3f})"
         print(f"| {objective} | {train[0]['loss']:.3f} -> {train[-1]['loss']:.3f} | {metrics} |")
-    print("\nChance: 0.5 for nsp/sop accuracy and rtd_balanced_accuracy; for mlm/lm accuracy, the share of the most "
-          "frequent token.\n")
+    print("\nChance: 0.5 for nsp/sop accuracy, rtd_balanced_accuracy and rtd_auc (SOP: also the length-only guess); "
+          "for mlm/lm accuracy, the share of the most frequent token.\n")
     print("| preset | BERT | + embedding_size 128 | + share_layers | both (ALBERT) |")
     print("|---|---:|---:|---:|---:|")
     for preset, *counts in albert_parameter_counts():

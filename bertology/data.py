@@ -757,6 +757,12 @@ class PretrainingDataset:
         The pair is then trimmed to fit by `_truncation`, each removed token coming from
         the front or the back at random, as BERT's `truncate_seq_pair`.
 
+        As in ALBERT's release, the true B always holds the chunk's last sentence, the one that
+        crosses the target length, and a sentence that crosses a threshold tends to be a long
+        one; so B is on average the longer segment, even after trimming (64 vs 56 tokens on
+        the bench corpus). SOP can thus be guessed above chance without reading a word: "the
+        first segment is the longer, so swapped" scores 0.54 there (bench/objectives.py prints it).
+
         One deviation: the reference draws the short target once per document; here it is
         drawn afresh for each instance, so that "10% of sequences are short" also holds for
         corpora of few, long documents (whole books).

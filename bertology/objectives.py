@@ -53,6 +53,26 @@ def accuracy_counts(name: str, predictions: torch.Tensor, targets: torch.Tensor)
     return {f"{name}_correct": (predictions == targets).sum(), f"{name}_total": torch.tensor(targets.numel())}
 
 
+def ranked_pair_counts(name: str, scores: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """{name_correct, name_total} for the area under the ROC curve (AUC) of `scores` (N,) against
+    bool `targets` (N,): the (positive, negative) pairs that the scores put in the right order
+    (ties count half: the Mann-Whitney U statistic) and the number of such pairs.
+
+    Summed over micro-batches, correct / total is the AUC over the pairs within each micro-batch.
+    It needs no threshold: a detector whose scores rank replaced tokens above original ones shows
+    it here while its probabilities are still all below 0.5 (ELECTRA's release reports `disc_auc`).
+    """
+    ordered, order = scores.double().sort()
+    # Tied scores share the mean of their 1-based ranks: (low + 1 + high) / 2 for a tie at sorted places [low, high).
+    low = torch.searchsorted(ordered, ordered, side="left")
+    high = torch.searchsorted(ordered, ordered, side="right")
+    positive = targets[order]
+    num_positive = positive.sum().double()
+    num_negative = positive.numel() - num_positive
+    correct = ((low + 1 + high).double() / 2)[positive].sum() - num_positive * (num_positive + 1) / 2
+    return {f"{name}_correct": correct, f"{name}_total": num_positive * num_negative}
+
+
 def score_labelled_positions(model: BertForMaskedLM | BertForPreTraining, batch: Batch, name: str):
     """Encode a batch and score its labelled positions with the model's LM head.
 
@@ -206,6 +226,9 @@ class Electra(nn.Module):
         counts["rtd_replaced_total"] = target.sum()
         counts["rtd_original_correct"] = (~predicted & ~target).sum()
         counts["rtd_original_total"] = (~target).sum()
+        # Threshold-free: at a base rate of ~15% replaced, the probabilities stay below 0.5 (so the
+        # balanced accuracy at 0.5) long after the detector has started to rank replaced tokens higher.
+        counts.update(ranked_pair_counts("rtd_auc", logits[real].detach(), target))
         return StepOutput(loss, counts)
 
     def model_to_save(self) -> BertPreTrainedModel:
@@ -227,7 +250,7 @@ def build_objective(name: str, config: BertConfig, mask_token_id: int, whole_wor
 
 def metrics_from_counts(counts: dict[str, float]) -> dict[str, float]:
     """Turn summed counts into metrics: `x_accuracy` = x_correct / x_total, `x_loss` = x_loss_sum /
-    x_total, the LM's `perplexity`, and ELECTRA's `rtd_balanced_accuracy` (chance = 0.5)."""
+    x_total, the LM's `perplexity`, and ELECTRA's `rtd_balanced_accuracy` and `rtd_auc` (chance = 0.5)."""
     metrics = {}
     for key, value in counts.items():
         for suffix, metric in (("_correct", "_accuracy"), ("_loss_sum", "_loss")):
@@ -238,4 +261,6 @@ def metrics_from_counts(counts: dict[str, float]) -> dict[str, float]:
         metrics["perplexity"] = math.exp(min(metrics["lm_loss"], 50.0))  # capped: exp overflows early in training
     if "rtd_replaced_accuracy" in metrics and "rtd_original_accuracy" in metrics:
         metrics["rtd_balanced_accuracy"] = (metrics.pop("rtd_replaced_accuracy") + metrics.pop("rtd_original_accuracy")) / 2
+    if "rtd_auc_accuracy" in metrics:
+        metrics["rtd_auc"] = metrics.pop("rtd_auc_accuracy")
     return metrics

@@ -237,7 +237,7 @@ def make_evaluator(dataset: data.PretrainingDataset, objective, batch_size: int,
 def accuracy_keys(objective: str) -> tuple[str, ...]:
     """The held-out metrics worth plotting for an objective."""
     return {"bert": ("mlm_accuracy", "nsp_accuracy"), "roberta": ("mlm_accuracy",),
-            "albert": ("mlm_accuracy", "sop_accuracy"), "electra": ("mlm_accuracy", "rtd_balanced_accuracy"),
+            "albert": ("mlm_accuracy", "sop_accuracy"), "electra": ("mlm_accuracy", "rtd_auc"),
             "clm": ("lm_accuracy",)}[objective]
 
 

@@ -11,8 +11,9 @@ import torch
 import torch.multiprocessing as mp
 import transformers
 
-from bertology import BertForMaskedLM, BertForPreTraining, BertModel, UserError
+from bertology import BertConfig, BertForMaskedLM, BertForPreTraining, BertModel, UserError
 from bertology.cli import main
+from bertology.objectives import Electra, metrics_from_counts, ranked_pair_counts
 from bertology.pretrain import PretrainConfig, run_pretraining
 from bertology.config import read_settings
 from bertology.tokenizer import train_tokenizer
@@ -219,3 +220,41 @@ def test_config_values_of_the_wrong_type_are_errors(tmp_path):
         read_settings(PretrainConfig, config)
     config.write_text('max_time = "20m"\nlr = 1\nmodel = {pre_layer_norm = true}\ntokenizer = "x"\n')
     assert read_settings(PretrainConfig, config)["lr"] == 1
+
+
+def test_ranked_pair_counts_give_the_auc_with_ties_counted_half():
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        scores = torch.randint(0, 5, (40,), generator=generator).float()  # many ties, as bf16 logits have
+        targets = torch.rand(40, generator=generator) < 0.3
+        counts = ranked_pair_counts("x", scores, targets)
+        positive, negative = scores[targets, None], scores[None, ~targets]
+        pairs = (positive > negative).double() + 0.5 * (positive == negative).double()
+        assert counts["x_correct"].item() == pytest.approx(pairs.sum().item())
+        assert counts["x_total"].item() == pairs.numel()
+    assert metrics_from_counts({"rtd_auc_correct": 3.0, "rtd_auc_total": 4.0}) == {"rtd_auc": 0.75}
+
+
+def test_electra_rtd_auc_scores_the_detector_logits_against_the_replaced_tokens():
+    """rtd_auc equals the AUC of the detector's logits at the real (non-special) tokens, against
+    which of the discriminator's input tokens differ from the original text."""
+    torch.manual_seed(0)
+    objective = Electra(BertConfig.from_preset("tiny", vocab_size=60, **NO_DROPOUT), mask_token_id=4)
+    ids = torch.randint(5, 60, (3, 20), generator=torch.Generator().manual_seed(1))
+    ids[:, 0], ids[:, -1], ids[2, 11], ids[2, 12:] = 2, 3, 3, 0  # [CLS] ... [SEP], the last row padded
+    attention_mask = (ids != 0).long()
+    special = (ids == 2) | (ids == 3) | (ids == 0)
+    batch = objective.prepare({"input_ids": ids, "token_type_ids": torch.zeros_like(ids),
+                               "attention_mask": attention_mask, "special_mask": special},
+                              torch.Generator().manual_seed(0))
+    seen = {}
+    objective.discriminator.register_forward_hook(lambda module, args, out: seen.update(inputs=args[0]))
+    objective.detector.register_forward_hook(lambda module, args, out: seen.update(logits=out.float()))
+    with torch.no_grad():
+        counts = objective(batch).counts
+    real = ~special
+    replaced, logits = (seen["inputs"] != ids)[real], seen["logits"][real]
+    assert 0 < replaced.sum() < replaced.numel()
+    positive, negative = logits[replaced, None], logits[None, ~replaced]
+    auc = ((positive > negative).double() + 0.5 * (positive == negative).double()).mean().item()
+    assert metrics_from_counts({k: float(v) for k, v in counts.items()})["rtd_auc"] == pytest.approx(auc)
