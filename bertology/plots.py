@@ -17,6 +17,16 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, path: str | os.PathLike) -> Path:
+    """Write the figure as a PNG, atomically, and free it."""
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_training_curves(runs: dict[str, list[dict]], path: str | os.PathLike, x: str = "step",
                          accuracy_keys: tuple[str, ...] = ("mlm_accuracy",)) -> Path:
     """Training loss (left) and held-out accuracy (right) of one or more runs, side by side.
@@ -44,12 +54,7 @@ def plot_training_curves(runs: dict[str, list[dict]], path: str | os.PathLike, x
         axis.grid(alpha=0.3)
         if axis.get_legend_handles_labels()[0]:
             axis.legend()
-    fig.tight_layout()
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_demo(runs: dict[str, list[dict]], results: dict, path: str | os.PathLike) -> Path:
@@ -69,9 +74,4 @@ def plot_demo(runs: dict[str, list[dict]], results: dict, path: str | os.PathLik
     bars = right.bar([n.replace("_", " ") for n in names], values, color=["tab:blue", "tab:orange", "grey"][: len(names)])
     right.bar_label(bars, fmt="%.3f")
     right.set(ylabel="dev accuracy", ylim=(0, 1), title="Pre-trained vs from scratch (same model, same labels)")
-    fig.tight_layout()
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
