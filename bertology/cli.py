@@ -144,17 +144,25 @@ def add_pretrain(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_pretrain)
 
 
+def file_and_flag_settings(config_class: type, args: argparse.Namespace) -> tuple[dict, dict]:
+    """(settings of the --config file, settings given as flags); flags were parsed with
+    SUPPRESS defaults, so only those actually given are present and win over the file."""
+    from .config import read_settings
+
+    values = read_settings(config_class, args.config) if args.config else {}
+    flags = {k: v for k, v in vars(args).items() if k not in ("run", "command", "config")}
+    return values, flags
+
+
 MODEL_FLAGS = {"pre_layer_norm": "pre_layer_norm", "embedding_size": "embedding_size",
                "share_layers": "share_layers", "no_segment_embeddings": "type_vocab_size"}
 
 
 def run_pretrain(args: argparse.Namespace) -> None:
     """Merge defaults < config file < flags, then run."""
-    from .config import read_settings
     from .pretrain import PretrainConfig, run_pretraining
 
-    values = read_settings(PretrainConfig, args.config) if args.config else {}
-    flags = {k: v for k, v in vars(args).items() if k not in ("run", "command", "config")}
+    values, flags = file_and_flag_settings(PretrainConfig, args)
     model = dict(values.get("model", {}))
     for flag, field_name in MODEL_FLAGS.items():
         if flag in flags:
@@ -241,11 +249,9 @@ def print_results(results: dict) -> None:
 
 def run_finetune(args: argparse.Namespace) -> None:
     """Merge defaults < config file < flags, run, print the dev results."""
-    from .config import read_settings
     from .finetune import FinetuneConfig, run_finetuning
 
-    values = read_settings(FinetuneConfig, args.config) if args.config else {}
-    flags = {k: v for k, v in vars(args).items() if k not in ("run", "command", "config")}
+    values, flags = file_and_flag_settings(FinetuneConfig, args)
     config = FinetuneConfig(**{**values, **flags})
     results = run_finetuning(config)
     print_results(results)

@@ -14,8 +14,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +28,9 @@ from .features import ScalarMix, combine_layers, feature_width, parse_layers, po
 from .files import atomic_path, write_json_atomic
 from .model import IGNORE_INDEX, BertModel, ModelOutput
 from .objectives import StepOutput
-from .plots import plot_training_curves
-from .task_inputs import Encoded, bucketed_batches, collate, encode
+from .task_inputs import Encoded, collate, encode, in_row_order
 from .tasks import TaskSpec
-from .train import TrainConfig, Trainer, autocast, resolve_precision
+from .train import Trainer, autocast, resolve_precision
 
 HEAD_CONFIG = "feature_head.json"
 HEAD_WEIGHTS = "feature_head.safetensors"
@@ -162,13 +159,14 @@ def compute_features(model: FeatureModel, encoded: Encoded, pad_id: int, batch_s
             return list(torch.split(stored["features"], stored["lengths"].tolist()))
     device = next(model.parameters()).device
     precision = resolve_precision(precision, device)
-    rows: list = [None] * len(encoded.features)
-    for batch_rows in bucketed_batches([len(f.input_ids) for f in encoded.features], batch_size, None):
-        batch = collate([encoded.features[i] for i in batch_rows], "none", pad_id)
+
+    def row_features(rows: list[int]) -> list[torch.Tensor]:
+        batch = collate([encoded.features[i] for i in rows], "none", pad_id)
         with autocast(precision, device):
             states = model.features(**{k: v.to(device) for k, v in batch.items()})
-        for j, i in enumerate(batch_rows):
-            rows[i] = states[j, : len(encoded.features[i].input_ids)].to(torch.float16).cpu()
+        return [states[j, : len(encoded.features[i].input_ids)].to(torch.float16).cpu() for j, i in enumerate(rows)]
+
+    rows = in_row_order([len(f.input_ids) for f in encoded.features], batch_size, row_features)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
@@ -202,7 +200,8 @@ class HeadModule(nn.Module):
 
 def train_feature_head(cfg, data, seed: int, out: Path) -> dict:
     """Train one seed of a feature-based head into `out`; returns the best dev results."""
-    from .finetune import RESULTS_NAME, decode, describe_task, score  # finetune imports this module lazily
+    from .finetune import (BestModel, EpochBatches, decode, describe_task, epoch_train_config,  # finetune imports
+                           fit_and_finish, score)  # this module lazily
 
     spec: TaskSpec = data.spec
     if spec.kind == "span":
@@ -225,44 +224,29 @@ def train_feature_head(cfg, data, seed: int, out: Path) -> dict:
                 for split, enc in dev.items()}
 
     features = data.train_encoded.features
-    steps_per_epoch = math.ceil(len(features) / cfg.batch_size)
-    lengths = [len(f.input_ids) for f in features]
 
-    def micro_batches(step: int) -> list[dict]:
-        epoch, index = divmod(step, steps_per_epoch)
-        rows = bucketed_batches(lengths, cfg.batch_size, np.random.default_rng([seed, epoch]))[index]
-        return [feature_batch([train_rows[i] for i in rows], [features[i] for i in rows], spec.kind, pad_id, regression)]
+    def make_batch(rows: list[int]) -> dict:
+        return feature_batch([train_rows[i] for i in rows], [features[i] for i in rows], spec.kind, pad_id, regression)
 
-    best: dict = {}
+    batches = EpochBatches([len(f.input_ids) for f in features], cfg.batch_size, seed, make_batch)
+    best = BestModel(out, data, cfg.resume, mode="features")
 
     def evaluate(module: HeadModule) -> dict:
         results = {}
         for split, enc in dev.items():
-            outputs: list = [None] * len(enc.features)
-            for rows in bucketed_batches([len(f.input_ids) for f in enc.features], cfg.eval_batch_size, None):
+            def head_logits(rows: list[int]) -> list:
                 batch = feature_batch([dev_rows[split][i] for i in rows], [enc.features[i] for i in rows], "none", pad_id, False)
-                logits = module.head(batch["features"], batch["attention_mask"]).float().numpy()
-                for j, i in enumerate(rows):
-                    outputs[i] = logits[j]
-            results.update(score(spec, data.dev[split], decode(spec, enc, outputs, data.dev[split], data.settings), split))
-        if not best or results[spec.main_metric] > best[spec.main_metric]:
-            best.clear()
-            best.update({"task": spec.name, "split": "dev", "mode": "features", **results, "step": trainer.step})
-            model.save_pretrained(out)
-            data.tokenizer.save_pretrained(out)
-            write_json_atomic(out / RESULTS_NAME, best)
-        return results
+                return list(module.head(batch["features"], batch["attention_mask"]).float().numpy())
 
-    train_config = TrainConfig(lr=cfg.lr, weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule,
-                               max_steps=max(1, round(cfg.epochs * steps_per_epoch)), max_grad_norm=cfg.max_grad_norm,
-                               precision="fp32", log_every=max(1, min(50, steps_per_epoch // 4)),
-                               eval_every=steps_per_epoch, save_every=0, keep_last=1, seed=seed, progress=cfg.progress)
-    trainer = Trainer(HeadModule(head, regression), train_config, out, micro_batches, evaluate)
-    if trainer.fit(resume=cfg.resume) != "completed":
-        raise KeyboardInterrupt
-    shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    plot_training_curves({spec.name: trainer.log.rows()}, out / "learning_curve.png", accuracy_keys=spec.metrics)
-    return best
+            outputs = in_row_order([len(f.input_ids) for f in enc.features], cfg.eval_batch_size, head_logits)
+            results.update(score(spec, data.dev[split], decode(spec, enc, outputs, data.dev[split], data.settings), split))
+        return best.update(results, model, trainer.step)
+
+    # The head is small and its features fixed: fp32 costs nothing and avoids casting the cache.
+    trainer = Trainer(HeadModule(head, regression), epoch_train_config(cfg, batches.steps_per_epoch, seed, "fp32"),
+                      out, batches, evaluate)
+    fit_and_finish(trainer, cfg, spec, out)
+    return best.results
 
 
 def default_feature_cache() -> Path:

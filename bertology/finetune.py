@@ -35,7 +35,8 @@ from .model import (BertConfig, BertForQuestionAnswering, BertForSequenceClassif
                     BertPreTrainedModel, load_model)
 from .objectives import StepOutput
 from .plots import plot_training_curves
-from .task_inputs import Encoded, InputSettings, bucketed_batches, collate, decode_sequences, decode_spans, decode_tokens, encode
+from .task_inputs import (Encoded, InputSettings, bucketed_batches, collate, decode_sequences, decode_spans, decode_tokens,
+                          encode, in_row_order)
 from .tasks import TaskSpec
 from .tokenizer import Tokenizer
 from .train import TrainConfig, Trainer, autocast, check_no_earlier_run, check_writable, resolve_precision
@@ -227,31 +228,29 @@ class TaskModule(nn.Module):
 class EpochBatches:
     """Step -> micro-batches: each epoch a fresh length-bucketed shuffle of the training rows.
 
-    With gradual unfreezing it also sets which layers train, since it is called at the
-    start of every step.
+    `make_batch(row indices)` builds one batch (padded inputs, or cached features). With
+    gradual unfreezing it also sets which layers train, since it is called at the start of
+    every step.
     """
 
-    def __init__(self, encoded: Encoded, spec: TaskSpec, batch_size: int, seed: int, pad_id: int,
+    def __init__(self, lengths: list[int], batch_size: int, seed: int, make_batch: Callable[[list[int]], dict],
                  unfreeze: Callable[[int], None] | None = None):
-        self.features = encoded.features
-        self.spec = spec
+        self.lengths = lengths
         self.batch_size = batch_size
         self.seed = seed
-        self.pad_id = pad_id
-        self.lengths = [len(f.input_ids) for f in self.features]
-        self.steps_per_epoch = math.ceil(len(self.features) / batch_size)
+        self.make_batch = make_batch
+        self.steps_per_epoch = math.ceil(len(lengths) / batch_size)
         self.unfreeze = unfreeze
         self._epoch, self._batches = -1, []
 
     def __call__(self, step: int) -> list[dict[str, torch.Tensor]]:
         epoch, index = divmod(step, self.steps_per_epoch)
-        if epoch != self._epoch:
+        if epoch != self._epoch:  # the epoch's batches are drawn once, not at every step
             rng = np.random.default_rng([self.seed, epoch])
             self._epoch, self._batches = epoch, bucketed_batches(self.lengths, self.batch_size, rng)
             if self.unfreeze is not None:
                 self.unfreeze(epoch)
-        rows = [self.features[i] for i in self._batches[index]]
-        return [collate(rows, self.spec.kind, self.pad_id, regression=self.spec.regression)]
+        return [self.make_batch(self._batches[index])]
 
 
 def gradual_unfreezer(model: BertPreTrainedModel):
@@ -278,22 +277,20 @@ def run_rows(model: BertPreTrainedModel, encoded: Encoded, spec: TaskSpec, pad_i
     device = next(model.parameters()).device
     precision = resolve_precision(precision, device)
     model.eval()
-    outputs: list = [None] * len(encoded.features)
-    batches = bucketed_batches([len(f.input_ids) for f in encoded.features], batch_size, None)
-    for rows in tqdm(batches, disable=not progress, unit="batch", desc="predicting", leave=False):
+    bar = tqdm(total=len(encoded.features), disable=not progress, unit="row", desc="predicting", leave=False)
+
+    def outputs(rows: list[int]) -> list:
         batch = collate([encoded.features[i] for i in rows], "none", pad_id)
-        batch = {k: v.to(device) for k, v in batch.items()}
         with autocast(precision, device):
-            out = model(**batch)
+            out = model(**{k: v.to(device) for k, v in batch.items()})
+        bar.update(len(rows))
         if spec.kind == "span":
-            starts, ends = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
-            for j, i in enumerate(rows):
-                outputs[i] = (starts[j], ends[j])
-        else:
-            logits = out.logits.float().cpu().numpy()
-            for j, i in enumerate(rows):
-                outputs[i] = logits[j]
-    return outputs
+            return list(zip(out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()))
+        return list(out.logits.float().cpu().numpy())
+
+    results = in_row_order([len(f.input_ids) for f in encoded.features], batch_size, outputs)
+    bar.close()
+    return results
 
 
 def decode(spec: TaskSpec, encoded: Encoded, outputs: list, examples: list, settings: InputSettings):
@@ -373,50 +370,65 @@ def evaluate_splits(model: BertPreTrainedModel, data: RunData, cfg: FinetuneConf
     return results
 
 
+def epoch_train_config(cfg: FinetuneConfig, steps_per_epoch: int, seed: int, precision: str) -> TrainConfig:
+    """The loop's settings for `cfg.epochs` epochs, evaluating (and checkpointing) after each."""
+    return TrainConfig(lr=cfg.lr, weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule,
+                       max_steps=max(1, round(cfg.epochs * steps_per_epoch)), max_grad_norm=cfg.max_grad_norm,
+                       precision=precision, log_every=max(1, min(50, steps_per_epoch // 4)),
+                       eval_every=steps_per_epoch, save_every=steps_per_epoch, keep_last=1, seed=seed,
+                       progress=cfg.progress)
+
+
+def fit_and_finish(trainer: Trainer, cfg: FinetuneConfig, spec: TaskSpec, out: Path) -> None:
+    """Train; once complete, drop the resume checkpoints (the best model and metrics are the
+    results) and draw the learning curve. An interrupted run keeps its checkpoint for --resume."""
+    if trainer.fit(resume=cfg.resume) != "completed":
+        raise KeyboardInterrupt
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    plot_training_curves({spec.name: trainer.log.rows()}, out / "learning_curve.png", accuracy_keys=spec.metrics)
+
+
 def finetune_once(cfg: FinetuneConfig, data: RunData, seed: int, out: Path) -> dict:
-    """Train one seed into `out`; returns the best dev results (with the epoch they came from)."""
+    """Train one seed into `out`; returns the best dev results (with the step they came from)."""
     torch.manual_seed(seed)
     model = load_task_model(cfg.model, data.spec)
     describe_task(model.config, data.spec, data.settings)
     num_layers = len(model.bert.layers)
+    features = data.train_encoded.features
+
+    def make_batch(rows: list[int]) -> dict:
+        return collate([features[i] for i in rows], data.spec.kind, data.tokenizer.pad_token_id, data.spec.regression)
+
     unfreeze = gradual_unfreezer(model) if cfg.gradual_unfreezing else None
-    batches = EpochBatches(data.train_encoded, data.spec, cfg.batch_size, seed, data.tokenizer.pad_token_id, unfreeze)
-    max_steps = max(1, round(cfg.epochs * batches.steps_per_epoch))
-    train_config = TrainConfig(lr=cfg.lr, weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule,
-                               max_steps=max_steps, max_grad_norm=cfg.max_grad_norm, precision=cfg.precision,
-                               log_every=max(1, min(50, batches.steps_per_epoch // 4)),
-                               eval_every=batches.steps_per_epoch, save_every=batches.steps_per_epoch, keep_last=1,
-                               seed=seed, progress=cfg.progress)
-    best = BestModel(out, data, cfg)
+    batches = EpochBatches([len(f.input_ids) for f in features], cfg.batch_size, seed, make_batch, unfreeze)
+    best = BestModel(out, data, cfg.resume)
+
+    def evaluate(module: TaskModule) -> dict:
+        return best.update(evaluate_splits(module.model, data, cfg), module.model, trainer.step)
 
     def lr_scale(name: str) -> float:  # ULMFiT's discriminative rates: the head at lr, each layer below x decay
         return cfg.layer_lr_decay ** (num_layers + 1 - layer_depth(name.removeprefix("model."), num_layers))
 
-    trainer = Trainer(TaskModule(model), train_config, out, batches, lambda module: best.evaluate(module.model, trainer.step),
-                      lr_scale=lr_scale if cfg.layer_lr_decay < 1 else None)
-    status = trainer.fit(resume=cfg.resume)
-    if status != "completed":
-        raise KeyboardInterrupt
-    shutil.rmtree(out / "checkpoints", ignore_errors=True)  # the best model and the metrics are the results
-    plot_training_curves({data.spec.name: trainer.log.rows()}, out / "learning_curve.png",
-                         accuracy_keys=data.spec.metrics)
+    trainer = Trainer(TaskModule(model), epoch_train_config(cfg, batches.steps_per_epoch, seed, cfg.precision), out,
+                      batches, evaluate, lr_scale=lr_scale if cfg.layer_lr_decay < 1 else None)
+    fit_and_finish(trainer, cfg, data.spec, out)
     return best.results
 
 
 class BestModel:
-    """Evaluates after each epoch and keeps the model with the best main dev metric in `out`."""
+    """Keeps the model with the best main dev metric so far in `out`, with eval_results.json."""
 
-    def __init__(self, out: Path, data: RunData, cfg: FinetuneConfig):
-        self.out, self.data, self.cfg = out, data, cfg
+    def __init__(self, out: Path, data: RunData, resume: bool, **labels):
+        self.out, self.data, self.labels = out, data, labels
         saved = out / RESULTS_NAME
-        self.results: dict = json.loads(saved.read_text(encoding="utf-8")) if cfg.resume and saved.is_file() else {}
+        self.results: dict = json.loads(saved.read_text(encoding="utf-8")) if resume and saved.is_file() else {}
 
-    def evaluate(self, model: BertPreTrainedModel, step: int) -> dict[str, float]:
-        """Dev metrics now; save the model if they beat the best so far."""
-        values = evaluate_splits(model, self.data, self.cfg)
+    def update(self, values: dict[str, float], model: nn.Module, step: int) -> dict[str, float]:
+        """Record this evaluation's `values`; save `model` (anything with save_pretrained) if they
+        beat the best so far. Returns `values`, for the metrics log."""
         main = self.data.spec.main_metric
         if not self.results or values[main] > self.results[main]:
-            self.results = {"task": self.data.spec.name, "split": "dev", **values, "step": step}
+            self.results = {"task": self.data.spec.name, "split": "dev", **self.labels, **values, "step": step}
             model.save_pretrained(self.out)
             self.data.tokenizer.save_pretrained(self.out)
             write_json_atomic(self.out / RESULTS_NAME, self.results)
@@ -449,7 +461,9 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
         if (out / RESULTS_NAME).exists():
             raise UserError(f"{out} already holds fine-tuning results; choose another output directory")
     data = prepare_data(cfg)
-    write_json_atomic(out / CONFIG_NAME, {**dataclasses.asdict(cfg), "task_spec": dataclasses.asdict(data.spec)})
+    write_json_atomic(out / CONFIG_NAME, {**dataclasses.asdict(cfg), "task_spec": dataclasses.asdict(data.spec),
+                                          "train_examples": len(data.train),
+                                          "train_examples_longer_than_max_seq_len": data.train_encoded.too_long})
     if cfg.mode == "features":
         from .feature_mode import train_feature_head as train_one
     else:

@@ -19,6 +19,7 @@ that batch's longest row.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -243,6 +244,16 @@ def bucketed_batches(lengths: list[int], batch_size: int, rng: np.random.Generat
         chunk = sorted(order[b: b + bucket].tolist(), key=lambda i: lengths[i])
         batches.extend(chunk[i: i + batch_size] for i in range(0, len(chunk), batch_size))
     return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def in_row_order(lengths: list[int], batch_size: int, predict_batch: Callable[[list[int]], list]) -> list:
+    """Run `predict_batch(row indices) -> one output per row` over length-sorted batches and
+    return the outputs in the rows' own order (sorting keeps padding to a minimum)."""
+    outputs: list = [None] * len(lengths)
+    for rows in bucketed_batches(lengths, batch_size, None):
+        for i, output in zip(rows, predict_batch(rows)):
+            outputs[i] = output
+    return outputs
 
 
 def collate(features: list[Feature], kind: str, pad_id: int, regression: bool = False) -> dict[str, torch.Tensor]:

@@ -38,6 +38,8 @@ def test_sst2_writes_model_results_curve_and_scores_like_evaluate(tmp_path, tiny
                  "learning_curve.png", "finetune_config.json"):
         assert (out / name).is_file(), name
     assert not (out / "checkpoints").exists()
+    recorded = json.loads((out / "finetune_config.json").read_text())
+    assert recorded["train_examples"] == 200 and recorded["train_examples_longer_than_max_seq_len"] == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert sum(r.get("split") == "eval" for r in rows) == 2  # one evaluation per epoch
     assert main(["evaluate", "--data", str(sst2), "--model", str(out), "--out", str(tmp_path / "e.json")]) == 0
