@@ -332,6 +332,111 @@ def run_demo(args: argparse.Namespace) -> None:
                     seed=args.seed, progress=args.progress))
 
 
+def add_explain(commands: argparse._SubParsersAction) -> None:
+    """`bertology explain`: pictures of what an encoder does inside."""
+    explain = commands.add_parser("explain", help="draw attention maps, or a word's contextual vs static vectors")
+    actions = explain.add_subparsers(dest="action", metavar="ACTION", required=True)
+    attention = actions.add_parser(
+        "attention", help="heatmaps of the attention weights of one head, one layer's heads, or all",
+        description="Draw attention weights with the WordPiece tokens ([CLS] and [SEP] included) on both axes: "
+        "row = the token attending, column = the token attended to. Layers are numbered 1..L, heads 1..heads.",
+    )
+    attention.add_argument("--model", required=True, type=Path, metavar="DIR",
+                           help="any model directory (pre-trained, fine-tuned, transformers BERT)")
+    attention.add_argument("--text", required=True, help="the text (text A)")
+    attention.add_argument("--text-pair", help="a second text (text B), as in sentence-pair tasks")
+    attention.add_argument("--layer", default="last", help="a layer number, -1 or last (default), or all")
+    attention.add_argument("--head", default="all", help="a head number, or all (default): a grid of the heads")
+    attention.add_argument("--model-name", help="the name in the title (default: the directory's name)")
+    attention.add_argument("--out", required=True, type=Path, metavar="FILE.png")
+    attention.set_defaults(run=run_explain_attention)
+    senses = actions.add_parser(
+        "senses", help="an ambiguous word's contextual vectors by sense, beside its one static vector",
+        description="Embed a word in sentences that use it in different senses, project its contextual vectors "
+        "(mean of its WordPieces at --layer) to 2-D with PCA, and draw them beside the static view: its input "
+        "embedding, the same vector in every sentence. Prints the mean cosine similarity within vs across senses.",
+    )
+    senses.add_argument("--model", required=True, type=Path, metavar="DIR",
+                        help="any model directory (pre-trained, fine-tuned, transformers BERT)")
+    senses.add_argument("--word", required=True, help="the ambiguous word (built-in sentences for: bank)")
+    senses.add_argument("--sentences", type=Path, metavar="FILE",
+                        help="your own sentences: one 'sense<TAB>sentence' per line, two senses with two sentences "
+                             "each at least")
+    senses.add_argument("--layer", default="last",
+                        help="0 (embeddings output) .. L, -1 or last (default), or sum_last_four and the like")
+    senses.add_argument("--model-name", help="the name in the title (default: the directory's name)")
+    senses.add_argument("--out", required=True, type=Path, metavar="FILE.png")
+    senses.set_defaults(run=run_explain_senses)
+
+
+def run_explain_attention(args: argparse.Namespace) -> None:
+    """Draw the attention maps."""
+    from .explain import explain_attention
+
+    path = explain_attention(args.model, args.text, args.out, args.text_pair, args.layer, args.head, args.model_name)
+    print(f"wrote {path}")
+
+
+def run_explain_senses(args: argparse.Namespace) -> None:
+    """Draw the word's vectors and print how well they separate by sense."""
+    from .explain import explain_senses
+
+    report = explain_senses(args.model, args.word, args.out, args.sentences, args.layer, args.model_name)
+    print(report.summary())
+    print(f"wrote {args.out}")
+
+
+def add_embed(commands: argparse._SubParsersAction) -> None:
+    """`bertology embed`: sentence or word vectors of every line of a file."""
+    p = commands.add_parser(
+        "embed", help="sentence or word vectors from any BERT model, written to .npy or .jsonl",
+        description="Embed every line of a text file (or one field of each JSONL object) with any model directory "
+        "(pre-trained, fine-tuned: the head is dropped, transformers or sentence-transformers BERT). --out ending in "
+        ".npy writes one (lines, width) float32 array for sentences; for tokens, all word vectors stacked plus "
+        "an index (vectors.npy -> vectors.index.jsonl) with each line's rows and words. --out ending in .jsonl "
+        "writes one object per line. Blank lines stop with an error (row i is line i) unless --skip-empty.",
+    )
+    p.add_argument("--model", required=True, metavar="DIR", help="any model directory")
+    p.add_argument("--input", required=True, metavar="FILE", help="one text per line, or JSONL (see --field)")
+    p.add_argument("--out", required=True, metavar="FILE", help="FILE.npy or FILE.jsonl")
+    p.add_argument("--layers", default="last",
+                   help="last (default), second_to_last, sum_last_four, concat_last_four, sum_all, embeddings, "
+                        "or layer numbers like 4,5,6 (summed; 0 = embeddings, -1 = last)")
+    p.add_argument("--pooling", choices=["mean", "cls", "max"], default="mean",
+                   help="sentence vectors: mean (default) or max over the tokens, or the [CLS] vector")
+    p.add_argument("--normalize", action="store_true", help="scale each vector to unit length")
+    p.add_argument("--level", choices=["sentence", "token"], default="sentence",
+                   help="one vector per line (default) or per word")
+    p.add_argument("--word-pieces", choices=["first", "mean", "none"], default="first",
+                   help="token level: a word's first WordPiece (default), the mean of its pieces, or every piece")
+    p.add_argument("--field", help="JSONL input: the field holding the text (default for .jsonl: text)")
+    p.add_argument("--skip-empty", action="store_true", help="leave out blank lines (default: stop at the first)")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="texts per forward pass (64)")
+    p.add_argument("--max-seq-len", type=positive_int,
+                   help="tokens per text; longer ones are cut and counted (default: the model's limit)")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto", help="auto: bf16 where fast")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    p.set_defaults(run=run_embed)
+
+
+def run_embed(args: argparse.Namespace) -> None:
+    """Embed the file and print a one-line summary."""
+    from .embed import EmbedConfig, run_embed as embed
+
+    summary = embed(EmbedConfig(
+        model=args.model, input=args.input, out=args.out, layers=args.layers, pooling=args.pooling,
+        normalize=args.normalize, level=args.level, word_pieces=args.word_pieces, field=args.field,
+        skip_empty=args.skip_empty, batch_size=args.batch_size, max_seq_len=args.max_seq_len,
+        precision=args.precision, progress=args.progress,
+    ))
+    counts = {"truncated": "truncated", "skipped_empty": "blank skipped", "dropped_words": "words without a vector"}
+    notes = [f"{summary[key]:,} {what}" for key, what in counts.items() if summary[key]]
+    rows, width = summary["shape"]
+    print(f"embedded {summary['lines']:,} lines -> {rows:,} x {width} vectors in {summary['path']}"
+          + (f" (+ {summary['index']})" if "index" in summary else "")
+          + f", {summary['seconds']:.1f} s" + (f"; {', '.join(notes)}" if notes else ""))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (all subcommands)."""
     parser = ArgumentParser(
@@ -340,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"bertology {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (add_demo, add_tokenizer, add_info, add_pretrain, add_finetune, add_evaluate, add_predict):
+    for add in (add_demo, add_tokenizer, add_info, add_pretrain, add_finetune, add_evaluate, add_predict, add_explain, add_embed):
         add(commands)
     return parser
 

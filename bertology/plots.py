@@ -1,9 +1,12 @@
-"""Pictures of training runs, written as PNG files (matplotlib, headless)."""
+"""Pictures of training runs and of what an encoder does inside, written as PNG files (matplotlib, headless)."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
+
+import numpy as np
 
 from .files import atomic_path
 
@@ -17,9 +20,10 @@ def _pyplot():
     return plt
 
 
-def _save(plt, fig, path: str | os.PathLike) -> Path:
-    """Write the figure as a PNG, atomically, and free it."""
-    fig.tight_layout()
+def _save(plt, fig, path: str | os.PathLike, layout: bool = True) -> Path:
+    """Write the figure as a PNG, atomically, and free it; `layout=False` keeps a layout already made."""
+    if layout:
+        fig.tight_layout()
     path = Path(path)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
@@ -74,4 +78,120 @@ def plot_demo(runs: dict[str, list[dict]], results: dict, path: str | os.PathLik
     bars = right.bar([n.replace("_", " ") for n in names], values, color=["tab:blue", "tab:orange", "grey"][: len(names)])
     right.bar_label(bars, fmt="%.3f")
     right.set(ylabel="dev accuracy", ylim=(0, 1), title="Pre-trained vs from scratch (same model, same labels)")
+    return _save(plt, fig, path)
+
+
+def grid_shape(count: int) -> tuple[int, int]:
+    """Rows and columns of a near-square grid of `count` panels, no taller than wide."""
+    columns = math.ceil(math.sqrt(count))
+    return math.ceil(count / columns), columns
+
+
+def plot_attention(tokens: list[str], weights, layers: list[int], heads: list[int], model_name: str,
+                   path: str | os.PathLike) -> Path:
+    """Attention heatmaps with the tokens on both axes: row = the attending token, column = the
+    token attended to.
+
+    Args:
+        weights: (len(layers), len(heads), T, T) attention probabilities.
+        layers, heads: the numbers of the layers and heads shown, for the labels.
+    One map is drawn large; several are small multiples on one colour scale, tokens on the outer
+    axes. With several layers and several heads the grid is layers x heads, otherwise it wraps.
+    """
+    plt = _pyplot()
+    panels = [(layer, head, weights[i, j]) for i, layer in enumerate(layers) for j, head in enumerate(heads)]
+    full_grid = len(layers) > 1 and len(heads) > 1
+    rows, columns = (len(layers), len(heads)) if full_grid else grid_shape(len(panels))
+    count = len(tokens)
+    cell = min(max(0.16 * count, 1.6), 3.2) if len(panels) > 1 else min(max(0.3 * count, 4.0), 12.0)
+    fontsize = min(9.0, 0.75 * 72 * cell / count)  # points: the tokens of one axis must fit its length
+    width = columns * cell + 2.2  # room for the token labels on the left and the colour bar on the right
+    fig, axes = plt.subplots(rows, columns, figsize=(width, rows * cell + 1.6), squeeze=False)
+    vmax = float(max(p[2].max() for p in panels))
+    for n, axis in enumerate(axes.flat):
+        if n >= len(panels):
+            axis.set_visible(False)
+            continue
+        layer, head, grid = panels[n]
+        image = axis.imshow(grid, cmap="viridis", vmin=0.0, vmax=vmax)
+        row, column = divmod(n, columns)
+        left, bottom = column == 0, n + columns >= len(panels)  # the outer edges of the used panels
+        axis.set_xticks(range(count), tokens if bottom else [], rotation=90, fontsize=fontsize)
+        axis.set_yticks(range(count), tokens if left else [], fontsize=fontsize)
+        axis.tick_params(length=0)
+        if full_grid:
+            if row == 0:
+                axis.set_title(f"head {head}", fontsize=9)
+            if left:
+                axis.set_ylabel(f"layer {layer}", fontsize=9)
+        elif len(panels) > 1:
+            axis.set_title(f"head {head}" if len(layers) == 1 else f"layer {layer}", fontsize=9)
+    what = (f"layer {layers[0]}, head {heads[0]}" if len(panels) == 1
+            else f"layer {layers[0]}, all {len(heads)} heads" if len(layers) == 1
+            else f"head {heads[0]} in each layer" if len(heads) == 1
+            else f"{len(layers)} layers x {len(heads)} heads")
+    fig.suptitle(f"Attention of {model_name}: {what}\n(row: the token attending; column: the token attended to)",
+                 fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1 - 1.0 / width, 1))  # the last inch is the colour bar's
+    fig.colorbar(image, cax=fig.add_axes((1 - 0.85 / width, 0.2, 0.15 / width, 0.6)), label="attention weight")
+    return _save(plt, fig, path, layout=False)
+
+
+def plot_word_senses(word: str, senses: list[str], contextual_xy, contextual_shares, *, target_xy, context_xy,
+                     static_shares, context_words: list[str], context_senses: list[set[str]], title: str,
+                     contextual_note: str, path: str | os.PathLike) -> Path:
+    """A word's contextual vectors (left) beside the static view (right), both as 2-D projections.
+
+    Args:
+        senses: the sense of each sentence.
+        contextual_xy, contextual_shares: (N, 2) projected contextual vectors of the word, one per
+            sentence, and the variance share of each axis (2,).
+        target_xy: (2,) the word's static vector, the same in every sentence.
+        context_xy, static_shares: (W, 2) the static vectors of the sentences' other words, and the
+            variance shares of that projection.
+        context_senses: the senses of the sentences each other word occurs in; a word of one sense
+            only takes that sense's colour.
+    """
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.8))
+    order = list(dict.fromkeys(senses))
+    colours = {sense: plt.get_cmap("tab10")(k % 10) for k, sense in enumerate(order)}
+    markers = dict(zip(order, "os^DvP<>" * (len(order) // 8 + 1)))
+    for sense in order:
+        points = [xy for xy, s in zip(contextual_xy, senses) if s == sense]
+        left.scatter(*zip(*points), s=70, color=colours[sense], marker=markers[sense], edgecolor="black",
+                     linewidth=0.5, label=f"{sense} ({len(points)} sentences)")
+    left.set(title=f"Contextual: {word!r} in each sentence\n{contextual_note}",
+             xlabel=f"PC1 ({contextual_shares[0]:.0%} of variance)", ylabel=f"PC2 ({contextual_shares[1]:.0%})")
+    left.legend(title="sense")
+    single = [next(iter(s)) if len(s) == 1 else None for s in context_senses]
+    span = np.ptp(np.vstack([context_xy, target_xy]), axis=0)  # (2,) to tell when two labels would collide
+    placed = [np.asarray(target_xy)]
+    shared = [xy for xy, s in zip(context_xy, single) if s is None]
+    if shared:
+        right.scatter(*zip(*shared), s=14, color="lightgrey", label="other words, several senses' sentences")
+    for sense in order:
+        mine = [(xy, w) for xy, w, s in zip(context_xy, context_words, single) if s == sense]
+        if not mine:
+            continue
+        right.scatter(*zip(*[xy for xy, _ in mine]), s=18, color=colours[sense], alpha=0.8,
+                      label=f"other words of {sense} sentences only")
+        # Name a few of them, the longest (function words are short and shared by all senses),
+        # skipping any that would print over a label already placed.
+        named = 0
+        for xy, name in sorted(mine, key=lambda item: -len(item[1])):
+            if named == 5:
+                break
+            if all((np.abs(xy - other) > span * [0.12, 0.05]).any() for other in placed):
+                right.annotate(name, xy, xytext=(3, 3), textcoords="offset points", fontsize=8, color=colours[sense])
+                placed.append(xy)
+                named += 1
+    right.scatter(*target_xy, s=320, marker="*", color="black", zorder=3, label=f"{word!r} in all {len(senses)} sentences")
+    right.annotate(word, target_xy, xytext=(9, -4), textcoords="offset points", fontsize=11, fontweight="bold")
+    right.set(title=f"Static: input embeddings (no context)\n{word!r} is one and the same vector in every sentence",
+              xlabel=f"PC1 ({static_shares[0]:.0%} of variance)", ylabel=f"PC2 ({static_shares[1]:.0%})")
+    right.legend(fontsize=8)
+    for axis in (left, right):
+        axis.grid(alpha=0.3)
+    fig.suptitle(title)
     return _save(plt, fig, path)

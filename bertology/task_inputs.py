@@ -136,7 +136,7 @@ def _sequence_windows(ids: list[int], types: list[int], index: int, label, token
 
 # ----- token tasks ----------------------------------------------------------------------------
 
-def _word_of_each_token(words: list[str], offsets: list[tuple[int, int]]) -> list[int | None]:
+def word_of_each_token(words: list[str], offsets: list[tuple[int, int]]) -> list[int | None]:
     """Map token character offsets (into " ".join(words)) back to word numbers."""
     starts, position = [], 0
     for word in words:
@@ -157,7 +157,7 @@ def encode_tokens(spec: TaskSpec, examples: list[TokenExample], tokenizer: Token
     features, too_long = [], 0
     for i, example in enumerate(examples):
         ids = encoded["input_ids"][i][1:-1]
-        words = _word_of_each_token(example.words, encoded["offset_mapping"][i][1:-1])
+        words = word_of_each_token(example.words, encoded["offset_mapping"][i][1:-1])
         first = [w is not None and (t == 0 or words[t - 1] != w) for t, w in enumerate(words)]
         tags = [spec.labels.index(tag) for tag in example.tags] if example.tags is not None else None
         spans = _windows(len(ids), size, settings.doc_stride)
@@ -283,45 +283,63 @@ def collate(features: list[Feature], kind: str, pad_id: int, regression: bool = 
 
 # ----- predictions ----------------------------------------------------------------------------
 
-def decode_sequences(spec: TaskSpec, encoded: Encoded, logits: list[np.ndarray]) -> list:
-    """Mean of each example's window logits -> label name, or the score for regression."""
+def example_logits(encoded: Encoded, logits: list[np.ndarray]) -> np.ndarray:
+    """(examples, outputs): the mean of each example's window logits (one window when cut)."""
     sums = np.zeros((encoded.num_examples, logits[0].shape[-1]))
     counts = np.zeros(encoded.num_examples)
     for feature, row in zip(encoded.features, logits):
         sums[feature.example] += row
         counts[feature.example] += 1
-    means = sums / np.maximum(counts, 1)[:, None]
+    return sums / np.maximum(counts, 1)[:, None]
+
+
+def decode_sequences(spec: TaskSpec, encoded: Encoded, logits: list[np.ndarray]) -> list:
+    """Mean of each example's window logits -> label name, or the score for regression."""
+    means = example_logits(encoded, logits)
     if spec.regression:
         return means[:, 0].tolist()
     return [spec.labels[i] for i in means.argmax(-1)]
 
 
-def decode_tokens(spec: TaskSpec, encoded: Encoded, logits: list[np.ndarray], examples: list[TokenExample]) -> list[list[str]]:
-    """Each word's tag from the window where its first piece is most central; "O" for words
-    that produced no token at all (e.g. only control characters) or were cut off."""
-    best: dict[tuple[int, int], tuple[int, int]] = {}  # (example, word) -> (centrality, tag id)
+def word_logits(encoded: Encoded, logits: list[np.ndarray], examples: list[TokenExample]) -> list[list[np.ndarray | None]]:
+    """Each example's per-word logits, each word's row taken from the window where its
+    first piece is most central; None for a word that produced no token (e.g. only control
+    characters) or was cut off, in a list per example."""
+    best: dict[tuple[int, int], tuple[int, np.ndarray]] = {}  # (example, word) -> (centrality, logits)
     for feature, row in zip(encoded.features, logits):
         for t, word in enumerate(feature.word_ids):
             if word is None:
                 continue
             key = (feature.example, word)
             if key not in best or feature.centrality[t] > best[key][0]:
-                best[key] = (feature.centrality[t], int(row[t].argmax()))
-    outside = spec.labels.index("O") if "O" in spec.labels else 0
-    return [[spec.labels[best.get((i, w), (0, outside))[1]] for w in range(len(e.words))]
+                best[key] = (feature.centrality[t], row[t])
+    return [[best[(i, w)][1] if (i, w) in best else None for w in range(len(e.words))]
             for i, e in enumerate(examples)]
 
 
-def decode_spans(encoded: Encoded, starts: list[np.ndarray], ends: list[np.ndarray], examples: list[SpanExample],
-                 settings: InputSettings, allow_no_answer: bool) -> dict[str, str]:
-    """n-best search over each window's start/end scores -> {question id: answer text}.
+def decode_tokens(spec: TaskSpec, encoded: Encoded, logits: list[np.ndarray], examples: list[TokenExample]) -> list[list[str]]:
+    """Each word's tag from the window where its first piece is most central; "O" for words
+    that produced no token at all or were cut off (see `word_logits`)."""
+    outside = spec.labels.index("O") if "O" in spec.labels else 0
+    return [[spec.labels[outside if row is None else int(row.argmax())] for row in words]
+            for words in word_logits(encoded, logits, examples)]
+
+
+def find_answers(encoded: Encoded, starts: list[np.ndarray], ends: list[np.ndarray], examples: list[SpanExample],
+                 settings: InputSettings, allow_no_answer: bool) -> list[dict]:
+    """n-best search over each window's start/end scores -> each question's answer.
 
     Spans must lie in the context, end at or after their start and be at most
-    `max_answer_length` tokens; the best-scoring span over all windows wins. With
-    `allow_no_answer` (SQuAD 2.0) the answer is "" when the smallest [CLS] score over the
+    `max_answer_length` tokens; the best start + end score over all windows wins. With
+    `allow_no_answer` (SQuAD 2.0) there is no answer when the smallest [CLS] score over the
     windows exceeds the best span's score by more than `null_score_threshold`.
+
+    Returns one dict per example: "answer" (the context's text), "start" and "end" (character
+    offsets, end exclusive) and "score", the span's probability within its window
+    (softmax of the start scores x softmax of the end scores over the context tokens);
+    {"answer": "", "start": None, "end": None, "score": None} when there is none.
     """
-    best = [(-np.inf, "") for _ in examples]
+    best: list[tuple[float, dict] | None] = [None] * len(examples)
     null = [np.inf] * len(examples)
     for feature, start, end in zip(encoded.features, starts, ends):
         i = feature.example
@@ -329,22 +347,35 @@ def decode_spans(encoded: Encoded, starts: list[np.ndarray], ends: list[np.ndarr
         valid = np.array([o is not None for o in feature.offsets])
         s_scores = np.where(valid, start[: len(valid)], -np.inf)
         e_scores = np.where(valid, end[: len(valid)], -np.inf)
-        top_s = np.argsort(-s_scores)[: settings.n_best]
-        top_e = np.argsort(-e_scores)[: settings.n_best]
-        for s in top_s:
-            if not valid[s]:
-                break
-            for e in top_e:
-                if not valid[e] or e < s or e - s + 1 > settings.max_answer_length:
-                    continue
-                score = float(s_scores[s] + e_scores[e])
-                if score > best[i][0]:
-                    context = examples[i].context
-                    best[i] = (score, context[feature.offsets[s][0]: feature.offsets[e][1]])
-    answers = {}
-    for i, example in enumerate(examples):
-        score, text = best[i]
-        if allow_no_answer and null[i] - score > settings.null_score_threshold:
-            text = ""
-        answers[example.qid] = text
-    return answers
+        top_s = [s for s in np.argsort(-s_scores)[: settings.n_best] if valid[s]]
+        top_e = [e for e in np.argsort(-e_scores)[: settings.n_best] if valid[e]]
+        if not top_s or not top_e:
+            continue
+        pairs = s_scores[top_s][:, None] + e_scores[top_e][None, :]  # (starts, ends)
+        length = np.array(top_e)[None, :] - np.array(top_s)[:, None] + 1
+        pairs[(length < 1) | (length > settings.max_answer_length)] = -np.inf
+        a, b = np.unravel_index(pairs.argmax(), pairs.shape)
+        score = float(pairs[a, b])
+        if np.isinf(score) or (best[i] is not None and score <= best[i][0]):
+            continue
+        s, e = top_s[a], top_e[b]
+        probability = softmax(s_scores[valid])[valid[:s].sum()] * softmax(e_scores[valid])[valid[:e].sum()]
+        char_start, char_end = feature.offsets[s][0], feature.offsets[e][1]
+        best[i] = (score, {"answer": examples[i].context[char_start:char_end], "start": char_start,
+                           "end": char_end, "score": float(probability)})
+    no_answer = {"answer": "", "start": None, "end": None, "score": None}
+    return [no_answer if found is None or (allow_no_answer and null[i] - found[0] > settings.null_score_threshold)
+            else found[1] for i, found in enumerate(best)]
+
+
+def softmax(scores: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, stable for large scores."""
+    shifted = np.exp(scores - scores.max(-1, keepdims=True))
+    return shifted / shifted.sum(-1, keepdims=True)
+
+
+def decode_spans(encoded: Encoded, starts: list[np.ndarray], ends: list[np.ndarray], examples: list[SpanExample],
+                 settings: InputSettings, allow_no_answer: bool) -> dict[str, str]:
+    """{question id: answer text} ("" for no answer); see `find_answers`."""
+    answers = find_answers(encoded, starts, ends, examples, settings, allow_no_answer)
+    return {example.qid: answer["answer"] for example, answer in zip(examples, answers)}
