@@ -307,6 +307,30 @@ def run_predict(args: argparse.Namespace) -> None:
     print(f"wrote {count:,} predictions to {args.out}")
 
 
+def add_export(commands: argparse._SubParsersAction) -> None:
+    """`bertology export`: a model directory as a transformers copy, PyTorch int8, or ONNX."""
+    p = commands.add_parser(
+        "export", help="export a model for deployment: transformers copy (hf), PyTorch int8, or ONNX",
+        description="hf: config.json + model.safetensors + tokenizer that transformers loads as it is. int8: "
+        "dynamic int8 quantization of every linear layer (smaller, faster on the CPU). onnx: model.onnx for ONNX "
+        "Runtime, dynamic batch and sequence length. `bertology evaluate` and `predict` run every export.",
+    )
+    p.add_argument("--model", required=True, type=Path, metavar="DIR", help="a fine-tuned model or encoder directory")
+    p.add_argument("--format", required=True, dest="fmt", metavar="FORMAT", help="hf, int8 or onnx")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory (new or empty)")
+    p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    p.set_defaults(run=run_export)
+
+
+def run_export(args: argparse.Namespace) -> None:
+    """Export and report the size on disk."""
+    from .export import export_model
+
+    out = export_model(args.model, args.fmt, args.out, force=args.force)
+    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+    print(f"wrote the {args.fmt} export of {args.model} to {out} ({size / 2**20:.1f} MiB)")
+
+
 def add_demo(commands: argparse._SubParsersAction) -> None:
     """`bertology demo`: the main job, offline, in minutes."""
     p = commands.add_parser(
@@ -445,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"bertology {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (add_demo, add_tokenizer, add_info, add_pretrain, add_finetune, add_evaluate, add_predict, add_explain, add_embed):
+    for add in (add_demo, add_tokenizer, add_info, add_pretrain, add_finetune, add_evaluate, add_predict, add_explain, add_embed, add_export):
         add(commands)
     return parser
 

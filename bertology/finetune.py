@@ -30,6 +30,7 @@ from torch import nn
 from . import metrics as task_metrics
 from . import tasks as task_files
 from .errors import UserError
+from .export import CPU_FORMATS, EXPORT_KEY, OnnxModel
 from .files import write_json_atomic
 from .model import (BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification,
                     BertPreTrainedModel, load_model)
@@ -268,14 +269,32 @@ def gradual_unfreezer(model: BertPreTrainedModel):
 
 # ----- prediction and scoring -----------------------------------------------------------------
 
+def model_device(model: nn.Module) -> torch.device:
+    """Where a model computes: its parameters' device, or the CPU for an ONNX Runtime model (it has none)."""
+    param = next(model.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
+
+
+def precision_for(model: nn.Module, precision: str, device: torch.device) -> str:
+    """The resolved precision to run `model` in. Exported int8 and ONNX models compute in fp32
+    only (their `inference_precision`; quantized linears take fp32 input), so for them "auto"
+    is fp32 and bf16 is refused."""
+    fixed = getattr(model, "inference_precision", None)
+    if fixed is None:
+        return resolve_precision(precision, device)
+    if precision not in ("auto", fixed):
+        raise UserError(f"this exported model computes in {fixed} only; use --precision auto or {fixed}")
+    return fixed
+
+
 @torch.no_grad()
 def run_rows(model: BertPreTrainedModel, encoded: Encoded, spec: TaskSpec, pad_id: int, batch_size: int,
              precision: str = "auto", progress: bool = False) -> list:
     """Model outputs for every row, in row order: logits, or (start, end) score pairs for spans."""
     from tqdm.auto import tqdm
 
-    device = next(model.parameters()).device
-    precision = resolve_precision(precision, device)
+    device = model_device(model)
+    precision = precision_for(model, precision, device)
     model.eval()
     bar = tqdm(total=len(encoded.features), disable=not progress, unit="row", desc="predicting", leave=False)
 
@@ -478,12 +497,23 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
 
 
 def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer, TaskSpec, InputSettings]:
-    """A fine-tuned (or feature-based) model directory -> model, tokenizer, task, input settings."""
+    """A fine-tuned (feature-based, or exported) model directory -> model, tokenizer, task, input settings.
+
+    An `onnx` export comes back as an ONNX Runtime model and an `int8` export quantized
+    (export.py); both are called like the PyTorch models and stay on the CPU.
+    """
     from .feature_mode import FeatureModel, is_feature_model
 
-    spec, settings = task_of(BertConfig.load(model_dir), model_dir)
-    model = FeatureModel.from_pretrained(model_dir) if is_feature_model(model_dir) else load_model(model_dir)
-    if torch.cuda.is_available():
+    config = BertConfig.load(model_dir)
+    spec, settings = task_of(config, model_dir)
+    exported = config.extra.get(EXPORT_KEY)
+    if is_feature_model(model_dir):
+        model = FeatureModel.from_pretrained(model_dir)
+    elif exported == "onnx":
+        model = OnnxModel(model_dir)
+    else:
+        model = load_model(model_dir)
+    if torch.cuda.is_available() and exported not in CPU_FORMATS:
         model = model.cuda()
     return model, Tokenizer.from_pretrained(model_dir), spec, settings
 

@@ -550,9 +550,22 @@ MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = {
 }
 
 
-def load_model(directory: str | os.PathLike) -> BertPreTrainedModel:
-    """Load a model directory as the class its config.json names in `architectures`
-    (BertModel when it names none we know)."""
-    config = BertConfig.load(directory)
+def model_class(config: BertConfig) -> type[BertPreTrainedModel]:
+    """The class a config.json names in `architectures` (BertModel when it names none we know)."""
     names = config.extra.get("architectures") or ["BertModel"]
-    return MODEL_CLASSES.get(names[0], BertModel).from_pretrained(directory)
+    return MODEL_CLASSES.get(names[0], BertModel)
+
+
+def load_model(directory: str | os.PathLike) -> BertPreTrainedModel:
+    """Load a model directory as the class its config.json names in `architectures`; an int8
+    export (export.py) comes back quantized, as it was saved."""
+    config = BertConfig.load(directory)
+    exported = config.extra.get("bertology_export")  # export.EXPORT_KEY; export.py imports this module
+    if exported == "int8":
+        from .export import load_quantized
+
+        return load_quantized(directory)
+    if exported == "onnx":
+        raise UserError(f"{directory}: an ONNX export (model.onnx), not PyTorch weights; run it with "
+                        "`bertology evaluate` / `bertology predict`, or load it with bertology.export.OnnxModel")
+    return model_class(config).from_pretrained(directory)
