@@ -258,6 +258,63 @@ def run_finetune(args: argparse.Namespace) -> None:
     print(f"wrote the best model, eval_results.json and learning_curve.png to {config.out}")
 
 
+def add_distill(commands: argparse._SubParsersAction) -> None:
+    """`bertology distill`: train a small student on a fine-tuned teacher's soft targets."""
+    p = commands.add_parser(
+        "distill", help="distil a fine-tuned teacher into a small, fast student",
+        description="The teacher labels a transfer set (the task's training text and any --unlabeled files; its "
+        "outputs are cached and reused by later runs) and a student learns its soft targets. Writes the best "
+        "student (by the task's main dev metric), eval_results.json (with the teacher's score), metrics.jsonl "
+        "and learning_curve.png into --out. Every flag can also be a key of a --config file (TOML or JSON).",
+    )
+    S = argparse.SUPPRESS
+    data = p.add_argument_group("teacher, student and data")
+    data.add_argument("--teacher", default=S, metavar="DIR", help="a fine-tuned model directory")
+    data.add_argument("--student", default=S, metavar="DIR", help="a pre-trained encoder (default: random init)")
+    data.add_argument("--preset", choices=list(PRESETS), default=S, help="the random-init student's size (mini)")
+    data.add_argument("--data", default=S, metavar="PATH", help="the task's folder: dev scores the student, "
+                      "train's texts join the transfer set")
+    data.add_argument("--train-file", default=S, help="your own task: training CSV/TSV/JSONL")
+    data.add_argument("--dev-file", default=S, help="your own task: dev CSV/TSV/JSONL")
+    data.add_argument("--unlabeled", nargs="+", default=S, metavar="FILE",
+                      help="more transfer text: one example per line (a tab between the texts of a pair)")
+    data.add_argument("--no-train-text", dest="train_text", action="store_false", default=S,
+                      help="leave the task's training text out of the transfer set")
+    data.add_argument("--max-transfer-examples", type=positive_int, default=S, help="a reproducible random subset")
+    data.add_argument("--max-seq-len", type=positive_int, default=S, help="tokens per row (the teacher's)")
+    data.add_argument("--out", default=S, metavar="DIR", help="output directory")
+    data.add_argument("--cache-dir", default=S, help="where the teacher's targets are kept ($BERTOLOGY_CACHE)")
+    loss = p.add_argument_group("loss")
+    loss.add_argument("--loss", choices=["kl", "mse"], default=S, help="KL between softened distributions (kl) "
+                      "or MSE between logits")
+    loss.add_argument("--temperature", type=float, default=S, help="softening temperature for kl (2)")
+    loss.add_argument("--label-weight", type=float, default=S, help="weight of the true labels' loss (0)")
+    loss.add_argument("--hidden-weight", type=float, default=S, help="weight of the hidden-state loss (0 = off)")
+    train = p.add_argument_group("training")
+    train.add_argument("--config", type=Path, help="TOML or JSON file with any of these settings")
+    train.add_argument("--epochs", type=float, default=S, help="passes over the transfer set (3)")
+    train.add_argument("--lr", type=float, default=S, help="peak learning rate (1e-4)")
+    train.add_argument("--batch-size", type=positive_int, default=S, help="examples per step (32)")
+    train.add_argument("--warmup", type=float, default=S, help="warmup: a fraction (< 1) or steps (0.1)")
+    train.add_argument("--precision", choices=["auto", "fp32", "bf16"], default=S, help="auto: bf16 where fast")
+    train.add_argument("--seed", type=int, default=S, help="random seed (42)")
+    train.add_argument("--resume", action="store_true", default=S, help="continue an interrupted run")
+    train.add_argument("--no-progress", dest="progress", action="store_false", default=S, help="no progress bar")
+    p.set_defaults(run=run_distill)
+
+
+def run_distill(args: argparse.Namespace) -> None:
+    """Merge defaults < config file < flags, run, print the student's dev results."""
+    from .distill import DistillConfig, run_distillation
+
+    values, flags = file_and_flag_settings(DistillConfig, args)
+    config = DistillConfig(**{**values, **flags})
+    results = run_distillation(config)
+    if "split" in results:
+        print_results(results)
+    print(f"wrote the student, eval_results.json and learning_curve.png to {config.out}")
+
+
 def add_evaluate(commands: argparse._SubParsersAction) -> None:
     """`bertology evaluate`: a fine-tuned model's metrics on a task's split."""
     p = commands.add_parser("evaluate", help="score a fine-tuned model on a task's dev (or other) split")
@@ -469,7 +526,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"bertology {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (add_demo, add_tokenizer, add_info, add_pretrain, add_finetune, add_evaluate, add_predict, add_explain, add_embed, add_export):
+    for add in (add_demo, add_tokenizer, add_info, add_pretrain, add_finetune, add_evaluate, add_predict,
+                add_distill, add_explain, add_embed, add_export):
         add(commands)
     return parser
 

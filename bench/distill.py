@@ -1,0 +1,132 @@
+"""Distillation on SST-2: does a small student taught by a fine-tuned teacher beat the same
+student fine-tuned on the 67k labels, keep >= 95% of the teacher's accuracy and run >= 3x faster?
+
+Teacher: a fine-tuned SST-2 model (e.g. all-MiniLM-L6-v2 after `bertology finetune --task sst2`).
+Student: preset mini (4 layers, 256 wide), either a `bertology pretrain` output (--student DIR)
+or randomly initialised with the teacher's vocabulary (--student random). The transfer set is
+SST-2's training sentences without their labels plus --book-sentences sentences from the
+Gutenberg books in ../shared/data. The baseline fine-tunes the same student on the labels.
+Inference speed: teacher and student over SST-2 dev at batch 32, in the same run.
+
+    python bench/distill.py --teacher runs/teacher-sst2 --student runs/student-mini-pt [--book-sentences 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("BERTOLOGY_DATA", REPO.parent / "shared" / "data"))
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'“‘])")
+
+
+def book_sentences(folder: Path, count: int, seed: int) -> list[str]:
+    """`count` sentences of 6-40 words drawn at random from the books' text (PG header and licence left out)."""
+    sentences = []
+    for path in sorted(folder.glob("*.txt")):
+        text = path.read_text(encoding="utf-8-sig").replace("\r\n", "\n")
+        start, end = text.find("*** START OF"), text.find("*** END OF")
+        body = text[text.find("\n", start) + 1: end if end > 0 else None]
+        for paragraph in re.split(r"\n\s*\n", body):
+            for sentence in SENTENCE_END.split(" ".join(paragraph.split())):
+                if 6 <= len(sentence.split()) <= 40 and "\t" not in sentence:
+                    sentences.append(sentence)
+    random.Random(seed).shuffle(sentences)
+    return sentences[:count]
+
+
+def random_student(teacher: str, out: Path) -> str:
+    """A randomly initialised mini encoder with the teacher's vocabulary, saved as a model directory."""
+    import torch
+
+    from bertology import BertConfig, BertModel, Tokenizer
+
+    torch.manual_seed(0)
+    config = BertConfig.load(teacher)
+    BertModel(BertConfig.from_preset("mini", vocab_size=config.vocab_size)).save_pretrained(out)
+    Tokenizer.from_pretrained(teacher).save_pretrained(out)
+    return str(out)
+
+
+def sentences_per_second(model_dir: str, texts: list[str], precision: str, repeats: int = 3) -> float:
+    """Inference throughput over `texts` at batch 32 (best of `repeats`, after one warm-up pass)."""
+    from bertology.finetune import load_finetuned, predict
+    from bertology.tasks import SequenceExample
+
+    model, tokenizer, spec, settings = load_finetuned(model_dir)
+    examples = [SequenceExample(str(i), t, None, None, f"dev:{i}") for i, t in enumerate(texts)]
+    predict(model, tokenizer, spec, examples[:64], settings, batch_size=32, precision=precision)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        predict(model, tokenizer, spec, examples, settings, batch_size=32, precision=precision)
+        best = min(best, time.perf_counter() - start)
+    return len(texts) / best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--teacher", required=True, help="a fine-tuned SST-2 model directory")
+    parser.add_argument("--student", default="random", help="a pre-trained mini encoder directory, or 'random'")
+    parser.add_argument("--book-sentences", type=int, default=100_000)
+    parser.add_argument("--epochs", type=float, default=3.0)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--finetune-epochs", type=float, default=3.0)
+    parser.add_argument("--finetune-lr", type=float, default=1e-4)
+    parser.add_argument("--skip", nargs="*", default=[], choices=["finetune", "distill"])
+    parser.add_argument("--out", default=None, help="keep the students here (default: a temporary folder)")
+    args = parser.parse_args()
+
+    from bertology.distill import DistillConfig, run_distillation
+    from bertology.finetune import FinetuneConfig, run_finetuning
+    from bertology.tasks import read_glue, TASKS
+
+    sst2 = DATA / "glue" / "SST-2"
+    work = Path(args.out or tempfile.mkdtemp(prefix="bertology-distill-"))
+    work.mkdir(parents=True, exist_ok=True)
+    student = random_student(args.teacher, work / "random-mini") if args.student == "random" else args.student
+    rows = {}
+    if "finetune" not in args.skip:
+        start = time.perf_counter()
+        results = run_finetuning(FinetuneConfig(task="sst2", data=str(sst2), model=student, out=str(work / "finetuned"),
+                                                epochs=args.finetune_epochs, lr=args.finetune_lr, progress=False))
+        rows["student fine-tuned on the 67k labels"] = (results["accuracy"], time.perf_counter() - start)
+    if "distill" not in args.skip:
+        books = work / "book_sentences.txt"
+        books.write_text("\n".join(book_sentences(DATA / "gutenberg", args.book_sentences, seed=0)) + "\n",
+                         encoding="utf-8")
+        start = time.perf_counter()
+        results = run_distillation(DistillConfig(teacher=args.teacher, student=student, data=str(sst2),
+                                                 unlabeled=[str(books)], out=str(work / "distilled"),
+                                                 epochs=args.epochs, lr=args.lr, progress=False))
+        rows["student distilled (SST-2 text + books, no labels)"] = (results["accuracy"], time.perf_counter() - start)
+        teacher_accuracy = results["teacher_accuracy"]
+    dev = [e.text_a for e in read_glue(TASKS["sst2"], sst2 / "dev.tsv", "dev")]
+    speeds = {name: sentences_per_second(path, dev, "auto") for name, path in
+              (("teacher", args.teacher), ("student", str(work / ("distilled" if "distill" not in args.skip else "finetuned"))))}
+
+    print(f"\nSST-2 dev ({len(dev)} sentences); student init: {args.student}\n")
+    print("| model | dev accuracy | % of teacher | training time |")
+    print("|---|---:|---:|---:|")
+    if "distill" in args.skip:
+        teacher_accuracy = json.loads((Path(args.teacher) / "eval_results.json").read_text())["accuracy"]
+    print(f"| teacher ({Path(args.teacher).name}) | {teacher_accuracy:.4f} | 100.0% | |")
+    for name, (accuracy, seconds) in rows.items():
+        print(f"| {name} | {accuracy:.4f} | {100 * accuracy / teacher_accuracy:.1f}% | {seconds / 60:.1f} min |")
+    print(f"\ninference at batch 32: teacher {speeds['teacher']:,.0f} sentences/s, student {speeds['student']:,.0f} "
+          f"sentences/s ({speeds['student'] / speeds['teacher']:.2f}x)")
+    (work / "bench_results.json").write_text(json.dumps(
+        {"rows": rows, "teacher_accuracy": teacher_accuracy, "speeds": speeds, "args": vars(args)}, indent=2))
+    print(f"students and results in {work}")
+
+
+if __name__ == "__main__":
+    main()
