@@ -518,6 +518,35 @@ def run_embed(args: argparse.Namespace) -> None:
           + f", {summary['seconds']:.1f} s" + (f"; {', '.join(notes)}" if notes else ""))
 
 
+def add_serve(commands: argparse._SubParsersAction) -> None:
+    """`bertology serve`: a model directory as an HTTP JSON API."""
+    p = commands.add_parser(
+        "serve", help="serve a model over HTTP: POST /predict and /embed, GET /health and /info, docs at /docs",
+        description="Serve a fine-tuned model (POST /predict: labels with probabilities, scores, tags or answer spans) "
+        "or any encoder (POST /embed: sentence vectors) as a JSON API. Concurrent requests are micro-batched. "
+        "SIGINT/SIGTERM finish the requests in flight, then exit.",
+    )
+    p.add_argument("--model", required=True, metavar="DIR", help="a model directory (fine-tuned, or a bare encoder)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1; 0.0.0.0 for all)")
+    p.add_argument("--port", type=int, default=8000, help="port (8000; 0 picks a free one)")
+    p.add_argument("--max-batch", type=positive_int, default=64, help="texts per forward pass (64; 1 = no batching)")
+    p.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a batch waits for more texts (5)")
+    p.add_argument("--max-queue", type=positive_int, default=1024, help="texts waiting; beyond, 503 (1024)")
+    p.add_argument("--max-texts", type=positive_int, default=64, help="texts per request (64)")
+    p.add_argument("--max-text-chars", type=positive_int, default=10_000, help="characters per text (10000)")
+    p.add_argument("--max-body-bytes", type=positive_int, default=1_000_000, help="request body size (1000000)")
+    p.add_argument("--threads", type=positive_int, help="PyTorch threads (default: PyTorch's choice)")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto", help="auto: bf16 where fast")
+    p.set_defaults(run=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> None:
+    """Serve until SIGINT or SIGTERM."""
+    from .serve import ServeConfig, run_server
+
+    run_server(ServeConfig(**{k: v for k, v in vars(args).items() if k not in ("run", "command")}))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (all subcommands)."""
     parser = ArgumentParser(
@@ -527,7 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bertology {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in (add_demo, add_tokenizer, add_info, add_pretrain, add_finetune, add_evaluate, add_predict,
-                add_distill, add_explain, add_embed, add_export):
+                add_distill, add_explain, add_embed, add_serve, add_export):
         add(commands)
     return parser
 
