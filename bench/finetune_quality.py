@@ -90,7 +90,7 @@ def main() -> None:
         for task, metric, value, floor, seconds, _ in rows:
             print(f"{task:<11}{metric:<10}{value:>10.4f}{floor:>8.3f}{value - floor:>+9.4f}{seconds / 60:>9.1f}")
     if args.ulmfit:
-        print(f"\nSST-2, 8,000 training examples, all-MiniLM-L6-v2")
+        print("\nSST-2, 8,000 training examples, all-MiniLM-L6-v2")
         print(f"{'setup':<36}{'dev acc':>9}{'minutes':>9}")
         for name, settings in ULMFIT_RUNS.items():
             merged = {"epochs": 2, "lr": 1e-4, **settings}

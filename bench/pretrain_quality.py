@@ -15,7 +15,6 @@ PNG with both curves.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
