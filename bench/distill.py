@@ -4,11 +4,12 @@ student fine-tuned on the 67k labels, keep >= 95% of the teacher's accuracy and 
 Teacher: a fine-tuned SST-2 model (e.g. all-MiniLM-L6-v2 after `bertology finetune --task sst2`).
 Student: preset mini (4 layers, 256 wide), either a `bertology pretrain` output (--student DIR)
 or randomly initialised with the teacher's vocabulary (--student random). The transfer set is
-SST-2's training sentences without their labels plus --book-sentences sentences from the
-Gutenberg books in ../shared/data. The baseline fine-tunes the same student on the labels.
+SST-2's training sentences without their labels, plus --book-sentences sentences from the
+Gutenberg books in ../shared/data, plus --augment noisy copies of each (Tang et al. 2019).
+The baseline fine-tunes the same student on the labels.
 Inference speed: teacher and student over SST-2 dev at batch 32, in the same run.
 
-    python bench/distill.py --teacher runs/teacher-sst2 --student runs/student-mini-pt [--book-sentences 100000]
+    python bench/distill.py --teacher runs/teacher-sst2 --student runs/student-mini-pt [--book-sentences 100000] [--augment 4]
 """
 
 from __future__ import annotations
@@ -56,20 +57,29 @@ def random_student(teacher: str, out: Path) -> str:
     return str(out)
 
 
-def sentences_per_second(model_dir: str, texts: list[str], precision: str, repeats: int = 3) -> float:
-    """Inference throughput over `texts` at batch 32 (best of `repeats`, after one warm-up pass)."""
-    from bertology.finetune import load_finetuned, predict
+def sentences_per_second(model_dir: str, texts: list[str], precision: str, repeats: int = 5) -> tuple[float, float]:
+    """Inference throughput over `texts` at batch 32, best of `repeats` after a warm-up pass:
+    (forward passes over the pre-tokenized texts, end to end with tokenization and decoding)."""
+    from bertology.finetune import load_finetuned, predict, run_rows
+    from bertology.task_inputs import encode
     from bertology.tasks import SequenceExample
 
     model, tokenizer, spec, settings = load_finetuned(model_dir)
     examples = [SequenceExample(str(i), t, None, None, f"dev:{i}") for i, t in enumerate(texts)]
-    predict(model, tokenizer, spec, examples[:64], settings, batch_size=32, precision=precision)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        predict(model, tokenizer, spec, examples, settings, batch_size=32, precision=precision)
-        best = min(best, time.perf_counter() - start)
-    return len(texts) / best
+    encoded = encode(spec, examples, tokenizer, settings, training=False)
+    jobs = {"model": lambda: run_rows(model, encoded, spec, tokenizer.pad_token_id, 32, precision),
+            "end to end": lambda: predict(model, tokenizer, spec, examples, settings, batch_size=32, precision=precision)}
+    best = {}
+    for name, job in jobs.items():
+        job()
+        best[name] = min(_seconds(job) for _ in range(repeats))
+    return len(texts) / best["model"], len(texts) / best["end to end"]
+
+
+def _seconds(job) -> float:
+    start = time.perf_counter()
+    job()
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -77,6 +87,7 @@ def main() -> None:
     parser.add_argument("--teacher", required=True, help="a fine-tuned SST-2 model directory")
     parser.add_argument("--student", default="random", help="a pre-trained mini encoder directory, or 'random'")
     parser.add_argument("--book-sentences", type=int, default=100_000)
+    parser.add_argument("--augment", type=int, default=0, help="noisy copies of each transfer text (Tang et al.)")
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--finetune-epochs", type=float, default=3.0)
@@ -100,14 +111,21 @@ def main() -> None:
                                                 epochs=args.finetune_epochs, lr=args.finetune_lr, progress=False))
         rows["student fine-tuned on the 67k labels"] = (results["accuracy"], time.perf_counter() - start)
     if "distill" not in args.skip:
-        books = work / "book_sentences.txt"
-        books.write_text("\n".join(book_sentences(DATA / "gutenberg", args.book_sentences, seed=0)) + "\n",
-                         encoding="utf-8")
+        unlabeled = []
+        if args.book_sentences:
+            books = work / "book_sentences.txt"
+            books.write_text("\n".join(book_sentences(DATA / "gutenberg", args.book_sentences, seed=0)) + "\n",
+                             encoding="utf-8")
+            unlabeled.append(str(books))
         start = time.perf_counter()
         results = run_distillation(DistillConfig(teacher=args.teacher, student=student, data=str(sst2),
-                                                 unlabeled=[str(books)], out=str(work / "distilled"),
+                                                 unlabeled=unlabeled, augment=args.augment, out=str(work / "distilled"),
                                                  epochs=args.epochs, lr=args.lr, progress=False))
-        rows["student distilled (SST-2 text + books, no labels)"] = (results["accuracy"], time.perf_counter() - start)
+        transfer = json.loads((work / "distilled" / "distill_config.json").read_text())["transfer_examples"]
+        name = (f"student distilled: {transfer:,} unlabeled texts (SST-2 train"
+                + (f" + {args.book_sentences:,} book sentences" if args.book_sentences else "")
+                + (f", and up to {args.augment} noisy copies of each" if args.augment else "") + ")")
+        rows[name] = (results["accuracy"], time.perf_counter() - start)
         teacher_accuracy = results["teacher_accuracy"]
     dev = [e.text_a for e in read_glue(TASKS["sst2"], sst2 / "dev.tsv", "dev")]
     speeds = {name: sentences_per_second(path, dev, "auto") for name, path in
@@ -121,8 +139,10 @@ def main() -> None:
     print(f"| teacher ({Path(args.teacher).name}) | {teacher_accuracy:.4f} | 100.0% | |")
     for name, (accuracy, seconds) in rows.items():
         print(f"| {name} | {accuracy:.4f} | {100 * accuracy / teacher_accuracy:.1f}% | {seconds / 60:.1f} min |")
-    print(f"\ninference at batch 32: teacher {speeds['teacher']:,.0f} sentences/s, student {speeds['student']:,.0f} "
-          f"sentences/s ({speeds['student'] / speeds['teacher']:.2f}x)")
+    for n, what in enumerate(("model forward passes (pre-tokenized)", "end to end (tokenization included)")):
+        teacher, student = speeds["teacher"][n], speeds["student"][n]
+        print(f"\ninference at batch 32, {what}: teacher {teacher:,.0f} sentences/s, student {student:,.0f} "
+              f"sentences/s ({student / teacher:.2f}x)")
     (work / "bench_results.json").write_text(json.dumps(
         {"rows": rows, "teacher_accuracy": teacher_accuracy, "speeds": speeds, "args": vars(args)}, indent=2))
     print(f"students and results in {work}")

@@ -281,6 +281,9 @@ def add_distill(commands: argparse._SubParsersAction) -> None:
     data.add_argument("--no-train-text", dest="train_text", action="store_false", default=S,
                       help="leave the task's training text out of the transfer set")
     data.add_argument("--max-transfer-examples", type=positive_int, default=S, help="a reproducible random subset")
+    data.add_argument("--augment", type=int, default=S, metavar="N",
+                      help="add N noisy copies of each transfer example (Tang et al. 2019: words masked or "
+                           "replaced, n-grams sampled) for the teacher to label (0)")
     data.add_argument("--max-seq-len", type=positive_int, default=S, help="tokens per row (the teacher's)")
     data.add_argument("--out", default=S, metavar="DIR", help="output directory")
     data.add_argument("--cache-dir", default=S, help="where the teacher's targets are kept ($BERTOLOGY_CACHE)")

@@ -37,8 +37,8 @@ from .finetune import (MODEL_FOR_KIND, BestModel, EpochBatches, FinetuneConfig, 
 from .model import IGNORE_INDEX, BertPreTrainedModel
 from .objectives import StepOutput, accuracy_counts
 from .task_inputs import Encoded, InputSettings, collate, encode, example_logits, word_logits
-from .tasks import TaskSpec
-from .tokenizer import Tokenizer
+from .tasks import TaskSpec, TokenExample
+from .tokenizer import MASK, Tokenizer
 from .train import Trainer, autocast, check_no_earlier_run, check_writable, resolve_precision
 
 CONFIG_NAME = "distill_config.json"
@@ -58,6 +58,7 @@ class DistillConfig:
     train_text: bool = True  # the task's training examples (their labels are used only if label_weight > 0)
     unlabeled: list[str] = field(default_factory=list)  # more text: one example per line (a tab between a pair)
     max_transfer_examples: int | None = None  # a reproducible random subset
+    augment: int = 0  # Tang et al. (2019): add this many noisy copies of each transfer example
     # the student
     student: str | None = None  # a pre-trained encoder directory; None: random init at `preset`
     preset: str = "mini"
@@ -110,6 +111,8 @@ class DistillConfig:
             raise UserError(f"hidden_weight must be >= 0, got {self.hidden_weight}")
         if self.epochs <= 0 or self.lr <= 0 or self.batch_size <= 0:
             raise UserError("epochs, lr and batch_size must be positive")
+        if self.augment < 0:
+            raise UserError(f"augment must be >= 0, got {self.augment}")
         if not self.train_text and not self.unlabeled:
             raise UserError("no transfer text: give --unlabeled files, or keep the task's training text")
         if (self.train_text or self.label_weight > 0) and not (self.data or self.train_file):
@@ -134,7 +137,46 @@ def read_transfer_set(cfg: DistillConfig, spec: TaskSpec) -> list:
                         for e in read_inputs(spec, Path(path)))
     if not examples:
         raise UserError("the transfer set is empty")
-    return subset(examples, cfg.max_transfer_examples, cfg.seed)
+    examples = subset(examples, cfg.max_transfer_examples, cfg.seed)
+    return examples + augmented(examples, cfg.augment, cfg.seed) if cfg.augment else examples
+
+
+# Tang et al. (2019), "Distilling Task-Specific Knowledge from BERT into Simple Neural Networks":
+# each word is masked with p 0.1 or replaced with p 0.1, then with p 0.25 only an n-gram (n <= 5)
+# is kept. They replace a word by one of the same part of speech; lacking a tagger, we draw
+# from the distinct words of the transfer set.
+MASK_P, REPLACE_P, NGRAM_P, MAX_NGRAM = 0.1, 0.1, 0.25, 5
+
+
+def noisy_words(words: list[str], rng: np.random.Generator, vocabulary: list[str]) -> list[str]:
+    """One noisy copy of a word list (see MASK_P and the comment above it)."""
+    draws = rng.random(len(words))
+    out = [MASK if d < MASK_P else vocabulary[rng.integers(len(vocabulary))] if d < MASK_P + REPLACE_P else w
+           for w, d in zip(words, draws)]
+    if len(out) > 1 and rng.random() < NGRAM_P:
+        n = int(rng.integers(1, min(MAX_NGRAM, len(out)) + 1))
+        start = int(rng.integers(0, len(out) - n + 1))
+        out = out[start: start + n]
+    return out
+
+
+def augmented(examples: list, copies: int, seed: int) -> list:
+    """Up to `copies` noisy, unlabelled copies of every example (both texts of a pair; a tagged
+    sentence's words), for the teacher to label; copies that came out unchanged are dropped."""
+    rng = np.random.default_rng([seed, copies])
+    if isinstance(examples[0], TokenExample):
+        vocabulary = sorted({w for e in examples for w in e.words})
+        copies_of = [dataclasses.replace(e, guid=f"{e.guid}-aug{k}", words=noisy_words(e.words, rng, vocabulary),
+                                         tags=None) for k in range(copies) for e in examples]
+        return [c for c, e in zip(copies_of, examples * copies) if c.words and c.words != e.words]
+    vocabulary = sorted({w for e in examples for text in (e.text_a, e.text_b) if text for w in text.split()})
+
+    def noisy(text: str | None) -> str | None:
+        return " ".join(noisy_words(text.split(), rng, vocabulary)) or text if text else text
+
+    copies_of = [dataclasses.replace(e, guid=f"{e.guid}-aug{k}", text_a=noisy(e.text_a), text_b=noisy(e.text_b),
+                                     label=None) for k in range(copies) for e in examples]
+    return [c for c, e in zip(copies_of, examples * copies) if (c.text_a, c.text_b) != (e.text_a, e.text_b)]
 
 
 def _targets_key(teacher_dir: str, encoded: Encoded) -> str:

@@ -10,7 +10,7 @@ import torch
 
 from bertology import BertConfig, BertModel, Tokenizer
 from bertology.cli import main
-from bertology.distill import DistillConfig, DistillModule, layer_map, run_distillation, teacher_targets
+from bertology.distill import DistillConfig, DistillModule, augmented, layer_map, run_distillation, teacher_targets
 from bertology.finetune import FinetuneConfig, describe_task, load_finetuned, predict, run_finetuning
 from bertology.model import IGNORE_INDEX, BertForSequenceClassification, BertForTokenClassification
 from bertology.task_inputs import InputSettings
@@ -87,13 +87,32 @@ def test_student_learns_the_task_from_unlabeled_text_and_targets_are_cached(tmp_
 def test_mse_labels_and_hidden_state_loss_through_a_projection(tmp_path, teacher, synthetic_task):
     results, _ = distill(tmp_path, "mini", teacher=str(teacher), train_file=str(synthetic_task / "train.csv"),
                          dev_file=str(synthetic_task / "dev.csv"), preset="mini", loss="mse", label_weight=0.5,
-                         hidden_weight=1.0, epochs=2)
+                         hidden_weight=1.0, epochs=2, augment=1)
     assert results["accuracy"] > 0.8
+    recorded = json.loads((tmp_path / "mini" / "distill_config.json").read_text())
+    assert 240 < recorded["transfer_examples"] <= 480  # the training text and its noisy copies
     student = BertConfig.load(tmp_path / "mini")
     assert (student.hidden_size, student.num_hidden_layers) == (256, 4)  # the projection is not saved
     rows = [json.loads(line) for line in (tmp_path / "mini" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if "loss" in r]
     assert losses[-1] < losses[0]
+
+
+def test_augmented_copies_are_noisy_unlabelled_and_reproducible():
+    rng = random.Random(5)
+    examples = [SequenceExample(str(i), sentence(rng, i % 2 == 0), "a second text of the pair", "pos", f"x:{i}")
+                for i in range(200)]
+    copies = augmented(examples, 3, seed=1)
+    assert copies == augmented(examples, 3, seed=1) and copies != augmented(examples, 3, seed=2)
+    assert 400 < len(copies) <= 600 and all(c.label is None and "-aug" in c.guid for c in copies)
+    originals = {e.text_a for e in examples}
+    assert all((c.text_a, c.text_b) != (examples[int(c.guid.split("-")[0])].text_a, examples[0].text_b) for c in copies)
+    masked = sum("[MASK]" in c.text_a for c in copies)
+    shortened = sum(len(c.text_a.split()) < len(examples[int(c.guid.split("-")[0])].text_a.split()) for c in copies)
+    assert masked > 100 and shortened > 50 and sum(c.text_a in originals for c in copies) < len(copies)
+    tagged = augmented([TokenExample("0", "EU rejects German call to boycott British lamb".split(), ["O"] * 8, "t:1")] * 20,
+                       2, seed=0)
+    assert tagged and all(c.tags is None and c.words for c in tagged)
 
 
 def test_layer_map_spreads_student_layers_over_the_teacher():
