@@ -16,7 +16,6 @@ is saved as a fine-tuned model, so evaluate, predict, export and serve take it a
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import sys
 from dataclasses import dataclass, field
@@ -31,15 +30,15 @@ from torch import nn
 from .config import PRESETS, BertConfig
 from .errors import UserError
 from .files import atomic_path, write_json_atomic
-from .finetune import (MODEL_FOR_KIND, BestModel, EpochBatches, FinetuneConfig, RunData, describe_task,
-                       epoch_train_config, evaluate_splits, fit_and_finish, load_finetuned, load_task_model, read_inputs,
-                       read_split, run_rows, subset)
+from .finetune import (MODEL_FOR_KIND, BestModel, EpochBatches, FinetuneConfig, RunData, check_output_dir,
+                       describe_task, epoch_train_config, evaluate_splits, fit_and_finish, load_finetuned,
+                       load_task_model, read_inputs, read_split, run_rows, subset)
 from .model import IGNORE_INDEX, BertPreTrainedModel
 from .objectives import StepOutput, accuracy_counts
-from .task_inputs import Encoded, InputSettings, collate, encode, example_logits, word_logits
+from .task_inputs import Encoded, InputSettings, cache_key, collate, encode, example_logits, word_logits
 from .tasks import TaskSpec, TokenExample
 from .tokenizer import MASK, Tokenizer
-from .train import Trainer, autocast, check_no_earlier_run, check_writable, resolve_precision
+from .train import Trainer, autocast, resolve_precision
 
 CONFIG_NAME = "distill_config.json"
 LOSSES = ("kl", "mse")
@@ -179,16 +178,6 @@ def augmented(examples: list, copies: int, seed: int) -> list:
     return [c for c, e in zip(copies_of, examples * copies) if (c.text_a, c.text_b) != (e.text_a, e.text_b)]
 
 
-def _targets_key(teacher_dir: str, encoded: Encoded) -> str:
-    """Same teacher weights, same rows -> same key."""
-    weights = next(Path(teacher_dir).glob("*.safetensors"), None) or next(Path(teacher_dir).glob("*"))
-    stat = weights.stat()
-    digest = hashlib.sha256(f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    for feature in encoded.features:
-        digest.update(np.asarray(feature.input_ids, np.int32).tobytes() + np.asarray(feature.token_type_ids, np.int8).tobytes())
-    return digest.hexdigest()[:24]
-
-
 @torch.no_grad()
 def teacher_targets(teacher: nn.Module, tokenizer: Tokenizer, spec: TaskSpec, settings: InputSettings, examples: list,
                     teacher_dir: str, cache: Path | None, batch_size: int, precision: str) -> list[np.ndarray]:
@@ -199,7 +188,7 @@ def teacher_targets(teacher: nn.Module, tokenizer: Tokenizer, spec: TaskSpec, se
     same teacher reads them back.
     """
     encoded = encode(spec, examples, tokenizer, settings, training=False)
-    path = cache / f"{_targets_key(teacher_dir, encoded)}.safetensors" if cache is not None else None
+    path = cache / f"{cache_key(teacher_dir, encoded)}.safetensors" if cache is not None else None
     if path is not None and path.is_file():
         stored = load_file(str(path))
         print(f"teacher targets for {len(examples):,} examples read from {path}", file=sys.stderr)
@@ -365,9 +354,7 @@ def run_distillation(cfg: DistillConfig) -> dict:
     """Distil the teacher into the student; write the student, its dev results and the curves."""
     cfg.validate()
     out = Path(cfg.out)
-    check_writable(out, needed_bytes=0)
-    if not cfg.resume:
-        check_no_earlier_run(out)
+    check_output_dir(out, cfg.resume)
     teacher, teacher_tokenizer, spec, settings = load_finetuned(cfg.teacher)
     if spec.kind == "span":
         raise UserError(f"{cfg.teacher}: distillation covers sentence, pair and token tasks, not span extraction")

@@ -35,7 +35,8 @@ from .errors import UserError
 from .features import LAYER_CHOICES, combine_layers, feature_width, parse_layers, pool
 from .files import atomic_path
 from .model import BertModel
-from .task_inputs import Feature, word_of_each_token, collate, in_row_order
+from .task_inputs import Feature, collate, in_row_order, word_of_each_token
+from .tasks import json_object
 from .tokenizer import VOCAB_FILE, Tokenizer
 from .train import PRECISIONS, autocast, resolve_precision
 
@@ -339,12 +340,7 @@ def read_texts(path: Path, text_field: str | None, skip_empty: bool,
 
 def _json_text(line: str, text_field: str, where: str) -> str:
     """The string at `text_field` of one JSONL line."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise UserError(f"{where}: invalid JSON ({err.msg} at column {err.colno})") from None
-    if not isinstance(record, dict):
-        raise UserError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    record = json_object(line, where)
     if text_field not in record:
         raise UserError(f"{where}: no field {text_field!r} (fields: {', '.join(record) or 'none'}; --field picks one)")
     text = record[text_field]

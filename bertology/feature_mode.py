@@ -12,12 +12,10 @@ run it like any fine-tuned model.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
@@ -28,7 +26,7 @@ from .features import ScalarMix, combine_layers, feature_width, parse_layers, po
 from .files import atomic_path, write_json_atomic
 from .model import IGNORE_INDEX, BertModel, ModelOutput
 from .objectives import StepOutput
-from .task_inputs import Encoded, collate, encode, in_row_order
+from .task_inputs import Encoded, cache_key, collate, encode, in_row_order
 from .tasks import TaskSpec
 from .train import Trainer, autocast, resolve_precision
 
@@ -138,22 +136,13 @@ def is_feature_model(directory: str | Path) -> bool:
 
 # ----- feature cache --------------------------------------------------------------------------
 
-def _cache_key(model_dir: str, encoded: Encoded, layers: list[int], combine: str) -> str:
-    """Same encoder weights, same rows, same layers -> same key."""
-    weights = next((p for p in Path(model_dir).glob("*.safetensors")), None) or next(Path(model_dir).glob("*.bin"))
-    digest = hashlib.sha256(f"{weights.resolve()}:{weights.stat().st_size}:{weights.stat().st_mtime_ns}:{layers}:{combine}".encode())
-    for feature in encoded.features:
-        digest.update(np.asarray(feature.input_ids, np.int32).tobytes() + np.asarray(feature.token_type_ids, np.int8).tobytes())
-    return digest.hexdigest()[:24]
-
-
 @torch.no_grad()
 def compute_features(model: FeatureModel, encoded: Encoded, pad_id: int, batch_size: int, precision: str,
                      cache: Path | None, key_source: str) -> list[torch.Tensor]:
     """Each row's (T, [L,] H) features in fp16, from the cache file when an earlier run made it."""
     path = None
     if cache is not None:
-        path = cache / f"{_cache_key(key_source, encoded, model.head.config.layers, model.head.config.combine)}.safetensors"
+        path = cache / f"{cache_key(key_source, encoded, model.head.config.layers, model.head.config.combine)}.safetensors"
         if path.is_file():
             stored = load_file(str(path))
             return list(torch.split(stored["features"], stored["lengths"].tolist()))

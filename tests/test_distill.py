@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertology import BertConfig, BertModel, Tokenizer
+from bertology import BertConfig, Tokenizer
 from bertology.cli import main
 from bertology.distill import DistillConfig, DistillModule, augmented, layer_map, run_distillation, teacher_targets
 from bertology.finetune import FinetuneConfig, describe_task, load_finetuned, predict, run_finetuning
@@ -17,16 +17,6 @@ from bertology.task_inputs import InputSettings
 from bertology.tasks import TASKS, SequenceExample, TokenExample
 
 WORDS = ["the", "film", "was", "a", "story", "with", "actors", "and", "music", "of", "scenes", "plot", "ending"]
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory, minilm_dir):
-    """A randomly initialised tiny encoder with MiniLM's uncased vocabulary."""
-    directory = tmp_path_factory.mktemp("tiny")
-    torch.manual_seed(0)
-    BertModel(BertConfig.from_preset("tiny", vocab_size=30522)).save_pretrained(directory)
-    Tokenizer.from_pretrained(minilm_dir).save_pretrained(directory)
-    return directory
 
 
 def sentence(rng: random.Random, positive: bool) -> str:
@@ -49,10 +39,10 @@ def synthetic_task(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def teacher(tmp_path_factory, tokenizer_dir, synthetic_task):
+def teacher(tmp_path_factory, tiny_model, synthetic_task):
     out = tmp_path_factory.mktemp("teacher") / "model"
     results = run_finetuning(FinetuneConfig(task="classification", train_file=str(synthetic_task / "train.csv"),
-                                            dev_file=str(synthetic_task / "dev.csv"), model=str(tokenizer_dir),
+                                            dev_file=str(synthetic_task / "dev.csv"), model=str(tiny_model),
                                             out=str(out), epochs=4, lr=1e-3, batch_size=16, precision="fp32",
                                             progress=False))
     assert results["accuracy"] > 0.95  # the task is learnable: a precondition of the tests below
@@ -140,7 +130,7 @@ def test_losses():
     assert regression.label_loss(scores, torch.tensor([float("nan"), 3.0])).item() == pytest.approx(1.0)
 
 
-def random_teacher(directory, tokenizer_dir, spec, model_class, scale: float):
+def random_teacher(directory, tiny_model, spec, model_class, scale: float):
     """A teacher with a random, sharpened head: an arbitrary but fixed function of the text to imitate."""
     torch.manual_seed(1)
     labels = spec.labels
@@ -151,12 +141,12 @@ def random_teacher(directory, tokenizer_dir, spec, model_class, scale: float):
         model.classifier.dense.weight.mul_(scale)
     describe_task(model.config, spec, InputSettings())
     model.save_pretrained(directory)
-    Tokenizer.from_pretrained(tokenizer_dir).save_pretrained(directory)
+    Tokenizer.from_pretrained(tiny_model).save_pretrained(directory)
     return directory
 
 
-def test_token_student_imitates_the_teachers_tags(tmp_path, tokenizer_dir):
-    teacher_dir = random_teacher(tmp_path / "teacher", tokenizer_dir, TASKS["conll2003"], BertForTokenClassification, 40)
+def test_token_student_imitates_the_teachers_tags(tmp_path, tiny_model):
+    teacher_dir = random_teacher(tmp_path / "teacher", tiny_model, TASKS["conll2003"], BertForTokenClassification, 40)
     rng = random.Random(3)
     lines = [" ".join(rng.choice(WORDS + ["Paris", "John", "Berlin", "Smith"]) for _ in range(rng.randint(4, 10)))
              for _ in range(200)]
@@ -177,14 +167,14 @@ def test_token_student_imitates_the_teachers_tags(tmp_path, tokenizer_dir):
     assert agreement > 0.9
 
 
-def test_teacher_targets_are_means_of_windows_and_nan_for_unseen_words(tmp_path, tokenizer_dir):
-    teacher_dir = random_teacher(tmp_path / "t", tokenizer_dir, TASKS["sst2"], BertForSequenceClassification, 1)
+def test_teacher_targets_are_means_of_windows_and_nan_for_unseen_words(tmp_path, tiny_model):
+    teacher_dir = random_teacher(tmp_path / "t", tiny_model, TASKS["sst2"], BertForSequenceClassification, 1)
     model, tokenizer, spec, settings = load_finetuned(str(teacher_dir))
     examples = [SequenceExample("0", "a short one", None, None, "x:1"), SequenceExample("1", " ".join(WORDS * 3), None, None, "x:2")]
     windowed = InputSettings(max_seq_len=16, long_inputs="window", doc_stride=8)
     targets = teacher_targets(model, tokenizer, spec, windowed, examples, str(teacher_dir), None, 8, "fp32")
     assert [t.shape for t in targets] == [(1, 2), (1, 2)]
-    tagger_dir = random_teacher(tmp_path / "g", tokenizer_dir, TASKS["conll2003"], BertForTokenClassification, 1)
+    tagger_dir = random_teacher(tmp_path / "g", tiny_model, TASKS["conll2003"], BertForTokenClassification, 1)
     model, tokenizer, spec, settings = load_finetuned(str(tagger_dir))
     words = TokenExample("0", ["John", "\u200b", "lives"], None, "x:1")  # a word with no WordPiece at all
     (target,) = teacher_targets(model, tokenizer, spec, settings, [words], str(tagger_dir), None, 8, "fp32")
@@ -192,9 +182,9 @@ def test_teacher_targets_are_means_of_windows_and_nan_for_unseen_words(tmp_path,
     assert np.isnan(target[1]).all() and not np.isnan(target[[0, 2]]).any()
 
 
-def test_user_mistakes_are_one_line_errors(tmp_path, teacher, tokenizer_dir, synthetic_task, capsys):
+def test_user_mistakes_are_one_line_errors(tmp_path, teacher, tiny_model, synthetic_task, capsys):
     squad_dir = tmp_path / "squad-teacher"
-    random_teacher(squad_dir, tokenizer_dir, TASKS["sst2"], BertForSequenceClassification, 1)
+    random_teacher(squad_dir, tiny_model, TASKS["sst2"], BertForSequenceClassification, 1)
     config = json.loads((squad_dir / "config.json").read_text())
     config["bertology_task"] = json.loads(json.dumps(dataclasses.asdict(TASKS["squad"])))
     (squad_dir / "config.json").write_text(json.dumps(config))
@@ -205,7 +195,7 @@ def test_user_mistakes_are_one_line_errors(tmp_path, teacher, tokenizer_dir, syn
         (["--teacher", str(teacher), "--no-train-text"], "no transfer text"),
         (["--teacher", str(teacher), "--unlabeled", str(tmp_path / "nope.txt"), "--no-train-text"], "nope.txt"),
         (["--teacher", str(teacher), "--unlabeled", str(synthetic_task / "unlabeled.txt"), "--no-train-text",
-          "--student", str(tokenizer_dir), "--hidden-weight", "1", "--temperature", "0"], "temperature"),
+          "--student", str(tiny_model), "--hidden-weight", "1", "--temperature", "0"], "temperature"),
     ]
     for n, (flags, message) in enumerate(cases):
         code = main(["distill", *flags, "--out", str(tmp_path / f"o{n}"), "--no-progress"])

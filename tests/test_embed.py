@@ -182,7 +182,7 @@ def test_sentence_jsonl_and_blank_lines(capsys, tiny_dir, tmp_path):
     (b"", [], "in.txt: no text to embed"),
     (b"the cat\n\na dog\n", [], "in.txt:2: empty line"),
     (b"the cat\n\xff dog\n", [], "in.txt:2: not valid UTF-8"),
-    (b'{"text": "the cat"}\n{"text": "a dog"\n', ["--field", "text"], "in.txt:2: invalid JSON"),
+    (b'{"text": "the cat"}\n{"text": "a dog"\n', ["--field", "text"], "in.txt:2: not valid JSON"),
     (b'{"text": "the cat"}\n{"body": "a dog"}\n', ["--field", "text"], "in.txt:2: no field 'text' (fields: body"),
     (b'{"text": 3}\n', ["--field", "text"], "in.txt:1: field 'text' must be a string"),
     (b'{"text": " "}\n', ["--field", "text"], "in.txt:1: empty text in field 'text'"),

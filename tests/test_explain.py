@@ -5,7 +5,6 @@ import pytest
 import torch
 from matplotlib.image import imread
 
-from bertology import BertConfig, BertModel, Tokenizer
 from bertology.cli import main
 from bertology.embed import load_encoder
 from bertology.explain import (
@@ -18,16 +17,6 @@ from bertology.explain import (
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, minilm_dir):
-    """A randomly initialised 2-layer, 2-head encoder with MiniLM's uncased vocabulary."""
-    directory = tmp_path_factory.mktemp("tiny")
-    torch.manual_seed(0)
-    BertModel(BertConfig.from_preset("tiny", vocab_size=30522)).save_pretrained(directory)
-    Tokenizer.from_pretrained(minilm_dir).save_pretrained(directory)
-    return directory
 
 
 def run_cli(capsys, *argv):

@@ -6,21 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from bertology import BertConfig, BertModel, Tokenizer, UserError
+from bertology import BertModel, Tokenizer, UserError
 from bertology.cli import main
 from bertology.finetune import FinetuneConfig, gradual_unfreezer, layer_depth, load_task_model, run_finetuning
 from bertology.task_inputs import Encoded, Feature, InputSettings, bucketed_batches, decode_spans, decode_tokens, encode
 from bertology.tasks import TASKS, SequenceExample, SpanExample, TokenExample
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, minilm_dir):
-    """A randomly initialised 2-layer encoder with MiniLM's uncased vocabulary."""
-    directory = tmp_path_factory.mktemp("tiny")
-    torch.manual_seed(0)
-    BertModel(BertConfig.from_preset("tiny", vocab_size=30522)).save_pretrained(directory)
-    Tokenizer.from_pretrained(minilm_dir).save_pretrained(directory)
-    return directory
 
 
 def finetune(tmp_path, name, **settings):
