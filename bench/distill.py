@@ -19,8 +19,10 @@ import json
 import os
 import random
 import re
+import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -57,29 +59,33 @@ def random_student(teacher: str, out: Path) -> str:
     return str(out)
 
 
-def sentences_per_second(model_dir: str, texts: list[str], precision: str, repeats: int = 5) -> tuple[float, float]:
-    """Inference throughput over `texts` at batch 32, best of `repeats` after a warm-up pass:
-    (forward passes over the pre-tokenized texts, end to end with tokenization and decoding)."""
+def sentences_per_second(model_dirs: dict[str, str], texts: list[str], precision: str,
+                         rounds: int = 10) -> dict[str, tuple[float, float]]:
+    """Inference throughput of each model over `texts` at batch 32: (forward passes over the
+    pre-tokenized texts, end to end with tokenization and decoding), the median of `rounds`
+    rounds after two warm-up passes. The models take turns within every round, so a change in
+    the machine's speed (other processes, clock) hits them alike."""
     from bertology.finetune import load_finetuned, predict, run_rows
     from bertology.task_inputs import encode
     from bertology.tasks import SequenceExample
 
-    model, tokenizer, spec, settings = load_finetuned(model_dir)
     examples = [SequenceExample(str(i), t, None, None, f"dev:{i}") for i, t in enumerate(texts)]
-    encoded = encode(spec, examples, tokenizer, settings, training=False)
-    jobs = {"model": lambda: run_rows(model, encoded, spec, tokenizer.pad_token_id, 32, precision),
-            "end to end": lambda: predict(model, tokenizer, spec, examples, settings, batch_size=32, precision=precision)}
-    best = {}
-    for name, job in jobs.items():
+    jobs = {}
+    for name, directory in model_dirs.items():
+        model, tokenizer, spec, settings = load_finetuned(directory)
+        encoded = encode(spec, examples, tokenizer, settings, training=False)
+        jobs[name, "model"] = partial(run_rows, model, encoded, spec, tokenizer.pad_token_id, 32, precision)
+        jobs[name, "end to end"] = partial(predict, model, tokenizer, spec, examples, settings, 32, precision)
+    for job in [*jobs.values(), *jobs.values()]:
         job()
-        best[name] = min(_seconds(job) for _ in range(repeats))
-    return len(texts) / best["model"], len(texts) / best["end to end"]
-
-
-def _seconds(job) -> float:
-    start = time.perf_counter()
-    job()
-    return time.perf_counter() - start
+    seconds = {key: [] for key in jobs}
+    for _ in range(rounds):
+        for key, job in jobs.items():
+            start = time.perf_counter()
+            job()
+            seconds[key].append(time.perf_counter() - start)
+    return {name: tuple(len(texts) / statistics.median(seconds[name, what]) for what in ("model", "end to end"))
+            for name in model_dirs}
 
 
 def main() -> None:
@@ -128,21 +134,22 @@ def main() -> None:
         rows[name] = (results["accuracy"], time.perf_counter() - start)
         teacher_accuracy = results["teacher_accuracy"]
     dev = [e.text_a for e in read_glue(TASKS["sst2"], sst2 / "dev.tsv", "dev")]
-    speeds = {name: sentences_per_second(path, dev, "auto") for name, path in
-              (("teacher", args.teacher), ("student", str(work / ("distilled" if "distill" not in args.skip else "finetuned"))))}
+    student_dir = work / "distilled" if (work / "distilled" / "eval_results.json").is_file() else work / "finetuned"
+    speeds = sentences_per_second({"teacher": args.teacher, "student": str(student_dir)}, dev, "auto")
 
     print(f"\nSST-2 dev ({len(dev)} sentences); student init: {args.student}\n")
     print("| model | dev accuracy | % of teacher | training time |")
     print("|---|---:|---:|---:|")
-    if "distill" in args.skip:
+    if "distill" in args.skip:  # the teacher's own dev score, as fine-tuning recorded it
         teacher_accuracy = json.loads((Path(args.teacher) / "eval_results.json").read_text())["accuracy"]
     print(f"| teacher ({Path(args.teacher).name}) | {teacher_accuracy:.4f} | 100.0% | |")
     for name, (accuracy, seconds) in rows.items():
         print(f"| {name} | {accuracy:.4f} | {100 * accuracy / teacher_accuracy:.1f}% | {seconds / 60:.1f} min |")
+    print(f"\ninference at batch 32 ({student_dir.name} student; median of 10 interleaved rounds):")
     for n, what in enumerate(("model forward passes (pre-tokenized)", "end to end (tokenization included)")):
         teacher, student = speeds["teacher"][n], speeds["student"][n]
-        print(f"\ninference at batch 32, {what}: teacher {teacher:,.0f} sentences/s, student {student:,.0f} "
-              f"sentences/s ({student / teacher:.2f}x)")
+        print(f"  {what}: teacher {teacher:,.0f} sentences/s, student {student:,.0f} sentences/s "
+              f"({student / teacher:.2f}x)")
     (work / "bench_results.json").write_text(json.dumps(
         {"rows": rows, "teacher_accuracy": teacher_accuracy, "speeds": speeds, "args": vars(args)}, indent=2))
     print(f"students and results in {work}")
