@@ -6,11 +6,11 @@ concurrency level, for two server settings: micro-batching (the defaults) and
 `--max-batch 1` (every text its own forward pass). Prints a markdown table: setting,
 concurrency, requests, errors, throughput, p50 and p99 latency (measured by the client)
 and the mean batch the server formed. Then sends `--malformed` broken requests, cycling
-through 10 kinds, checks every answer is a 4xx and /health is still ok, and stops the
+through 11 kinds, checks every answer is a 4xx and /health is still ok, and stops the
 server with SIGTERM, which must exit 0. Exits non-zero if any valid request failed, any
 malformed one got anything but a 4xx, or the server did not stop cleanly.
 
-    OMP_NUM_THREADS=1 python bench/serve_load.py --model /work/runs/teacher-sst2 --threads 1
+    python bench/serve_load.py --model runs/sst2 --threads 2
     python bench/serve_load.py --model DIR --requests 50 --concurrency 1 8   # a quick check
 
 The client shares the machine with the server: on a small machine it takes CPU time from it.
