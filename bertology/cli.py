@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .config import OBJECTIVES, PRESETS
+from .config import OBJECTIVES, PRESETS, EpochLoop
 from .errors import UserError
 
 
@@ -173,6 +173,27 @@ def run_pretrain(args: argparse.Namespace) -> None:
         raise SystemExit(130)
 
 
+def add_epoch_loop_flags(parser: argparse.ArgumentParser, epochs_help: str, lr: float) -> argparse._ArgumentGroup:
+    """The "training" group fine-tuning and distillation share (config.EpochLoop's fields, whose
+    defaults it shows; `lr` is the command's own default), with --config."""
+    S = argparse.SUPPRESS
+    default = EpochLoop()
+    train = parser.add_argument_group("training")
+    train.add_argument("--config", type=Path, help="TOML or JSON file with any of these settings")
+    train.add_argument("--epochs", type=float, default=S, help=f"{epochs_help} ({default.epochs:g})")
+    train.add_argument("--lr", type=float, default=S, help=f"peak learning rate ({lr:g})")
+    train.add_argument("--batch-size", type=positive_int, default=S, help=f"examples per step ({default.batch_size})")
+    train.add_argument("--warmup", type=float, default=S, help=f"warmup: a fraction (< 1) or steps ({default.warmup:g})")
+    train.add_argument("--weight-decay", type=float, default=S, help=f"AdamW weight decay ({default.weight_decay:g})")
+    train.add_argument("--schedule", choices=["linear", "slanted_triangular", "constant"], default=S,
+                       help="learning-rate schedule (linear; slanted_triangular is ULMFiT's)")
+    train.add_argument("--precision", choices=["auto", "fp32", "bf16"], default=S, help="auto: bf16 where fast")
+    train.add_argument("--seed", type=int, default=S, help=f"random seed ({default.seed})")
+    train.add_argument("--resume", action="store_true", default=S, help="continue an interrupted run")
+    train.add_argument("--no-progress", dest="progress", action="store_false", default=S, help="no progress bar")
+    return train
+
+
 def add_finetune(commands: argparse._SubParsersAction) -> None:
     """`bertology finetune`: train a task head (and the encoder) on labelled data."""
     p = commands.add_parser(
@@ -203,24 +224,12 @@ def add_finetune(commands: argparse._SubParsersAction) -> None:
     inputs.add_argument("--max-query-length", type=positive_int, default=S, help="SQuAD: question tokens kept (64)")
     inputs.add_argument("--max-answer-length", type=positive_int, default=S, help="SQuAD: longest answer in tokens (30)")
     inputs.add_argument("--null-score-threshold", type=float, default=S, help="SQuAD 2.0: no-answer threshold (0)")
-    train = p.add_argument_group("training")
-    train.add_argument("--config", type=Path, help="TOML or JSON file with any of these settings")
-    train.add_argument("--epochs", type=float, default=S, help="passes over the training set (3)")
-    train.add_argument("--lr", type=float, default=S, help="peak learning rate (5e-5)")
-    train.add_argument("--batch-size", type=positive_int, default=S, help="examples per step (32)")
-    train.add_argument("--warmup", type=float, default=S, help="warmup: a fraction (< 1) or steps (0.1)")
-    train.add_argument("--weight-decay", type=float, default=S, help="AdamW weight decay (0.01)")
-    train.add_argument("--schedule", choices=["linear", "slanted_triangular", "constant"], default=S,
-                       help="learning-rate schedule (linear; slanted_triangular is ULMFiT's)")
+    train = add_epoch_loop_flags(p, "passes over the training set", lr=5e-5)
     train.add_argument("--layer-lr-decay", type=float, default=S,
                        help="ULMFiT's discriminative learning rates: each layer down gets this factor (1 = off)")
     train.add_argument("--gradual-unfreezing", action="store_true", default=S,
                        help="ULMFiT: train the top layer first, one more layer each epoch")
-    train.add_argument("--precision", choices=["auto", "fp32", "bf16"], default=S, help="auto: bf16 where fast")
-    train.add_argument("--seed", type=int, default=S, help="random seed (42)")
     train.add_argument("--seeds", type=positive_int, default=S, help="run N seeds; report median and spread")
-    train.add_argument("--resume", action="store_true", default=S, help="continue an interrupted run")
-    train.add_argument("--no-progress", dest="progress", action="store_false", default=S, help="no progress bar")
     feats = p.add_argument_group("feature-based mode (frozen encoder, only the head trains)")
     feats.add_argument("--mode", choices=["finetune", "features"], default=S, help="finetune (default) or features")
     feats.add_argument("--feature-layers", default=S,
@@ -293,16 +302,7 @@ def add_distill(commands: argparse._SubParsersAction) -> None:
     loss.add_argument("--temperature", type=float, default=S, help="softening temperature for kl (2)")
     loss.add_argument("--label-weight", type=float, default=S, help="weight of the true labels' loss (0)")
     loss.add_argument("--hidden-weight", type=float, default=S, help="weight of the hidden-state loss (0 = off)")
-    train = p.add_argument_group("training")
-    train.add_argument("--config", type=Path, help="TOML or JSON file with any of these settings")
-    train.add_argument("--epochs", type=float, default=S, help="passes over the transfer set (3)")
-    train.add_argument("--lr", type=float, default=S, help="peak learning rate (1e-4)")
-    train.add_argument("--batch-size", type=positive_int, default=S, help="examples per step (32)")
-    train.add_argument("--warmup", type=float, default=S, help="warmup: a fraction (< 1) or steps (0.1)")
-    train.add_argument("--precision", choices=["auto", "fp32", "bf16"], default=S, help="auto: bf16 where fast")
-    train.add_argument("--seed", type=int, default=S, help="random seed (42)")
-    train.add_argument("--resume", action="store_true", default=S, help="continue an interrupted run")
-    train.add_argument("--no-progress", dest="progress", action="store_false", default=S, help="no progress bar")
+    add_epoch_loop_flags(p, "passes over the transfer set", lr=1e-4)
     p.set_defaults(run=run_distill)
 
 

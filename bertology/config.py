@@ -55,6 +55,31 @@ OBJECTIVES: dict[str, ObjectiveSpec] = {
 
 
 @dataclass
+class EpochLoop:
+    """The loop settings fine-tuning and distillation share: epochs over a training set with the
+    BERT paper's recipe (AdamW, warmup then linear decay, clipping). Kept here, free of PyTorch,
+    so the command line can show the defaults; each field is a flag and a config-file key."""
+
+    epochs: float = 3.0
+    lr: float = 5e-5
+    batch_size: int = 32
+    eval_batch_size: int = 128
+    warmup: float = 0.1  # a fraction of the steps (< 1) or a step count
+    weight_decay: float = 0.01
+    schedule: str = "linear"  # or "slanted_triangular" (ULMFiT), "constant"
+    max_grad_norm: float = 1.0
+    precision: str = "auto"
+    seed: int = 42
+    progress: bool = True
+    resume: bool = False
+
+    def validate_loop(self) -> None:
+        """The checks every epoch loop needs."""
+        if self.epochs <= 0 or self.lr <= 0 or self.batch_size <= 0:
+            raise UserError("epochs, lr and batch_size must be positive")
+
+
+@dataclass
 class BertConfig:
     """Hyper-parameters of a BERT encoder and its task head.
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .config import PRESETS, BertConfig
+from .config import PRESETS, BertConfig, EpochLoop
 from .errors import UserError
 from .files import atomic_path, write_json_atomic
 from .finetune import (MODEL_FOR_KIND, BestModel, EpochBatches, FinetuneConfig, RunData, check_output_dir,
@@ -45,7 +45,7 @@ LOSSES = ("kl", "mse")
 
 
 @dataclass
-class DistillConfig:
+class DistillConfig(EpochLoop):
     """Everything a distillation run needs; each field is also a command-line flag and a config-file key."""
 
     teacher: str = ""  # a fine-tuned model directory (its task and labels are the student's)
@@ -66,21 +66,10 @@ class DistillConfig:
     temperature: float = 2.0
     label_weight: float = 0.0  # weight of the true labels' loss; the teacher's gets 1 - label_weight
     hidden_weight: float = 0.0  # > 0: add MSE between mapped student and teacher layers
-    # optimisation
-    max_seq_len: int | None = None  # None: the teacher's
-    epochs: float = 3.0
+    # optimisation: EpochLoop's fields, a small student learning faster than fine-tuning's 5e-5
     lr: float = 1e-4
-    batch_size: int = 32
-    eval_batch_size: int = 128
-    warmup: float = 0.1
-    weight_decay: float = 0.01
-    schedule: str = "linear"
-    max_grad_norm: float = 1.0
-    precision: str = "auto"
-    seed: int = 42
+    max_seq_len: int | None = None  # None: the teacher's
     cache_dir: str | None = None  # where the teacher's targets are kept; default $BERTOLOGY_CACHE/distill
-    progress: bool = True
-    resume: bool = False
 
     def __post_init__(self) -> None:
         for name in ("teacher", "out", "data", "train_file", "dev_file", "student", "cache_dir"):  # Paths from Python
@@ -108,8 +97,7 @@ class DistillConfig:
             raise UserError(f"label_weight must be in [0, 1], got {self.label_weight}")
         if self.hidden_weight < 0:
             raise UserError(f"hidden_weight must be >= 0, got {self.hidden_weight}")
-        if self.epochs <= 0 or self.lr <= 0 or self.batch_size <= 0:
-            raise UserError("epochs, lr and batch_size must be positive")
+        self.validate_loop()
         if self.augment < 0:
             raise UserError(f"augment must be >= 0, got {self.augment}")
         if not self.train_text and not self.unlabeled:
@@ -258,15 +246,13 @@ class DistillModule(nn.Module):
         """(1 - label_weight) x soft loss + label_weight x label loss + hidden_weight x hidden loss."""
         out = self.student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                            output_hidden_states=self.hidden_weight > 0)
-        logits = out.logits.float()
-        mask = batch.get("soft_mask")
+        all_logits = out.logits.float()
+        logits, soft = all_logits, batch["soft"]
         if self.kind == "token":  # only the positions the teacher labelled (each word's first piece)
-            logits, soft = logits[mask], batch["soft"][mask]
-        else:
-            soft = batch["soft"]
+            logits, soft = all_logits[batch["soft_mask"]], soft[batch["soft_mask"]]
         loss = (1 - self.label_weight) * self.soft_loss(logits, soft)
         if self.label_weight > 0:
-            loss = loss + self.label_weight * self.label_loss(out.logits.float(), batch["labels"])
+            loss = loss + self.label_weight * self.label_loss(all_logits, batch["labels"])
         if self.hidden_weight > 0:
             loss = loss + self.hidden_weight * self.hidden_loss(out.hidden_states, batch)
         counts = {} if self.regression else accuracy_counts("teacher_agreement", logits.argmax(-1), soft.argmax(-1))
@@ -316,7 +302,7 @@ def row_targets(spec: TaskSpec, encoded: Encoded, targets: list[np.ndarray], pad
                 batch["labels"] = torch.tensor([IGNORE_INDEX if f.label is None else f.label for f in features])
             return batch
         width = batch["input_ids"].shape[1]
-        soft = torch.zeros(len(rows), width, targets[0].shape[-1] if len(targets[0]) else len(spec.labels))
+        soft = torch.zeros(len(rows), width, targets[0].shape[-1])  # (words, tags), even with no words
         labels = torch.full((len(rows), width), IGNORE_INDEX)
         for j, f in enumerate(features):
             for t, word in enumerate(f.word_ids):

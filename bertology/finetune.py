@@ -29,6 +29,7 @@ from torch import nn
 
 from . import metrics as task_metrics
 from . import tasks as task_files
+from .config import EpochLoop
 from .errors import UserError
 from .export import CPU_FORMATS, EXPORT_KEY, OnnxModel
 from .files import write_json_atomic
@@ -48,7 +49,7 @@ MODES = ("finetune", "features")
 
 
 @dataclass
-class FinetuneConfig:
+class FinetuneConfig(EpochLoop):
     """Everything a fine-tuning run needs; each field is also a command-line flag and a config-file key."""
 
     task: str = ""
@@ -71,19 +72,9 @@ class FinetuneConfig:
     max_answer_length: int = 30
     n_best: int = 20
     null_score_threshold: float = 0.0
-    # optimisation (the BERT paper's recipe by default)
-    epochs: float = 3.0
-    lr: float = 5e-5
-    batch_size: int = 32
-    eval_batch_size: int = 128
-    warmup: float = 0.1
-    weight_decay: float = 0.01
-    schedule: str = "linear"  # or "slanted_triangular" (ULMFiT), "constant"
+    # optimisation: EpochLoop's fields, and
     layer_lr_decay: float = 1.0  # ULMFiT's discriminative rates: each layer down gets this factor
     gradual_unfreezing: bool = False  # ULMFiT: top layer first, one more each epoch
-    max_grad_norm: float = 1.0
-    precision: str = "auto"
-    seed: int = 42
     seeds: int = 1  # > 1: run seed, seed+1, ... and report median and spread
     # the BERT paper's feature-based mode
     mode: str = "finetune"  # or "features"
@@ -91,8 +82,6 @@ class FinetuneConfig:
     feature_head: str = "linear"  # or "bilstm"
     feature_pooling: str = "mean"  # sentence tasks: cls, mean or max over the token features
     cache_dir: str | None = None  # where features are cached; default $BERTOLOGY_CACHE
-    progress: bool = True
-    resume: bool = False
 
     def __post_init__(self) -> None:
         for name in ("data", "model", "out", "train_file", "dev_file", "cache_dir"):  # Paths welcome from Python
@@ -111,8 +100,9 @@ class FinetuneConfig:
             raise UserError(f"long_inputs must be truncate or window, got {self.long_inputs!r}")
         if self.feature_head not in ("linear", "bilstm"):
             raise UserError(f"feature_head must be linear or bilstm, got {self.feature_head!r}")
-        if self.epochs <= 0 or self.lr <= 0 or self.batch_size <= 0 or self.seeds <= 0:
-            raise UserError("epochs, lr, batch_size and seeds must be positive")
+        self.validate_loop()
+        if self.seeds <= 0:
+            raise UserError(f"seeds must be positive, got {self.seeds}")
         if not 0 < self.layer_lr_decay <= 1:
             raise UserError(f"layer_lr_decay must be in (0, 1], got {self.layer_lr_decay}")
         if self.max_train_examples is not None and self.max_train_examples <= 0:
@@ -389,7 +379,7 @@ def evaluate_splits(model: BertPreTrainedModel, data: RunData, cfg: FinetuneConf
     return results
 
 
-def epoch_train_config(cfg: FinetuneConfig, steps_per_epoch: int, seed: int, precision: str) -> TrainConfig:
+def epoch_train_config(cfg: EpochLoop, steps_per_epoch: int, seed: int, precision: str) -> TrainConfig:
     """The loop's settings for `cfg.epochs` epochs, evaluating (and checkpointing) after each."""
     return TrainConfig(lr=cfg.lr, weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule,
                        max_steps=max(1, round(cfg.epochs * steps_per_epoch)), max_grad_norm=cfg.max_grad_norm,
