@@ -65,9 +65,10 @@ def sentences_per_second(model_dirs: dict[str, str], texts: list[str], precision
     pre-tokenized texts, end to end with tokenization and decoding), the median of `rounds`
     rounds after two warm-up passes. The models take turns within every round, so a change in
     the machine's speed (other processes, clock) hits them alike."""
-    from bertology.finetune import load_finetuned, predict, run_rows
-    from bertology.task_inputs import encode
-    from bertology.tasks import SequenceExample
+    from bertology.inference.modeldir import load_finetuned
+    from bertology.inference.predict import predict, run_rows
+    from bertology.tasks.inputs import encode
+    from bertology.tasks.readers import SequenceExample
 
     examples = [SequenceExample(str(i), t, None, None, f"dev:{i}") for i, t in enumerate(texts)]
     jobs = {}
@@ -102,9 +103,9 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="keep the students here (default: a temporary folder)")
     args = parser.parse_args()
 
-    from bertology.distill import DistillConfig, run_distillation
-    from bertology.finetune import FinetuneConfig, run_finetuning
-    from bertology.tasks import read_glue, TASKS
+    from bertology.recipes.distill import DistillConfig, run_distillation
+    from bertology.recipes.finetune import FinetuneConfig, run_finetuning
+    from bertology.tasks.readers import TASKS, read_glue
 
     sst2 = DATA / "glue" / "SST-2"
     work = Path(args.out or tempfile.mkdtemp(prefix="bertology-distill-"))

@@ -28,10 +28,14 @@ import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 import torch  # noqa: E402
 
-from bertology.export import ONNX_NAME, export_model  # noqa: E402
-from bertology.finetune import FinetuneConfig, decode, load_finetuned, read_split, run_rows, score  # noqa: E402
-from bertology.task_inputs import encode  # noqa: E402
-from bertology.train import bf16_is_fast  # noqa: E402
+from bertology.inference.modeldir import load_finetuned
+from bertology.inference.onnx import ONNX_NAME
+from bertology.inference.predict import decode, run_rows, score
+from bertology.recipes.finetune import FinetuneConfig
+from bertology.tasks.inputs import encode
+from bertology.training.loop import bf16_is_fast
+from bertology.training.tasks import read_split
+from bertology.uses.export import export_model
 
 
 def weights_file(directory: Path) -> Path:

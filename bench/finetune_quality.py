@@ -49,7 +49,7 @@ ULMFIT_RUNS = {
 
 
 def finetune(model_dir: str, task: str, data: Path, out: str, **settings) -> tuple[dict, float]:
-    from bertology.finetune import FinetuneConfig, run_finetuning
+    from bertology.recipes.finetune import FinetuneConfig, run_finetuning
 
     start = time.perf_counter()
     results = run_finetuning(FinetuneConfig(task=task, data=str(data), model=model_dir, out=out, batch_size=32,

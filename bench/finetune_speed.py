@@ -34,7 +34,8 @@ HYPER = dict(lr=1e-4, batch_size=32, warmup=0.1, weight_decay=0.01, max_seq_len=
 
 def examples(count: int):
     """The training subset and dev set, exactly as bertology reads them."""
-    from bertology.finetune import FinetuneConfig, read_split, resolve_task, subset
+    from bertology.recipes.finetune import FinetuneConfig
+    from bertology.training.tasks import read_split, resolve_task, subset
 
     cfg = FinetuneConfig(task="sst2", data=str(DATA / "glue" / "SST-2"), model=".", out=".")
     spec = resolve_task(cfg)
@@ -43,7 +44,7 @@ def examples(count: int):
 
 def run_bertology(model_dir: str, count: int, epochs: float) -> dict:
     """bertology's fine-tuning with its defaults."""
-    from bertology.finetune import FinetuneConfig, run_finetuning
+    from bertology.recipes.finetune import FinetuneConfig, run_finetuning
 
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()

@@ -30,9 +30,11 @@ import shutil
 import sys
 from pathlib import Path
 
-from bertology import BertConfig, BertModel, data
-from bertology.pretrain import PretrainConfig, run_pretraining
-from bertology.tokenizer import Tokenizer, train_tokenizer
+from bertology import BertConfig, BertModel
+from bertology.data.pretraining import PretrainingDataset
+from bertology.data.shards import build_corpus
+from bertology.data.tokenizer import Tokenizer, train_tokenizer
+from bertology.recipes.pretrain import PretrainConfig, run_pretraining
 
 REPO = Path(__file__).resolve().parents[1]
 # What guessing scores: the pair tasks, the balanced replaced-token accuracy and its AUC are 0.5
@@ -62,9 +64,9 @@ def sop_length_baseline(cfg: PretrainConfig) -> float:
     """Accuracy of "swapped if the first segment is the longer" on the held-out pairs `cfg`'s run
     evaluates (the same documents, seed and count), a guess that reads no word of either segment."""
     tokenizer = Tokenizer.from_pretrained(cfg.tokenizer)
-    corpus = data.build_corpus([Path(p) for p in cfg.corpus], tokenizer, cfg.cache_dir)
+    corpus = build_corpus([Path(p) for p in cfg.corpus], tokenizer, cfg.cache_dir)
     _, eval_docs = corpus.split(cfg.eval_fraction, cfg.seed)
-    dataset = data.PretrainingDataset(corpus, eval_docs, cfg.seq_len, "pairs", "sop", cfg.short_seq_prob,
+    dataset = PretrainingDataset(corpus, eval_docs, cfg.seq_len, "pairs", "sop", cfg.short_seq_prob,
                                       tokenizer.cls_token_id, tokenizer.sep_token_id, cfg.seed)
     pairs = dataset.instances(0)[: cfg.eval_batches * cfg.batch_size]
     # Token types: [CLS] A [SEP] are 0, B [SEP] are 1.

@@ -29,10 +29,23 @@ import torch.nn.functional as F  # noqa: E402
 import transformers  # noqa: E402
 
 from bertology.__main__ import MALLOC_SETTINGS  # noqa: E402
-from bertology.objectives import StepOutput, accuracy_counts  # noqa: E402
+from bertology.data.pretraining import PretrainingDataset
 from bertology.plots import plot_training_curves  # noqa: E402
-from bertology.pretrain import PretrainConfig, run_pretraining  # noqa: E402
-from bertology.train import MetricsLog, lr_factor, parameter_groups  # noqa: E402
+from bertology.recipes.pretrain import (
+    PretrainConfig,
+    PretrainingBatches,
+    build_model_config,
+    load_corpus,
+    make_evaluator,
+    run_pretraining,
+)
+from bertology.training.loop import (
+    MetricsLog,
+    StepOutput,
+    accuracy_counts,
+    lr_factor,
+    parameter_groups,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,25 +89,23 @@ class ReferenceObjective(torch.nn.Module):
 
 def run_reference(cfg: PretrainConfig, eval_seconds: float) -> None:
     """A plain training loop over transformers' model, fed by bertology's data pipeline."""
-    from bertology import pretrain
-    from bertology.config import OBJECTIVES
-    from bertology.objectives import build_objective
-    from bertology.tokenizer import Tokenizer
-    from bertology.train import Distributed
+    from bertology.data.tokenizer import Tokenizer
+    from bertology.training.loop import Distributed
+    from bertology.training.objectives import OBJECTIVES, build_objective
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = Tokenizer.from_pretrained(cfg.tokenizer)
-    model_config = pretrain.build_model_config(cfg, tokenizer.vocab_size)
-    corpus = pretrain.load_corpus(cfg, tokenizer, Distributed())
+    model_config = build_model_config(cfg, tokenizer.vocab_size)
+    corpus = load_corpus(cfg, tokenizer, Distributed())
     train_docs, eval_docs = corpus.split(cfg.eval_fraction, cfg.seed)
     spec = OBJECTIVES["bert"]
-    datasets = [pretrain.data.PretrainingDataset(corpus, docs, cfg.seq_len, spec.data_format, spec.pair_task,
+    datasets = [PretrainingDataset(corpus, docs, cfg.seq_len, spec.data_format, spec.pair_task,
                                                  cfg.short_seq_prob, tokenizer.cls_token_id, tokenizer.sep_token_id,
                                                  cfg.seed) for docs in (train_docs, eval_docs)]
     masker = build_objective("bert", model_config, tokenizer.mask_token_id)  # only its masking is used
-    batches = pretrain.PretrainingBatches(datasets[0], masker, cfg.batch_size, 1, cfg.seed, tokenizer.pad_token_id)
-    evaluate = pretrain.make_evaluator(datasets[1], masker, cfg.batch_size, cfg.eval_batches, cfg.seed + 1,
+    batches = PretrainingBatches(datasets[0], masker, cfg.batch_size, 1, cfg.seed, tokenizer.pad_token_id)
+    evaluate = make_evaluator(datasets[1], masker, cfg.batch_size, cfg.eval_batches, cfg.seed + 1,
                                        tokenizer.pad_token_id, None)
 
     torch.manual_seed(cfg.seed)

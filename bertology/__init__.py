@@ -12,17 +12,17 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _PUBLIC = {
-    "PRESETS": "config",
-    "BertConfig": "config",
+    "PRESETS": "models.bert",
+    "BertConfig": "models.bert",
     "UserError": "errors",
-    "BertModel": "model",
-    "BertForPreTraining": "model",
-    "BertForMaskedLM": "model",
-    "BertForSequenceClassification": "model",
-    "BertForTokenClassification": "model",
-    "BertForQuestionAnswering": "model",
-    "ModelOutput": "model",
-    "Tokenizer": "tokenizer",
+    "BertModel": "models.bert",
+    "BertForPreTraining": "models.bert",
+    "BertForMaskedLM": "models.bert",
+    "BertForSequenceClassification": "models.bert",
+    "BertForTokenClassification": "models.bert",
+    "BertForQuestionAnswering": "models.bert",
+    "ModelOutput": "models.bert",
+    "Tokenizer": "data.tokenizer",
 }
 
 __all__ = [*_PUBLIC, "__version__"]

@@ -20,7 +20,6 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .config import BertConfig
 from .errors import UserError
 from .files import atomic_path
 
@@ -144,23 +143,23 @@ def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
     raise UserError(f"{directory}: no {WEIGHTS_NAME} (or legacy {LEGACY_WEIGHTS_NAME}) found")
 
 
-def check_vocab(directory: Path, config: BertConfig) -> None:
+def check_vocab(directory: Path, vocab_size: int) -> None:
     """A vocab.txt with more entries than the embedding table would index out of range."""
     vocab = directory / VOCAB_NAME
     if vocab.is_file():
         with vocab.open("rb") as f:
             entries = sum(1 for _ in f)
-        if entries > config.vocab_size:
+        if entries > vocab_size:
             raise UserError(
                 f"{vocab}: {entries} tokens, but {directory / 'config.json'} has vocab_size "
-                f"{config.vocab_size}: the vocabulary does not match the model's embeddings"
+                f"{vocab_size}: the vocabulary does not match the model's embeddings"
             )
 
 
-def load_state_dict(directory: str | Path, config: BertConfig) -> dict[str, torch.Tensor]:
+def load_state_dict(directory: str | Path, vocab_size: int) -> dict[str, torch.Tensor]:
     """Read a checkpoint directory and return its tensors under our canonical names."""
     directory = Path(directory)
-    check_vocab(directory, config)
+    check_vocab(directory, vocab_size)
     raw, path = read_weights(directory)
     state, _ = from_transformers(raw, path)
     return state

@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .config import OBJECTIVES, PRESETS, EpochLoop
+from .config import EpochLoop
 from .errors import UserError
+from .models.bert import PRESETS
+from .training.objectives import OBJECTIVES
 
 
 def positive_int(text: str) -> int:
@@ -47,7 +49,7 @@ def add_tokenizer(commands: argparse._SubParsersAction) -> None:
 
 def run_tokenizer_train(args: argparse.Namespace) -> None:
     """Train the vocabulary and report where it went."""
-    from .tokenizer import train_tokenizer
+    from .data.tokenizer import train_tokenizer
 
     tokenizer = train_tokenizer(
         args.corpus, vocab_size=args.vocab_size, cased=args.cased, out_dir=args.out, min_frequency=args.min_frequency
@@ -64,7 +66,7 @@ def add_info(commands: argparse._SubParsersAction) -> None:
 
 def run_info(args: argparse.Namespace) -> None:
     """Load the model (which validates every tensor) and print what it is."""
-    from .model import load_model
+    from .inference.modeldir import load_model
 
     model = load_model(args.model)
     config = model.config
@@ -160,7 +162,7 @@ MODEL_FLAGS = {"pre_layer_norm": "pre_layer_norm", "embedding_size": "embedding_
 
 def run_pretrain(args: argparse.Namespace) -> None:
     """Merge defaults < config file < flags, then run."""
-    from .pretrain import PretrainConfig, run_pretraining
+    from .recipes.pretrain import PretrainConfig, run_pretraining
 
     values, flags = file_and_flag_settings(PretrainConfig, args)
     model = dict(values.get("model", {}))
@@ -258,7 +260,7 @@ def print_results(results: dict) -> None:
 
 def run_finetune(args: argparse.Namespace) -> None:
     """Merge defaults < config file < flags, run, print the dev results."""
-    from .finetune import FinetuneConfig, run_finetuning
+    from .recipes.finetune import FinetuneConfig, run_finetuning
 
     values, flags = file_and_flag_settings(FinetuneConfig, args)
     config = FinetuneConfig(**{**values, **flags})
@@ -308,7 +310,7 @@ def add_distill(commands: argparse._SubParsersAction) -> None:
 
 def run_distill(args: argparse.Namespace) -> None:
     """Merge defaults < config file < flags, run, print the student's dev results."""
-    from .distill import DistillConfig, run_distillation
+    from .recipes.distill import DistillConfig, run_distillation
 
     values, flags = file_and_flag_settings(DistillConfig, args)
     config = DistillConfig(**{**values, **flags})
@@ -334,7 +336,7 @@ def add_evaluate(commands: argparse._SubParsersAction) -> None:
 def run_evaluate(args: argparse.Namespace) -> None:
     """Score and print; write JSON when asked."""
     from .files import write_json_atomic
-    from .finetune import run_evaluation
+    from .recipes.finetune import run_evaluation
 
     results = run_evaluation(args.task, args.data, str(args.model), args.split, args.batch_size, args.precision)
     print_results(results)
@@ -361,7 +363,7 @@ def add_predict(commands: argparse._SubParsersAction) -> None:
 
 def run_predict(args: argparse.Namespace) -> None:
     """Predict and write the file."""
-    from .finetune import run_prediction
+    from .recipes.finetune import run_prediction
 
     count = run_prediction(str(args.model), args.input, args.out, args.batch_size, args.precision)
     print(f"wrote {count:,} predictions to {args.out}")
@@ -384,7 +386,7 @@ def add_export(commands: argparse._SubParsersAction) -> None:
 
 def run_export(args: argparse.Namespace) -> None:
     """Export and report the size on disk."""
-    from .export import export_model
+    from .uses.export import export_model
 
     out = export_model(args.model, args.fmt, args.out, force=args.force)
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
@@ -410,7 +412,8 @@ def add_demo(commands: argparse._SubParsersAction) -> None:
 
 def run_demo(args: argparse.Namespace) -> None:
     """Run the demo."""
-    from .demo import DemoConfig, run_demo as demo
+    from .recipes.demo import DemoConfig
+    from .recipes.demo import run_demo as demo
 
     demo(DemoConfig(out=args.out, pretrain_time=args.pretrain_time, preset=args.preset, objective=args.objective,
                     seed=args.seed, progress=args.progress))
@@ -455,7 +458,7 @@ def add_explain(commands: argparse._SubParsersAction) -> None:
 
 def run_explain_attention(args: argparse.Namespace) -> None:
     """Draw the attention maps."""
-    from .explain import explain_attention
+    from .uses.explain import explain_attention
 
     path = explain_attention(args.model, args.text, args.out, args.text_pair, args.layer, args.head, args.model_name)
     print(f"wrote {path}")
@@ -463,7 +466,7 @@ def run_explain_attention(args: argparse.Namespace) -> None:
 
 def run_explain_senses(args: argparse.Namespace) -> None:
     """Draw the word's vectors and print how well they separate by sense."""
-    from .explain import explain_senses
+    from .uses.explain import explain_senses
 
     report = explain_senses(args.model, args.word, args.out, args.sentences, args.layer, args.model_name)
     print(report.summary())
@@ -505,7 +508,8 @@ def add_embed(commands: argparse._SubParsersAction) -> None:
 
 def run_embed(args: argparse.Namespace) -> None:
     """Embed the file and print a one-line summary."""
-    from .embed import EmbedConfig, run_embed as embed
+    from .uses.embed import EmbedConfig
+    from .uses.embed import run_embed as embed
 
     summary = embed(EmbedConfig(
         model=args.model, input=args.input, out=args.out, layers=args.layers, pooling=args.pooling,
@@ -545,7 +549,7 @@ def add_serve(commands: argparse._SubParsersAction) -> None:
 
 def run_serve(args: argparse.Namespace) -> None:
     """Serve until SIGINT or SIGTERM."""
-    from .serve import ServeConfig, run_server
+    from .uses.serve import ServeConfig, run_server
 
     run_server(ServeConfig(**{k: v for k, v in vars(args).items() if k not in ("run", "command")}))
 

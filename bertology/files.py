@@ -3,7 +3,8 @@
 Every output of bertology (checkpoints, configs, vocabularies, metrics) is first
 written to a temporary file in the destination folder and then renamed over the
 final name; `os.replace` is atomic on POSIX and Windows, so a reader sees either
-the old file or the new one, never a truncated mix.
+the old file or the new one, never a truncated mix. `cache_root` is where reusable
+outputs (tokenized corpora, cached features, a teacher's targets) are kept between runs.
 """
 
 from __future__ import annotations
@@ -53,3 +54,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     """Write `obj` as indented, key-sorted JSON to `path` atomically."""
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def cache_root() -> Path:
+    """Where outputs reused across runs are kept: $BERTOLOGY_CACHE, or ~/.cache/bertology."""
+    return Path(os.environ.get("BERTOLOGY_CACHE", Path.home() / ".cache" / "bertology"))

@@ -8,7 +8,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bertology import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel, UserError
+from bertology import (
+    BertConfig,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertModel,
+    UserError,
+)
 from bertology.checkpoint import from_transformers, to_transformers
 
 

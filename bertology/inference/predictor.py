@@ -1,0 +1,158 @@
+"""Predictions and embeddings for raw texts, from any model directory: what `bertology serve` answers.
+
+A fine-tuned directory (from `bertology finetune`, feature-based or exported) predicts what
+its task does: a label with the probability of every label, a regression score, one tag per
+whitespace-separated word, or an answer span of a context. Texts go through the same
+encode -> run_rows path as `bertology predict` (inference/predict.py), with the length limits and
+long-input handling the model was trained with, so the two agree. Every directory, a bare
+encoder included, embeds texts through inference/embedding.py: token vectors pooled into one vector each.
+
+Example:
+    >>> predictor = Predictor.load("runs/sst2")
+    >>> predictor.predict(["a gorgeous, witty movie"])  # one dict per text
+    [{'label': '1', 'scores': {'0': ..., '1': ...}}]"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from torch import nn
+
+from .. import __version__
+from ..data.tokenizer import Tokenizer
+from ..errors import UserError
+from ..models.bert import BertConfig, BertModel
+from ..tasks.inputs import (
+    InputSettings,
+    decode_tokens,
+    encode,
+    example_logits,
+    find_answers,
+    softmax,
+)
+from ..tasks.readers import SequenceExample, SpanExample, TaskSpec, TokenExample
+from ..training.loop import resolve_precision
+from .embedding import embed_texts, length_limit, load_encoder
+from .modeldir import load_finetuned
+from .predict import model_device, precision_for, run_rows
+
+
+@dataclass
+class Predictor:
+    """A loaded model directory, ready for raw texts. Not thread-safe: call it from one thread."""
+
+    model_dir: str
+    tokenizer: Tokenizer
+    encoder: BertModel | None  # the encoder under the task head (None for an exported graph without one)
+    model: nn.Module | None = None  # the task model; None for a bare encoder
+    spec: TaskSpec | None = None
+    settings: InputSettings | None = None  # the fine-tuned model's length limits and long-input handling
+    precision: str = "fp32"  # resolved: fp32 or bf16
+
+    @classmethod
+    def load(cls, model_dir: str, precision: str = "auto") -> Predictor:
+        """Load a fine-tuned model directory, or a bare encoder (which can only embed).
+
+        `precision` "auto" becomes bf16 where the device runs it fast, else fp32 (always
+        fp32 for exported int8 and ONNX models, which refuse bf16 here, at load time).
+        """
+        if not BertConfig.load(model_dir).extra.get("bertology_task"):
+            encoder, tokenizer = load_encoder(model_dir)
+            return cls(model_dir, tokenizer, encoder, precision=resolve_precision(precision, model_device(encoder)))
+        model, tokenizer, spec, settings = load_finetuned(model_dir)
+        encoder = getattr(model, "bert", None)  # an ONNX Runtime model has none
+        return cls(model_dir, tokenizer, encoder if isinstance(encoder, BertModel) else None, model, spec, settings,
+                   precision_for(model, precision, model_device(model)))
+
+    @property
+    def kind(self) -> str:
+        """What predict returns: classification, regression, tagging, question-answering; or encoder (none)."""
+        if self.spec is None:
+            return "encoder"
+        if self.spec.kind == "token":
+            return "tagging"
+        if self.spec.kind == "span":
+            return "question-answering"
+        return "regression" if self.spec.regression else "classification"
+
+    @property
+    def takes_pairs(self) -> bool:
+        """Whether predict needs a second text per text (pair tasks' text B, question answering's context)."""
+        return self.spec is not None and (self.spec.pair or self.spec.kind == "span")
+
+    def predict(self, texts: list[str], text_pairs: list[str] | None = None, batch_size: int = 64) -> list[dict]:
+        """One prediction per text, as JSON-ready dicts.
+
+        Args:
+            texts: the texts; for question answering, the questions.
+            text_pairs: the second text of each pair, or the contexts for question answering;
+                required exactly when `takes_pairs`.
+            batch_size: rows per forward pass.
+        Returns:
+            classification: {"label": name, "scores": {name: probability}} (softmax of the
+            mean window logits); regression: {"score": float}; tagging: {"tokens": words,
+            "tags": tags}; question answering: {"answer": text, "start": char offset,
+            "end": char offset (exclusive), "score": probability}, with start, end and score
+            None when the model says there is no answer.
+        """
+        if self.spec is None:
+            raise UserError(f"{self.model_dir} is a bare encoder with no task head: it can only embed texts")
+        if self.takes_pairs != (text_pairs is not None):
+            raise UserError("text_pairs: " + ("required by" if self.takes_pairs else "not taken by")
+                            + f" this model's task ({self.spec.name})")
+        if text_pairs is not None and len(text_pairs) != len(texts):
+            raise UserError(f"text_pairs: {len(texts)} texts but {len(text_pairs)} text_pairs; give one per text")
+        examples = self._examples(texts, text_pairs)
+        encoded = encode(self.spec, examples, self.tokenizer, self.settings, training=False)
+        outputs = run_rows(self.model, encoded, self.spec, self.tokenizer.pad_token_id, batch_size, self.precision)
+        if self.spec.kind == "token":
+            return [{"tokens": e.words, "tags": tags}
+                    for e, tags in zip(examples, decode_tokens(self.spec, encoded, outputs, examples))]
+        if self.spec.kind == "span":
+            return find_answers(encoded, [o[0] for o in outputs], [o[1] for o in outputs], examples,
+                                self.settings, self.spec.unanswerable)
+        logits = example_logits(encoded, outputs)
+        if self.spec.regression:
+            return [{"score": float(row[0])} for row in logits]
+        probabilities = softmax(logits)
+        return [{"label": self.spec.labels[int(p.argmax())], "scores": dict(zip(self.spec.labels, p.tolist()))}
+                for p in probabilities]
+
+    def _examples(self, texts: list[str], pairs: list[str] | None) -> list:
+        """The task's example objects for raw texts (`where` names the request field, for messages)."""
+        if self.spec.kind == "token":
+            return [TokenExample(str(i), text.split(), None, f"texts[{i}]") for i, text in enumerate(texts)]
+        if self.spec.kind == "span":
+            return [SpanExample(str(i), q, c, [], False, f"texts[{i}]") for i, (q, c) in enumerate(zip(texts, pairs))]
+        return [SequenceExample(str(i), text, pairs[i] if pairs else None, None, f"texts[{i}]")
+                for i, text in enumerate(texts)]
+
+    def embed(self, texts: list[str], pooling: str = "mean", normalize: bool = True, batch_size: int = 64) -> np.ndarray:
+        """(len(texts), hidden_size) float32 sentence vectors: the last layer's token vectors pooled
+        ("mean" over real tokens, "cls" or "max"; see embed.embed_texts), scaled to unit length
+        when `normalize` (a dot product is then the cosine similarity). Long texts are cut to
+        the encoder's limit, as `bertology embed` does."""
+        if self.encoder is None:
+            raise UserError(f"{self.model_dir} has no PyTorch encoder (an ONNX export); embed with the model "
+                            "directory it was exported from")
+        return embed_texts(self.encoder, self.tokenizer, texts, pooling=pooling, normalize=normalize,
+                           batch_size=batch_size, precision=self.precision)
+
+    def describe(self) -> dict:
+        """What /info reports about the model."""
+        counted = self.model if self.model is not None else self.encoder
+        return {
+            "model_dir": self.model_dir,
+            "task": self.spec.name if self.spec else None,
+            "kind": self.kind,
+            "labels": list(self.spec.labels) if self.spec and self.spec.labels else None,
+            "takes_pairs": self.takes_pairs,
+            "parameters": sum(p.numel() for p in counted.parameters()) or None,  # None: an ONNX graph
+            "max_seq_len": self.settings.max_seq_len if self.settings else None,  # predict's rows
+            "long_inputs": self.settings.long_inputs if self.settings else None,
+            "embedding_size": self.encoder.config.hidden_size if self.encoder is not None else None,
+            "embedding_max_seq_len": length_limit(self.encoder, self.tokenizer, None) if self.encoder else None,
+            "precision": self.precision,
+            "version": __version__,
+        }

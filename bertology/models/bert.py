@@ -1,0 +1,728 @@
+"""The BERT encoder and its task heads, in one file.
+
+Follows Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers
+for Language Understanding", and the reference `modeling.py` of its release:
+
+    input ids ─► token + segment + position embeddings ─► LayerNorm ─► dropout
+              ─► N x [ self-attention ─► add & LayerNorm ─► GELU feed-forward ─► add & LayerNorm ]
+              ─► last_hidden_state (B, T, H);  tanh(dense(h_[CLS])) ─► pooler_output (B, H)
+
+Variants are config switches over this one implementation (see `BertConfig`):
+ALBERT's factorized embeddings (`embedding_size`) and cross-layer sharing
+(`share_layers`), pre-LayerNorm blocks (`pre_layer_norm`), no segment embeddings
+(`type_vocab_size=0`) and left-to-right attention (`causal`, GPT's objective).
+
+Task models compose the encoder with one small head each; their names, forward
+arguments and output fields are those of Hugging Face transformers, so habits
+carry over. Loading and saving live in `checkpoint.py`; the config, its size presets and the
+model are all here, so this file is the whole BERT family."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import checkpoint
+from ..errors import UserError
+from ..files import write_json_atomic
+from ..ops import IGNORE_INDEX, Dropout, Linear, dropout, linear
+
+CONFIG_NAME = "config.json"
+
+
+# name -> (num_hidden_layers, hidden_size). Heads = hidden/64 and intermediate = 4*hidden,
+# as in the BERT paper and Turc et al. 2019 ("Well-Read Students Learn Better").
+PRESETS: dict[str, tuple[int, int]] = {
+    "tiny": (2, 128),
+    "mini": (4, 256),
+    "small": (4, 512),
+    "medium": (8, 512),
+    "base": (12, 768),
+    "large": (24, 1024),
+}
+
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+
+
+@dataclass
+class BertConfig:
+    """Hyper-parameters of a BERT encoder and its task head.
+
+    Example: `BertConfig.from_preset("mini", vocab_size=8000)` is a 4-layer,
+    256-wide encoder with 4 heads and a 1024-wide feed-forward.
+    """
+
+    vocab_size: int = 30522  # the uncased English WordPiece vocabulary of the BERT release
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072  # feed-forward width, 4 * hidden_size
+    hidden_act: str = "gelu"  # exact (erf) GELU, as BERT; "gelu_new" is the tanh approximation
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2  # segment A/B; 0 drops segment embeddings (RoBERTa-style)
+    initializer_range: float = 0.02  # std of the normal initialisation
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+
+    # Variant switches (all off = the BERT paper).
+    embedding_size: int | None = None  # ALBERT: factorized embeddings of this width; None = hidden_size
+    share_layers: bool = False  # ALBERT: one set of layer weights applied num_hidden_layers times
+    pre_layer_norm: bool = False  # LayerNorm before each sub-layer (GPT-2 style) instead of after
+    causal: bool = False  # left-to-right attention: GPT's objective, the BERT paper's LTR baseline
+
+    # Task head.
+    num_labels: int = 2
+    id2label: dict[int, str] | None = None
+    classifier_dropout: float | None = None  # None = hidden_dropout_prob
+
+    # Anything else found in a config.json (e.g. transformers' bookkeeping), kept for round trips.
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def head_size(self) -> int:
+        """Width of one attention head."""
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def embedding_width(self) -> int:
+        """Width of the token/segment/position embeddings (hidden_size unless factorized)."""
+        return self.embedding_size or self.hidden_size
+
+    @property
+    def is_vanilla_bert(self) -> bool:
+        """True when transformers' BertModel can represent this architecture exactly."""
+        return (
+            self.embedding_width == self.hidden_size
+            and not self.share_layers
+            and not self.pre_layer_norm
+            and self.type_vocab_size > 0
+            and not self.causal
+        )
+
+    def validate(self) -> None:
+        """Raise UserError naming the first field whose value cannot build a model."""
+        positive = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                    "intermediate_size", "max_position_embeddings", "num_labels")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise UserError(f"config field {name!r} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise UserError(
+                f"config field 'hidden_size' ({self.hidden_size}) must be divisible by "
+                f"'num_attention_heads' ({self.num_attention_heads})"
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            raise UserError(f"config field 'hidden_act' must be one of {ACTIVATIONS}, got {self.hidden_act!r}")
+        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
+            raise UserError(f"config field 'type_vocab_size' must be >= 0, got {self.type_vocab_size!r}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise UserError(f"config field {name!r} must be in [0, 1), got {value!r}")
+        if self.embedding_size is not None and (not isinstance(self.embedding_size, int) or self.embedding_size <= 0):
+            raise UserError(f"config field 'embedding_size' must be a positive integer, got {self.embedding_size!r}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise UserError(f"config field 'pad_token_id' ({self.pad_token_id}) is outside the vocabulary")
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> "BertConfig":
+        """Build a config from a named size preset (see PRESETS), with field overrides."""
+        if name not in PRESETS:
+            raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+        layers, hidden = PRESETS[name]
+        sizes = dict(num_hidden_layers=layers, hidden_size=hidden,
+                     num_attention_heads=hidden // 64, intermediate_size=4 * hidden)
+        return cls(**{**sizes, **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as a transformers-compatible dict (what config.json holds)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        data = {**self.extra, **data, "model_type": "bert"}
+        if self.id2label is not None:
+            data["id2label"] = {str(k): v for k, v in self.id2label.items()}
+            data["label2id"] = {v: int(k) for k, v in self.id2label.items()}
+        else:
+            del data["id2label"]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "BertConfig":
+        """Build a config from a dict; unknown keys are kept in `extra` for round trips."""
+        if not isinstance(data, dict):
+            raise UserError(f"{source}: expected a JSON object")
+        data = dict(data)
+        model_type = data.pop("model_type", "bert")
+        if model_type not in ("bert", "bertology"):
+            raise UserError(f"{source}: model_type {model_type!r} is not a BERT encoder")
+        if data.get("position_embedding_type", "absolute") != "absolute":
+            raise UserError(f"{source}: position_embedding_type {data['position_embedding_type']!r} is not supported "
+                            "(bertology's BERT uses absolute positions)")
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in data.items() if k in names}
+        extra = {k: v for k, v in data.items() if k not in names and k != "label2id"}
+        if known.get("id2label") is not None:
+            known["id2label"] = {int(k): v for k, v in known["id2label"].items()}
+            known.setdefault("num_labels", len(known["id2label"]))
+        try:
+            return cls(**known, extra=extra)
+        except UserError as err:
+            raise UserError(f"{source}: {err}") from None
+        except TypeError as err:
+            raise UserError(f"{source}: {err}") from None
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write `config.json` into `directory` (atomically) and return its path."""
+        path = Path(directory) / CONFIG_NAME
+        write_json_atomic(path, self.to_dict())
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "BertConfig":
+        """Read a config from a `config.json` file or a directory that holds one."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / CONFIG_NAME
+        if not path.is_file():
+            raise UserError(f"{path}: no such file (a model directory needs a {CONFIG_NAME})")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise UserError(f"{path}: not UTF-8 text") from None
+        except json.JSONDecodeError as err:
+            raise UserError(f"{path}: invalid JSON at line {err.lineno}: {err.msg}") from None
+        return cls.from_dict(data, source=str(path))
+
+
+@dataclass
+class ModelOutput:
+    """What every model's forward returns; fields a model does not produce stay None.
+
+    Shapes: B = batch, T = sequence length, H = hidden size, V = vocabulary, N = number
+    of labelled (masked) positions in the batch.
+    """
+
+    loss: torch.Tensor | None = None  # scalar
+    logits: torch.Tensor | None = None  # (B, num_labels), (B, T, num_labels), or MLM (B, T, V) / (N, V)
+    prediction_logits: torch.Tensor | None = None  # masked LM: (B, T, V), or (N, V) when labels are given
+    seq_relationship_logits: torch.Tensor | None = None  # next-sentence: (B, 2)
+    start_logits: torch.Tensor | None = None  # (B, T)
+    end_logits: torch.Tensor | None = None  # (B, T)
+    last_hidden_state: torch.Tensor | None = None  # (B, T, H)
+    pooler_output: torch.Tensor | None = None  # (B, H)
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings output, then each layer: (B, T, H)
+    attentions: tuple[torch.Tensor, ...] | None = None  # each layer: (B, heads, T, T)
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def keys(self) -> list[str]:
+        """Names of the fields that are set, as in transformers' ModelOutput."""
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+
+
+def activation(name: str):
+    """The feed-forward non-linearity named by `hidden_act`."""
+    return {
+        "gelu": F.gelu,  # exact erf form, as the BERT release
+        "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+        "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+        "relu": F.relu,
+    }[name]
+
+
+class Embeddings(nn.Module):
+    """Token + segment + position embeddings, LayerNorm and dropout (and ALBERT's projection)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        width = config.embedding_width
+        self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
+        self.token_type_embeddings = (
+            nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size > 0 else None
+        )
+        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+        # ALBERT: embeddings live in a small space E and are projected up to H.
+        self.projection = Linear(width, config.hidden_size) if width != config.hidden_size else None
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        """(B, T) ids -> (B, T, H) input vectors for the first layer."""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                x = x + self.token_type_embeddings.weight[0]  # all segment A
+            else:
+                x = x + self.token_type_embeddings(token_type_ids)
+        x = self.dropout(self.norm(x))
+        return x if self.projection is None else self.projection(x)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head scaled dot-product self-attention with one fused Q/K/V projection."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_size = config.head_size
+        # One (H, 3H) product instead of three (H, H) ones: fewer, larger matrix products run faster.
+        self.qkv = Linear(config.hidden_size, 3 * config.hidden_size)
+        self.out = Linear(config.hidden_size, config.hidden_size)
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, T, H), mask (B, 1, 1|T, T) bool, True = may attend. Returns (B, T, H) and the
+        attention probabilities (B, heads, T, T) when `need_weights`."""
+        B, T, H = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
+        dropout_p = self.dropout_p if self.training else 0.0
+        # PyTorch's fused CPU attention has no dropout: with dropout on, SDPA falls back to this
+        # same explicit form anyway, there with slower masks than ops.dropout.
+        if need_weights or (dropout_p > 0 and x.device.type == "cpu"):
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_size)  # (B, nh, T, T)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            weights = scores.softmax(dim=-1)
+            y = dropout(weights, dropout_p, self.training) @ v
+        else:  # fused kernel (flash / memory-efficient attention where the device has one)
+            weights = None
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, nh * hs)
+        return self.out(y), weights if need_weights else None
+
+
+class TransformerLayer(nn.Module):
+    """Self-attention and a GELU feed-forward, each with a residual connection and LayerNorm."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.attention = SelfAttention(config)
+        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn_in = Linear(config.hidden_size, config.intermediate_size)
+        self.ffn_out = Linear(config.intermediate_size, config.hidden_size)
+        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.act = activation(config.hidden_act)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.pre_layer_norm = config.pre_layer_norm
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, T, H) through the intermediate width."""
+        return self.ffn_out(self.act(self.ffn_in(x)))
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, T, H) -> (B, T, H), plus attention weights when asked."""
+        if self.pre_layer_norm:  # normalise each sub-layer's input; the residual path stays raw
+            attended, weights = self.attention(self.attention_norm(x), mask, need_weights)
+            x = x + self.dropout(attended)
+            return x + self.dropout(self.feed_forward(self.ffn_norm(x))), weights
+        attended, weights = self.attention(x, mask, need_weights)  # BERT: normalise after each residual sum
+        x = self.attention_norm(x + self.dropout(attended))
+        return self.ffn_norm(x + self.dropout(self.feed_forward(x))), weights
+
+
+def init_module(module: nn.Module, std: float) -> None:
+    """BERT's initialisation of one module: normal(0, std) weights, zero biases, unit LayerNorms."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=std)
+        if module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+class BertPreTrainedModel(nn.Module):
+    """Shared plumbing of every model: BERT initialisation, from_pretrained, save_pretrained."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+
+    def init_weights(self) -> None:
+        """BERT's initialisation of every module (see `init_module`).
+
+        Modules of a nested model (the encoder inside a task model) are skipped: that model
+        initialised them when it was built.
+        """
+        nested = [m for m in self.modules() if m is not self and isinstance(m, BertPreTrainedModel)]
+        done = {id(module) for model in nested for module in model.modules()}
+        for module in self.modules():
+            if id(module) not in done:
+                init_module(module, self.config.initializer_range)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike, drop_head: bool = False, **config_overrides: Any):
+        """Load a model from a directory in the transformers layout (ours or transformers').
+
+        Args:
+            directory: holds `config.json` and `model.safetensors` (or a legacy
+                `pytorch_model.bin`, read with `torch.load(weights_only=True)`).
+            drop_head: ignore the checkpoint's task-head weights (a new task's head starts fresh).
+            config_overrides: config fields to change, e.g. `num_labels=3` for a new head.
+        Returns:
+            The model in eval mode. Weights a head needs but the checkpoint lacks are
+            freshly initialised (and listed in `model.newly_initialized`).
+        """
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise UserError(f"{directory}: no such model directory")
+        config = BertConfig.load(directory)
+        if config_overrides:
+            try:
+                config = replace(config, **config_overrides)
+            except TypeError as err:
+                raise UserError(f"from_pretrained: {err}") from None
+        model = cls(config)
+        state = checkpoint.load_state_dict(directory, config.vocab_size)
+        if drop_head:
+            state = {k: v for k, v in state.items() if not k.startswith(checkpoint.TASK_HEAD_PREFIXES)}
+        model.newly_initialized = checkpoint.assign_state_dict(model, state, source=directory)
+        return model.eval()
+
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        """Write `config.json` and `model.safetensors` (transformers' key names) atomically."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.config.extra["architectures"] = [type(self).__name__]
+        checkpoint.save_state_dict(self.state_dict(), directory)
+        self.config.save(directory)
+
+    def num_parameters(self) -> int:
+        """Number of distinct parameters (tied and shared weights counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+
+class BertModel(BertPreTrainedModel):
+    """The bare encoder: embeddings, N transformer layers and the [CLS] pooler.
+
+    Example:
+        >>> model = BertModel(BertConfig.from_preset("tiny", vocab_size=100))
+        >>> out = model(torch.tensor([[2, 17, 42, 3]]))
+        >>> out.last_hidden_state.shape, out.pooler_output.shape
+        (torch.Size([1, 4, 128]), torch.Size([1, 128]))
+    """
+
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = Embeddings(config)
+        # ALBERT's sharing: one layer's weights, applied num_hidden_layers times.
+        num_distinct = 1 if config.share_layers else config.num_hidden_layers
+        self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(num_distinct))
+        # Pre-LN blocks leave the residual stream unnormalised, so the stack ends with one LayerNorm.
+        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_layer_norm else None
+        self.pooler = Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
+        self.init_weights()
+
+    def attention_mask(self, attention_mask: torch.Tensor | None, seq_len: int, device) -> torch.Tensor | None:
+        """(B, T) 1 = real token, 0 = padding -> bool (B, 1, 1|T, T) for SDPA; None = attend everywhere."""
+        mask = None
+        # An all-ones mask is dropped so SDPA can take its unmasked kernel; under torch.compile the
+        # check would break the graph, so there the mask is always kept.
+        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
+            mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+        if self.config.causal:
+            causal = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()  # (T, T)
+            mask = causal[None, None] if mask is None else mask & causal
+        return mask
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """Encode a batch.
+
+        Args:
+            input_ids: (B, T) token ids.
+            attention_mask: (B, T), 1 for real tokens and 0 for padding; None = no padding.
+            token_type_ids: (B, T) segment ids (0 = sentence A, 1 = sentence B); None = all A.
+        Returns:
+            ModelOutput with last_hidden_state (B, T, H), pooler_output (B, H) when the
+            model has a pooler, and hidden_states / attentions when asked.
+        """
+        seq_len = input_ids.shape[1]
+        if seq_len > self.config.max_position_embeddings:
+            raise UserError(
+                f"sequence length {seq_len} exceeds the model's max_position_embeddings "
+                f"({self.config.max_position_embeddings})"
+            )
+        mask = self.attention_mask(attention_mask, seq_len, input_ids.device)
+        x = self.embeddings(input_ids, token_type_ids)
+        hidden_states = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
+        for i in range(self.config.num_hidden_layers):
+            x, weights = self.layers[0 if self.config.share_layers else i](x, mask, output_attentions)
+            if output_hidden_states:
+                hidden_states.append(x)
+            if output_attentions:
+                attentions.append(weights)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if output_hidden_states:
+                hidden_states[-1] = x
+        pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
+        return ModelOutput(
+            last_hidden_state=x,
+            pooler_output=pooled,
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
+            attentions=tuple(attentions) if output_attentions else None,
+        )
+
+
+class MaskedLMHead(nn.Module):
+    """Masked-LM head: dense + GELU + LayerNorm, then a decoder tied to the word embeddings.
+
+    Given `positions`, it scores only those positions (sparse prediction): the
+    vocabulary product is the largest in the model, and most positions carry no label.
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = Linear(config.hidden_size, config.embedding_width)
+        self.act = activation(config.hidden_act)
+        self.norm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(
+        self, hidden: torch.Tensor, word_embeddings: torch.Tensor, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """hidden (B, T, H), word_embeddings (V, E), positions bool (B, T) ->
+        logits (B, T, V), or (N, V) for the N positions that are True."""
+        if positions is not None:
+            hidden = hidden[positions]  # (N, H)
+        h = self.norm(self.act(self.dense(hidden)))
+        return linear(h, word_embeddings, self.bias)
+
+
+class ClassificationHead(nn.Module):
+    """Dropout then a linear layer: on the pooled [CLS] vector, or on every token."""
+
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float):
+        super().__init__()
+        self.dropout = Dropout(dropout)
+        self.dense = Linear(hidden_size, num_labels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., H) -> (..., num_labels)."""
+        return self.dense(self.dropout(x))
+
+
+def _classifier_dropout(config: BertConfig) -> float:
+    return config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
+
+
+def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of (N, V) logits against the N labelled positions of `labels` (B, T)."""
+    return F.cross_entropy(logits.float(), labels[labels != IGNORE_INDEX])
+
+
+class BertForPreTraining(BertPreTrainedModel):
+    """BERT's pre-training model: encoder + masked-LM head + next-sentence head.
+
+    With `labels` (B, T; IGNORE_INDEX where nothing was masked) the masked-LM logits
+    are computed at the labelled positions only, so `prediction_logits` is (N, V).
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.mlm = MaskedLMHead(config)
+        self.nsp = ClassificationHead(config.hidden_size, 2, dropout=0.0)
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """Returns loss (sum of the MLM and NSP losses given labels for), prediction_logits and
+        seq_relationship_logits (B, 2)."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        positions = labels != IGNORE_INDEX if labels is not None else None
+        prediction_logits = self.mlm(out.last_hidden_state, self.bert.embeddings.word_embeddings.weight, positions)
+        nsp_logits = self.nsp(out.pooler_output)
+        losses = []
+        if labels is not None:
+            losses.append(masked_lm_loss(prediction_logits, labels))
+        if next_sentence_label is not None:
+            losses.append(F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1)))
+        return ModelOutput(
+            loss=sum(losses) if losses else None,
+            prediction_logits=prediction_logits,
+            seq_relationship_logits=nsp_logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+
+
+class BertForMaskedLM(BertPreTrainedModel):
+    """Encoder + masked-LM head. With `labels`, `logits` covers the labelled positions only: (N, V)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.mlm = MaskedLMHead(config)
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """Returns logits (B, T, V), or (N, V) and the loss when `labels` are given."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        positions = labels != IGNORE_INDEX if labels is not None else None
+        logits = self.mlm(out.last_hidden_state, self.bert.embeddings.word_embeddings.weight, positions)
+        return ModelOutput(
+            loss=masked_lm_loss(logits, labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+
+
+class BertForSequenceClassification(BertPreTrainedModel):
+    """Encoder + linear head on the pooled [CLS] vector; regression when num_labels == 1."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.classifier = ClassificationHead(config.hidden_size, config.num_labels, _classifier_dropout(config))
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """Returns logits (B, num_labels); loss is cross-entropy, or MSE for regression."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        logits = self.classifier(out.pooler_output)
+        loss = None
+        if labels is not None:
+            if self.config.num_labels == 1:
+                loss = F.mse_loss(logits.float().view(-1), labels.float().view(-1))
+            else:
+                loss = F.cross_entropy(logits.float(), labels.view(-1))
+        return ModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
+
+
+class BertForTokenClassification(BertPreTrainedModel):
+    """Encoder + linear head on every token (tagging, e.g. named entities)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.classifier = ClassificationHead(config.hidden_size, config.num_labels, _classifier_dropout(config))
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """Returns logits (B, T, num_labels); loss ignores positions labelled IGNORE_INDEX."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        logits = self.classifier(out.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+        return ModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
+
+
+class BertForQuestionAnswering(BertPreTrainedModel):
+    """Encoder + span head: a start and an end score for every token (SQuAD)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.qa_outputs = Linear(config.hidden_size, 2)
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """Returns start_logits and end_logits (B, T); loss is the mean of the two
+        cross-entropies when the gold positions (B,) are given."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        start_logits, end_logits = self.qa_outputs(out.last_hidden_state).float().unbind(dim=-1)  # 2 x (B, T)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            seq_len = input_ids.shape[1]  # gold positions past the window count as "no answer here"
+            start = start_positions.view(-1).clamp(0, seq_len)
+            end = end_positions.view(-1).clamp(0, seq_len)
+            loss = (F.cross_entropy(start_logits, start, ignore_index=seq_len)
+                    + F.cross_entropy(end_logits, end, ignore_index=seq_len)) / 2
+        return ModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+
+
+MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = {
+    cls.__name__: cls
+    for cls in (BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
+                BertForTokenClassification, BertForQuestionAnswering)
+}
+
+
+def model_class(config: BertConfig) -> type[BertPreTrainedModel]:
+    """The class a config.json names in `architectures` (BertModel when it names none we know)."""
+    names = config.extra.get("architectures") or ["BertModel"]
+    return MODEL_CLASSES.get(names[0], BertModel)

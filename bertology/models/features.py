@@ -1,0 +1,216 @@
+"""Contextual features from an encoder's layers: which layers, how to combine them, how to pool.
+
+The BERT paper's feature-based experiment (CoNLL-2003 NER with a frozen encoder) compares
+the embeddings output, the last layer, the second-to-last, the sum or concatenation of the
+last four, and the sum of all layers. ELMo instead learns a softmax-weighted mix of all
+layers times a scale (`ScalarMix`). Fine-tuning's feature-based mode and `bertology embed`
+both take their layers from here.
+
+The feature-based model itself (`FeatureModel`: a frozen encoder and a small `FeatureHead`)
+lives here too; training its head is the recipe in recipes/feature_mode.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..errors import UserError
+from ..files import atomic_path, write_json_atomic
+from ..ops import IGNORE_INDEX
+from .bert import BertModel, ModelOutput
+
+# name -> (layers relative to the stack, how to combine them). Layer 0 is the embeddings output.
+LAYER_CHOICES = {
+    "embeddings": "the embeddings output (layer 0)",
+    "last": "the last layer",
+    "second_to_last": "the second-to-last layer",
+    "sum_last_four": "the sum of the last four layers",
+    "concat_last_four": "the last four layers side by side (4x wide)",
+    "sum_all": "the sum of all layers, embeddings included",
+    "mix": "ELMo's learned scalar mix of all layers (trained with the head)",
+}
+
+
+def parse_layers(spec: str, num_layers: int) -> tuple[list[int], str]:
+    """A layer choice -> (indices into hidden_states, combination "sum" | "concat" | "mix").
+
+    `spec` is a name of LAYER_CHOICES or a comma-separated list of layer numbers (0 =
+    embeddings, -1 = last), whose vectors are summed; `num_layers` counts transformer layers.
+    """
+    total = num_layers + 1  # hidden_states holds the embeddings output plus every layer
+    named = {
+        "embeddings": ([0], "sum"),
+        "last": ([total - 1], "sum"),
+        "second_to_last": ([total - 2], "sum"),
+        "sum_last_four": (list(range(max(total - 4, 0), total)), "sum"),
+        "concat_last_four": (list(range(max(total - 4, 0), total)), "concat"),
+        "sum_all": (list(range(total)), "sum"),
+        "mix": (list(range(total)), "mix"),
+    }
+    if spec in named:
+        return named[spec]
+    try:
+        indices = [int(part) for part in spec.split(",")]
+    except ValueError:
+        raise UserError(f"layers: expected one of {', '.join(LAYER_CHOICES)} or numbers like 4,5,6; got {spec!r}") from None
+    resolved = [i + total if i < 0 else i for i in indices]
+    if any(not 0 <= i < total for i in resolved):
+        raise UserError(f"layers: {spec!r} is out of range for a model with {num_layers} layers (0..{num_layers}, or -1 for the last)")
+    return resolved, "sum"
+
+
+def feature_width(hidden_size: int, indices: list[int], combine: str) -> int:
+    """Width of the combined feature vector."""
+    return hidden_size * len(indices) if combine == "concat" else hidden_size
+
+
+def combine_layers(hidden_states: tuple[torch.Tensor, ...] | torch.Tensor, indices: list[int], combine: str) -> torch.Tensor:
+    """Combine the chosen layers' (B, T, H) states by sum or concatenation.
+
+    For "mix" the chosen layers are returned stacked as (B, T, L, H) for a `ScalarMix` to weigh.
+    """
+    chosen = [hidden_states[i] for i in indices]
+    if combine == "concat":
+        return torch.cat(chosen, dim=-1)
+    if combine == "mix":
+        return torch.stack(chosen, dim=-2)
+    return torch.stack(chosen).sum(0) if len(chosen) > 1 else chosen[0]
+
+
+class ScalarMix(nn.Module):
+    """ELMo's layer mix: gamma * sum_j softmax(w)_j * h_j, with w and gamma learned.
+
+    Input (..., L, H) stacked layer states; output (..., H). The weights start equal, so
+    an untrained mix is the mean of the layers.
+    """
+
+    def __init__(self, num_layers: int):
+        super().__init__()
+        self.weights = nn.Parameter(torch.zeros(num_layers))
+        self.gamma = nn.Parameter(torch.ones(()))
+
+    def forward(self, layers: torch.Tensor) -> torch.Tensor:
+        """Mix the L layer vectors of each position into one."""
+        weights = self.weights.softmax(-1).to(layers.dtype)
+        return self.gamma.to(layers.dtype) * torch.einsum("...lh,l->...h", layers, weights)
+
+
+def pool(states: torch.Tensor, attention_mask: torch.Tensor, how: str) -> torch.Tensor:
+    """Sentence vectors from (B, T, H) token states: "cls", "mean" or "max" over real tokens."""
+    if how == "cls":
+        return states[:, 0]
+    mask = attention_mask.to(states.dtype).unsqueeze(-1)  # (B, T, 1)
+    if how == "mean":
+        return (states * mask).sum(1) / mask.sum(1).clamp(min=1)
+    if how == "max":
+        return states.masked_fill(mask == 0, torch.finfo(states.dtype).min).max(1).values
+    raise UserError(f"pooling must be cls, mean or max, got {how!r}")
+
+
+HEAD_CONFIG = "feature_head.json"
+
+
+HEAD_WEIGHTS = "feature_head.safetensors"
+
+
+@dataclass
+class HeadConfig:
+    """What a feature head is: which layers feed it, how, and its shape."""
+
+    kind: str  # "sequence" or "token"
+    layers: list[int]
+    combine: str  # "sum", "concat" or "mix"
+    width: int  # feature width after combining
+    num_labels: int
+    head: str = "linear"  # or "bilstm"
+    pooling: str = "mean"
+    lstm_size: int = 256
+    dropout: float = 0.1
+
+
+class FeatureHead(nn.Module):
+    """[ScalarMix] -> [2-layer BiLSTM] -> dropout -> linear, per token or on pooled tokens."""
+
+    def __init__(self, config: HeadConfig):
+        super().__init__()
+        self.config = config
+        self.mix = ScalarMix(len(config.layers)) if config.combine == "mix" else None
+        width = config.width
+        self.lstm = None
+        if config.head == "bilstm":
+            self.lstm = nn.LSTM(width, config.lstm_size, num_layers=2, bidirectional=True, batch_first=True,
+                                dropout=config.dropout)
+            width = 2 * config.lstm_size
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(width, config.num_labels)
+
+    def forward(self, features: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, [L,] H) features -> logits (B, num_labels) or (B, T, num_labels)."""
+        x = features.float()
+        if self.mix is not None:
+            x = self.mix(x)
+        if self.lstm is not None:
+            lengths = attention_mask.sum(1).cpu()
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            x, _ = self.lstm(packed)
+            x, _ = nn.utils.rnn.pad_packed_sequence(x, batch_first=True, total_length=attention_mask.shape[1])
+        if self.config.kind == "sequence":
+            x = pool(x, attention_mask, self.config.pooling)
+        return self.classifier(self.dropout(x))
+
+
+def head_loss(logits: torch.Tensor, labels: torch.Tensor, kind: str, regression: bool) -> torch.Tensor:
+    """Cross-entropy (or MSE for regression; ignoring unlabelled tokens for tagging)."""
+    if regression:
+        return F.mse_loss(logits.view(-1), labels.float().view(-1))
+    if kind == "token":
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+    return F.cross_entropy(logits, labels)
+
+
+class FeatureModel(nn.Module):
+    """A frozen encoder and a feature head, called like a task model (logits out)."""
+
+    def __init__(self, encoder: BertModel, head: FeatureHead):
+        super().__init__()
+        self.bert = encoder
+        self.head = head
+
+    def features(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+        """The combined layer features (B, T, [L,] H) the head reads."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True)
+        return combine_layers(out.hidden_states, self.head.config.layers, self.head.config.combine)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> ModelOutput:
+        """Logits of the head over the encoder's features."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        return ModelOutput(logits=self.head(self.features(input_ids, attention_mask, token_type_ids), attention_mask))
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """The encoder in the usual layout plus feature_head.json / feature_head.safetensors."""
+        directory = Path(directory)
+        self.bert.save_pretrained(directory)
+        with atomic_path(directory / HEAD_WEIGHTS) as tmp:
+            save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}, str(tmp))
+        write_json_atomic(directory / HEAD_CONFIG, dataclasses.asdict(self.head.config))
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path) -> FeatureModel:
+        """Load what `save_pretrained` wrote."""
+        directory = Path(directory)
+        try:
+            config = HeadConfig(**json.loads((directory / HEAD_CONFIG).read_text(encoding="utf-8")))
+            head = FeatureHead(config)
+            head.load_state_dict(load_file(str(directory / HEAD_WEIGHTS)))
+        except (OSError, ValueError, TypeError, RuntimeError) as err:
+            raise UserError(f"{directory}: cannot load the feature head ({err})") from None
+        return cls(BertModel.from_pretrained(directory), head).eval()

@@ -1,0 +1,411 @@
+"""Distillation: a fine-tuned teacher's soft targets train a small, fast student.
+
+Hinton et al.'s knowledge distillation as DistilBERT, TinyBERT and Tang et al. (2019) apply
+it to BERT. The teacher labels a transfer set of unlabeled text once: its outputs (one
+vector per sentence or pair, one per word for tagging) are cached on disk, keyed by the
+teacher's weights and the text, so every later student run reuses them. The student
+learns to match them, by temperature-scaled KL divergence between the softened
+distributions (times T^2, so the gradients keep their size as T changes) or by MSE between
+the logits; optionally the true labels are mixed in where the text has them, and a
+hidden-state loss pulls each student layer towards a teacher layer through a learned
+projection (needed when the widths differ). Regression students match the teacher's score
+by MSE. The student, from a pre-trained encoder or randomly initialised at a preset size,
+is saved as a fine-tuned model, so evaluate, predict, export and serve take it as it is."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..config import EpochLoop, TaskConfig
+from ..data.tokenizer import MASK, Tokenizer
+from ..errors import UserError
+from ..files import atomic_path, cache_root, write_json_atomic
+from ..inference.modeldir import describe_task, load_finetuned
+from ..inference.predict import run_rows
+from ..models.bert import PRESETS, BertConfig, BertPreTrainedModel
+from ..ops import IGNORE_INDEX
+from ..tasks.inputs import (
+    Encoded,
+    InputSettings,
+    cache_key,
+    collate,
+    encode,
+    example_logits,
+    word_logits,
+)
+from ..tasks.readers import TaskSpec, TokenExample
+from ..training.loop import (
+    StepOutput,
+    Trainer,
+    accuracy_counts,
+    autocast,
+    resolve_precision,
+)
+from ..training.tasks import (
+    MODEL_FOR_KIND,
+    BestModel,
+    EpochBatches,
+    RunData,
+    check_output_dir,
+    epoch_train_config,
+    evaluate_splits,
+    fit_and_finish,
+    load_task_model,
+    read_inputs,
+    read_split,
+    subset,
+)
+
+CONFIG_NAME = "distill_config.json"
+
+
+LOSSES = ("kl", "mse")
+
+
+@dataclass
+class DistillConfig(EpochLoop):
+    """Everything a distillation run needs; each field is also a command-line flag and a config-file key."""
+
+    teacher: str = ""  # a fine-tuned model directory (its task and labels are the student's)
+    out: str = ""
+    data: str = ""  # the task's folder: the dev split scores the student; train's texts join the transfer set
+    train_file: str | None = None  # users' own tasks (see FinetuneConfig)
+    dev_file: str | None = None
+    # the transfer set: text the teacher labels
+    train_text: bool = True  # the task's training examples (their labels are used only if label_weight > 0)
+    unlabeled: list[str] = field(default_factory=list)  # more text: one example per line (a tab between a pair)
+    max_transfer_examples: int | None = None  # a reproducible random subset
+    augment: int = 0  # Tang et al. (2019): add this many noisy copies of each transfer example
+    # the student
+    student: str | None = None  # a pre-trained encoder directory; None: random init at `preset`
+    preset: str = "mini"
+    # the loss
+    loss: str = "kl"  # or "mse" between logits
+    temperature: float = 2.0
+    label_weight: float = 0.0  # weight of the true labels' loss; the teacher's gets 1 - label_weight
+    hidden_weight: float = 0.0  # > 0: add MSE between mapped student and teacher layers
+    # optimisation: EpochLoop's fields, a small student learning faster than fine-tuning's 5e-5
+    lr: float = 1e-4
+    max_seq_len: int | None = None  # None: the teacher's
+    cache_dir: str | None = None  # where the teacher's targets are kept; default $BERTOLOGY_CACHE/distill
+
+    def __post_init__(self) -> None:
+        for name in ("teacher", "out", "data", "train_file", "dev_file", "student", "cache_dir"):  # Paths from Python
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, str(value))
+        self.unlabeled = [str(path) for path in self.unlabeled]
+
+    def validate(self) -> None:
+        """Check everything that needs no file reading."""
+        for name in ("teacher", "out"):
+            if not getattr(self, name):
+                raise UserError(f"no --{name} given")
+        if not Path(self.teacher).is_dir():
+            raise UserError(f"{self.teacher}: no such teacher model directory")
+        if self.student is not None and not Path(self.student).is_dir():
+            raise UserError(f"{self.student}: no such student model directory")
+        if self.student is None and self.preset not in PRESETS:
+            raise UserError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+        if self.loss not in LOSSES:
+            raise UserError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
+        if self.temperature <= 0:
+            raise UserError(f"temperature must be positive, got {self.temperature}")
+        if not 0 <= self.label_weight <= 1:
+            raise UserError(f"label_weight must be in [0, 1], got {self.label_weight}")
+        if self.hidden_weight < 0:
+            raise UserError(f"hidden_weight must be >= 0, got {self.hidden_weight}")
+        self.validate_loop()
+        if self.augment < 0:
+            raise UserError(f"augment must be >= 0, got {self.augment}")
+        if not self.train_text and not self.unlabeled:
+            raise UserError("no transfer text: give --unlabeled files, or keep the task's training text")
+        if (self.train_text or self.label_weight > 0) and not (self.data or self.train_file):
+            raise UserError("the task's training text needs --data (or --train-file); "
+                            "or use only --unlabeled text with --no-train-text")
+
+    def task_files(self) -> TaskConfig:
+        """Where this task's splits are (read by the same readers and checks as fine-tuning)."""
+        return TaskConfig(task="distill", data=self.data, train_file=self.train_file, dev_file=self.dev_file)
+
+
+def read_transfer_set(cfg: DistillConfig, spec: TaskSpec) -> list:
+    """The examples the teacher labels: the task's training text and the unlabeled files."""
+    examples = read_split(cfg.task_files(), spec, "train") if cfg.train_text else []
+    for path in cfg.unlabeled:
+        if not Path(path).is_file():
+            raise UserError(f"{path}: no such file")
+        examples.extend(dataclasses.replace(e, label=None) if hasattr(e, "label") else dataclasses.replace(e, tags=None)
+                        for e in read_inputs(spec, Path(path)))
+    if not examples:
+        raise UserError("the transfer set is empty")
+    examples = subset(examples, cfg.max_transfer_examples, cfg.seed)
+    return examples + augmented(examples, cfg.augment, cfg.seed) if cfg.augment else examples
+
+
+# Tang et al. (2019), "Distilling Task-Specific Knowledge from BERT into Simple Neural Networks":
+# each word is masked with p 0.1 or replaced with p 0.1, then with p 0.25 only an n-gram (n <= 5)
+# is kept. They replace a word by one of the same part of speech; lacking a tagger, we draw
+# from the distinct words of the transfer set.
+MASK_P, REPLACE_P, NGRAM_P, MAX_NGRAM = 0.1, 0.1, 0.25, 5
+
+
+def noisy_words(words: list[str], rng: np.random.Generator, vocabulary: list[str]) -> list[str]:
+    """One noisy copy of a word list (see MASK_P and the comment above it)."""
+    draws = rng.random(len(words))
+    out = [MASK if d < MASK_P else vocabulary[rng.integers(len(vocabulary))] if d < MASK_P + REPLACE_P else w
+           for w, d in zip(words, draws)]
+    if len(out) > 1 and rng.random() < NGRAM_P:
+        n = int(rng.integers(1, min(MAX_NGRAM, len(out)) + 1))
+        start = int(rng.integers(0, len(out) - n + 1))
+        out = out[start: start + n]
+    return out
+
+
+def augmented(examples: list, copies: int, seed: int) -> list:
+    """Up to `copies` noisy, unlabelled copies of every example (both texts of a pair; a tagged
+    sentence's words), for the teacher to label; copies that came out unchanged are dropped."""
+    rng = np.random.default_rng([seed, copies])
+    if isinstance(examples[0], TokenExample):
+        vocabulary = sorted({w for e in examples for w in e.words})
+        copies_of = [dataclasses.replace(e, guid=f"{e.guid}-aug{k}", words=noisy_words(e.words, rng, vocabulary),
+                                         tags=None) for k in range(copies) for e in examples]
+        return [c for c, e in zip(copies_of, examples * copies) if c.words and c.words != e.words]
+    vocabulary = sorted({w for e in examples for text in (e.text_a, e.text_b) if text for w in text.split()})
+
+    def noisy(text: str | None) -> str | None:
+        return " ".join(noisy_words(text.split(), rng, vocabulary)) or text if text else text
+
+    copies_of = [dataclasses.replace(e, guid=f"{e.guid}-aug{k}", text_a=noisy(e.text_a), text_b=noisy(e.text_b),
+                                     label=None) for k in range(copies) for e in examples]
+    return [c for c, e in zip(copies_of, examples * copies) if (c.text_a, c.text_b) != (e.text_a, e.text_b)]
+
+
+@torch.no_grad()
+def teacher_targets(teacher: nn.Module, tokenizer: Tokenizer, spec: TaskSpec, settings: InputSettings, examples: list,
+                    teacher_dir: str, cache: Path | None, batch_size: int, precision: str) -> list[np.ndarray]:
+    """The teacher's logits for every example: (outputs,) for a sentence or pair (the mean
+    over its windows), (words, tags) for a tagged sentence (NaN rows for words it did not see).
+
+    Computed once and kept in `cache` (safetensors); a later run over the same text with the
+    same teacher reads them back.
+    """
+    encoded = encode(spec, examples, tokenizer, settings, training=False)
+    path = cache / f"{cache_key(teacher_dir, encoded)}.safetensors" if cache is not None else None
+    if path is not None and path.is_file():
+        stored = load_file(str(path))
+        print(f"teacher targets for {len(examples):,} examples read from {path}", file=sys.stderr)
+        return [row.numpy() for row in torch.split(stored["logits"], stored["lengths"].tolist())]
+    print(f"the teacher labels {len(examples):,} transfer examples ...", file=sys.stderr)
+    outputs = run_rows(teacher, encoded, spec, tokenizer.pad_token_id, batch_size, precision, progress=True)
+    if spec.kind == "sequence":
+        targets = [row[None].astype(np.float32) for row in example_logits(encoded, outputs)]
+    else:
+        num_tags = outputs[0].shape[-1]
+        targets = [np.stack([np.full(num_tags, np.nan) if w is None else w for w in words]).astype(np.float32)
+                   if words else np.zeros((0, num_tags), np.float32)
+                   for words in word_logits(encoded, outputs, examples)]
+    if path is not None:
+        with atomic_path(path) as tmp:
+            save_file({"logits": torch.from_numpy(np.concatenate(targets)),
+                       "lengths": torch.tensor([len(t) for t in targets])}, str(tmp))
+    return targets
+
+
+def make_student(cfg: DistillConfig, spec: TaskSpec, teacher_tokenizer: Tokenizer,
+                 teacher_config: BertConfig) -> tuple[BertPreTrainedModel, Tokenizer]:
+    """A pre-trained encoder with a fresh task head, or a randomly initialised one at `cfg.preset`
+    that shares the teacher's vocabulary."""
+    if cfg.student is not None:
+        return load_task_model(cfg.student, spec), Tokenizer.from_pretrained(cfg.student)
+    num_labels = len(spec.labels) if spec.labels else 1
+    config = BertConfig.from_preset(cfg.preset, vocab_size=teacher_config.vocab_size, num_labels=num_labels,
+                                    id2label=dict(enumerate(spec.labels)) if spec.labels else None,
+                                    max_position_embeddings=teacher_config.max_position_embeddings,
+                                    type_vocab_size=teacher_config.type_vocab_size)
+    return MODEL_FOR_KIND[spec.kind](config), teacher_tokenizer
+
+
+def same_tokenization(a: Tokenizer, b: Tokenizer) -> bool:
+    """Whether two tokenizers turn any text into the same ids (same pieces, same casing)."""
+    return a.do_lower_case == b.do_lower_case and a.convert_ids_to_tokens(range(a.vocab_size)) == \
+        b.convert_ids_to_tokens(range(b.vocab_size))
+
+
+def layer_map(student_layers: int, teacher_layers: int) -> list[int]:
+    """The teacher layer each student layer learns from: evenly spaced, the last to the last (TinyBERT)."""
+    return [math.ceil((i + 1) * teacher_layers / student_layers) for i in range(student_layers)]
+
+
+class DistillModule(nn.Module):
+    """The student as the loop trains it: forward(batch) -> the mixed distillation loss.
+
+    A batch carries the inputs, the teacher's soft targets (`soft`, with `soft_mask` for
+    tagging), the true labels where known (`labels`, IGNORE_INDEX / NaN elsewhere) and, with a
+    hidden-state loss, the teacher's mapped layers (`teacher_hidden`).
+    """
+
+    def __init__(self, student: BertPreTrainedModel, spec: TaskSpec, cfg: DistillConfig, teacher_width: int | None):
+        super().__init__()
+        self.student = student
+        self.kind, self.regression = spec.kind, spec.regression
+        self.loss_name, self.temperature = cfg.loss, cfg.temperature
+        self.label_weight, self.hidden_weight = cfg.label_weight, cfg.hidden_weight
+        width = student.config.hidden_size
+        # The projection only trains the student's layers; it is not part of the saved student.
+        self.projection = nn.Linear(width, teacher_width) if teacher_width not in (None, width) else None
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
+        """(1 - label_weight) x soft loss + label_weight x label loss + hidden_weight x hidden loss."""
+        out = self.student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                           output_hidden_states=self.hidden_weight > 0)
+        all_logits = out.logits.float()
+        logits, soft = all_logits, batch["soft"]
+        if self.kind == "token":  # only the positions the teacher labelled (each word's first piece)
+            logits, soft = all_logits[batch["soft_mask"]], soft[batch["soft_mask"]]
+        loss = (1 - self.label_weight) * self.soft_loss(logits, soft)
+        if self.label_weight > 0:
+            loss = loss + self.label_weight * self.label_loss(all_logits, batch["labels"])
+        if self.hidden_weight > 0:
+            loss = loss + self.hidden_weight * self.hidden_loss(out.hidden_states, batch)
+        counts = {} if self.regression else accuracy_counts("teacher_agreement", logits.argmax(-1), soft.argmax(-1))
+        return StepOutput(loss, counts)
+
+    def soft_loss(self, logits: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
+        """KL(teacher_T || student_T) x T^2, or MSE between logits (always for regression)."""
+        if self.regression or self.loss_name == "mse":
+            return F.mse_loss(logits, soft)
+        t = self.temperature
+        return F.kl_div(F.log_softmax(logits / t, -1), F.log_softmax(soft / t, -1), log_target=True,
+                        reduction="batchmean") * t * t
+
+    def label_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy (MSE for regression) on the examples that have a true label."""
+        if self.regression:
+            known = ~labels.isnan()
+            return F.mse_loss(logits.view(-1)[known], labels[known]) if known.any() else logits.sum() * 0
+        if not (labels != IGNORE_INDEX).any():
+            return logits.sum() * 0
+        return F.cross_entropy(logits.flatten(0, -2), labels.flatten(), ignore_index=IGNORE_INDEX)
+
+    def hidden_loss(self, student_states: tuple[torch.Tensor, ...], batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """MSE between each (projected) student layer and its teacher layer, over real tokens."""
+        real = batch["attention_mask"].bool()
+        losses = []
+        for layer, target in zip(student_states[1:], batch["teacher_hidden"].unbind(0)):
+            mapped = self.projection(layer) if self.projection is not None else layer
+            losses.append(F.mse_loss(mapped.float()[real], target.float()[real]))
+        return torch.stack(losses).mean()
+
+
+def row_targets(spec: TaskSpec, encoded: Encoded, targets: list[np.ndarray], pad_id: int):
+    """A function rows -> the batch of inputs, soft targets and true labels for the student's rows."""
+    regression = spec.regression
+
+    def make_batch(rows: list[int]) -> dict[str, torch.Tensor]:
+        features = [encoded.features[i] for i in rows]
+        batch = collate(features, "none", pad_id)
+        if spec.kind == "sequence":
+            batch["soft"] = torch.from_numpy(np.concatenate([targets[f.example] for f in features]))
+            if regression:
+                batch["labels"] = torch.tensor([np.nan if f.label is None else f.label for f in features], dtype=torch.float)
+            else:
+                batch["labels"] = torch.tensor([IGNORE_INDEX if f.label is None else f.label for f in features])
+            return batch
+        width = batch["input_ids"].shape[1]
+        soft = torch.zeros(len(rows), width, targets[0].shape[-1])  # (words, tags), even with no words
+        labels = torch.full((len(rows), width), IGNORE_INDEX)
+        for j, f in enumerate(features):
+            for t, word in enumerate(f.word_ids):
+                if word is not None:
+                    soft[j, t] = torch.from_numpy(targets[f.example][word])
+            labels[j, : len(f.token_labels)] = torch.tensor(f.token_labels)
+        batch["soft"], batch["labels"] = soft, labels
+        batch["soft_mask"] = ~soft.isnan().any(-1) & torch.tensor(
+            [[w is not None for w in f.word_ids] + [False] * (width - len(f.word_ids)) for f in features])
+        batch["soft"] = batch["soft"].nan_to_num(0.0)
+        return batch
+
+    return make_batch
+
+
+def with_teacher_hidden(make_batch, teacher: BertPreTrainedModel, layers: list[int], precision: str):
+    """Wrap `make_batch` to add the teacher's chosen hidden layers (computed now, without gradients)."""
+    device = next(teacher.parameters()).device
+
+    @torch.no_grad()
+    def make(rows: list[int]) -> dict[str, torch.Tensor]:
+        batch = make_batch(rows)
+        with autocast(precision, device):
+            states = teacher.bert(batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                                  batch["token_type_ids"].to(device), output_hidden_states=True).hidden_states
+        batch["teacher_hidden"] = torch.stack([states[i] for i in layers]).cpu()
+        return batch
+
+    return make
+
+
+def run_distillation(cfg: DistillConfig) -> dict:
+    """Distil the teacher into the student; write the student, its dev results and the curves."""
+    cfg.validate()
+    out = Path(cfg.out)
+    check_output_dir(out, cfg.resume)
+    teacher, teacher_tokenizer, spec, settings = load_finetuned(cfg.teacher)
+    if spec.kind == "span":
+        raise UserError(f"{cfg.teacher}: distillation covers sentence, pair and token tasks, not span extraction")
+    if cfg.max_seq_len is not None:
+        settings = dataclasses.replace(settings, max_seq_len=cfg.max_seq_len)
+    torch.manual_seed(cfg.seed)
+    student, tokenizer = make_student(cfg, spec, teacher_tokenizer, teacher.config)
+    if cfg.hidden_weight > 0 and not same_tokenization(tokenizer, teacher_tokenizer):
+        raise UserError("hidden_weight > 0 needs a student with the teacher's vocabulary (positions must line up)")
+    describe_task(student.config, spec, settings)
+
+    transfer = read_transfer_set(cfg, spec)
+    dev = {split: read_split(cfg.task_files(), spec, split) for split in spec.eval_splits} if (cfg.data or cfg.dev_file) else {}
+    cache = Path(cfg.cache_dir) if cfg.cache_dir else cache_root() / "distill"
+    targets = teacher_targets(teacher, teacher_tokenizer, spec, settings, transfer, cfg.teacher, cache,
+                              cfg.eval_batch_size, cfg.precision)
+    encoded = encode(spec, transfer, tokenizer, settings, training=True)
+    teacher_scores = evaluate_splits(teacher, RunData(spec, teacher_tokenizer, settings, [], dev, encoded), cfg) if dev else {}
+    write_json_atomic(out / CONFIG_NAME, {**dataclasses.asdict(cfg), "task_spec": dataclasses.asdict(spec),
+                                          "transfer_examples": len(transfer), "student_parameters": student.num_parameters(),
+                                          "teacher_parameters": teacher.num_parameters(),
+                                          **{f"teacher_{k}": v for k, v in teacher_scores.items()}})
+
+    make_batch = row_targets(spec, encoded, targets, tokenizer.pad_token_id)
+    teacher_width = None
+    if cfg.hidden_weight > 0:
+        layers = layer_map(student.config.num_hidden_layers, teacher.config.num_hidden_layers)
+        device = next(teacher.parameters()).device
+        make_batch = with_teacher_hidden(make_batch, teacher, layers, resolve_precision(cfg.precision, device))
+        teacher_width = teacher.config.hidden_size
+    else:
+        del teacher  # its targets are cached; free the memory for the student
+    batches = EpochBatches([len(f.input_ids) for f in encoded.features], cfg.batch_size, cfg.seed, make_batch)
+    data = RunData(spec, tokenizer, settings, transfer, dev, encoded)
+    best = BestModel(out, data, cfg.resume, distilled_from=cfg.teacher,
+                     **{f"teacher_{k}": v for k, v in teacher_scores.items()})
+    module = DistillModule(student, spec, cfg, teacher_width)
+
+    def evaluate(module: DistillModule) -> dict:
+        if not dev:  # nothing to score against: keep the latest student
+            module.student.save_pretrained(out)
+            tokenizer.save_pretrained(out)
+            return {}
+        return best.update(evaluate_splits(module.student, data, cfg), module.student, trainer.step)
+
+    trainer = Trainer(module, epoch_train_config(cfg, batches.steps_per_epoch, cfg.seed, cfg.precision), out,
+                      batches, evaluate)
+    fit_and_finish(trainer, cfg, spec, out)
+    return best.results or {"task": spec.name, "transfer_examples": len(transfer)}

@@ -1,0 +1,265 @@
+"""What every task recipe shares (fine-tuning, the feature-based mode, distillation).
+
+A task's data read from its official files and encoded once (all seeds share it), the
+encoder with the task's head, epochs of length-bucketed batches through the one loop
+(training/loop.py), evaluation on the dev splits after every epoch keeping the best model,
+and the median of several seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..config import EpochLoop, TaskConfig
+from ..data.tokenizer import Tokenizer
+from ..errors import UserError
+from ..files import write_json_atomic
+from ..inference.predict import predict, score
+from ..models.bert import (
+    BertConfig,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertPreTrainedModel,
+)
+from ..plots import plot_training_curves
+from ..tasks.inputs import Encoded, InputSettings, bucketed_batches
+from ..tasks.readers import (
+    GENERIC_KINDS,
+    TASKS,
+    SequenceExample,
+    TaskSpec,
+    TokenExample,
+    generic_task,
+    read_examples,
+    read_text_lines,
+    task_files,
+)
+from .loop import StepOutput, TrainConfig, Trainer, check_no_earlier_run, check_writable
+
+RESULTS_NAME = "eval_results.json"
+
+
+def resolve_task(cfg: TaskConfig) -> TaskSpec:
+    """The TaskSpec named by cfg.task (a built-in task or one of the generic kinds over the user's columns)."""
+    if cfg.task in TASKS:
+        return TASKS[cfg.task]
+    if cfg.task in GENERIC_KINDS:
+        return generic_task(cfg.task, cfg.labels, cfg.text_column, cfg.text_pair_column, cfg.label_column,
+                                       name=cfg.task)
+    names = ", ".join([*TASKS, *GENERIC_KINDS])
+    raise UserError(f"unknown task {cfg.task!r}; choose one of {names}")
+
+
+def read_split(cfg: TaskConfig, spec: TaskSpec, split: str, data: str | None = None) -> list:
+    """The examples of one split ("train", "dev", "dev_mismatched", "test") from the official files;
+    SQuAD training questions whose answer offsets do not match are skipped and reported."""
+    own = {"train": cfg.train_file, "dev": cfg.dev_file}.get(split) if spec.format == "table" else None
+    source = own or data or cfg.data
+    if not source:
+        raise UserError("no --data given (the task's folder or file)"
+                        + (" or --train-file / --dev-file" if spec.format == "table" else ""))
+    file = task_files(spec, Path(source), [split])[split]
+    skipped: list[str] = []
+    examples = read_examples(spec, file, split, skipped)
+    if skipped:
+        print(f"{file}: skipped {len(skipped)} question(s) whose answer_start does not match their answer text "
+              f"(first: {skipped[0]})", file=sys.stderr)
+    return examples
+
+
+def subset(examples: list, size: int | None, seed: int) -> list:
+    """A reproducible random subset of `size` examples, in their original order."""
+    if size is None or size >= len(examples):
+        return examples
+    keep = np.random.default_rng(seed).choice(len(examples), size, replace=False)
+    return [examples[i] for i in sorted(keep)]
+
+
+MODEL_FOR_KIND = {"sequence": BertForSequenceClassification, "token": BertForTokenClassification,
+                  "span": BertForQuestionAnswering}
+
+
+def load_task_model(directory: str, spec: TaskSpec) -> BertPreTrainedModel:
+    """The encoder in `directory` with `spec`'s head: kept if the directory already holds a
+    head for this very task and label set, else freshly initialised."""
+    saved = BertConfig.load(directory)
+    num_labels = len(spec.labels) if spec.labels else 1
+    id2label = dict(enumerate(spec.labels)) if spec.labels else None
+    same_head = saved.extra.get("finetuning_task") == spec.name and saved.id2label == id2label
+    model = MODEL_FOR_KIND[spec.kind].from_pretrained(directory, num_labels=num_labels, id2label=id2label,
+                                                       drop_head=not same_head)
+    return model
+
+
+def layer_depth(name: str, num_layers: int) -> int:
+    """0 for embeddings, i + 1 for transformer layer i, num_layers + 1 for the pooler and head."""
+    match = re.search(r"\.layers\.(\d+)\.", name)
+    if match:
+        return int(match.group(1)) + 1
+    if ".embeddings." in f".{name}":
+        return 0
+    return num_layers + 1
+
+
+class TaskModule(nn.Module):
+    """Adapts a task model to the loop: forward(batch) -> StepOutput with its loss."""
+
+    def __init__(self, model: BertPreTrainedModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
+        """The task model's own loss (cross-entropy, MSE, or the span loss)."""
+        return StepOutput(self.model(**batch).loss, {})
+
+
+class EpochBatches:
+    """Step -> micro-batches: each epoch a fresh length-bucketed shuffle of the training rows.
+
+    `make_batch(row indices)` builds one batch (padded inputs, or cached features). With
+    gradual unfreezing it also sets which layers train, since it is called at the start of
+    every step.
+    """
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int, make_batch: Callable[[list[int]], dict],
+                 unfreeze: Callable[[int], None] | None = None):
+        self.lengths = lengths
+        self.batch_size = batch_size
+        self.seed = seed
+        self.make_batch = make_batch
+        self.steps_per_epoch = math.ceil(len(lengths) / batch_size)
+        self.unfreeze = unfreeze
+        self._epoch, self._batches = -1, []
+
+    def __call__(self, step: int) -> list[dict[str, torch.Tensor]]:
+        epoch, index = divmod(step, self.steps_per_epoch)
+        if epoch != self._epoch:  # the epoch's batches are drawn once, not at every step
+            rng = np.random.default_rng([self.seed, epoch])
+            self._epoch, self._batches = epoch, bucketed_batches(self.lengths, self.batch_size, rng)
+            if self.unfreeze is not None:
+                self.unfreeze(epoch)
+        return [self.make_batch(self._batches[index])]
+
+
+def gradual_unfreezer(model: BertPreTrainedModel):
+    """ULMFiT's gradual unfreezing: in epoch e only the head and the top e + 1 layers train
+    (the embeddings join once every layer has)."""
+    num_layers = len(model.bert.layers)
+
+    def unfreeze(epoch: int) -> None:
+        lowest = num_layers - epoch  # the lowest depth that trains this epoch
+        for name, param in model.named_parameters():
+            param.requires_grad_(layer_depth(name, num_layers) >= lowest)
+
+    return unfreeze
+
+
+@dataclass
+class RunData:
+    """A task's examples and their encodings, shared by the runs of several seeds."""
+
+    spec: TaskSpec
+    tokenizer: Tokenizer
+    settings: InputSettings
+    train: list
+    dev: dict[str, list]  # split name -> examples ("dev", and "dev_mismatched" for MNLI)
+    train_encoded: Encoded
+
+
+def evaluate_splits(model: BertPreTrainedModel, data: RunData, cfg: EpochLoop) -> dict[str, float]:
+    """Metrics on every dev split (MNLI's mismatched one as `accuracy_mismatched`)."""
+    results = {}
+    for split, examples in data.dev.items():
+        predictions = predict(model, data.tokenizer, data.spec, examples, data.settings, cfg.eval_batch_size, cfg.precision)
+        results.update(score(data.spec, examples, predictions, split))
+    return results
+
+
+def epoch_train_config(cfg: EpochLoop, steps_per_epoch: int, seed: int, precision: str) -> TrainConfig:
+    """The loop's settings for `cfg.epochs` epochs, evaluating (and checkpointing) after each."""
+    return TrainConfig(lr=cfg.lr, weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule,
+                       max_steps=max(1, round(cfg.epochs * steps_per_epoch)), max_grad_norm=cfg.max_grad_norm,
+                       precision=precision, log_every=max(1, min(50, steps_per_epoch // 4)),
+                       eval_every=steps_per_epoch, save_every=steps_per_epoch, keep_last=1, seed=seed,
+                       progress=cfg.progress)
+
+
+def fit_and_finish(trainer: Trainer, cfg: EpochLoop, spec: TaskSpec, out: Path) -> None:
+    """Train; once complete, drop the resume checkpoints (the best model and metrics are the
+    results) and draw the learning curve. An interrupted run keeps its checkpoint for --resume."""
+    if trainer.fit(resume=cfg.resume) != "completed":
+        raise KeyboardInterrupt
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    plot_training_curves({spec.name: trainer.log.rows()}, out / "learning_curve.png", accuracy_keys=spec.metrics)
+
+
+class BestModel:
+    """Keeps the model with the best main dev metric so far in `out`, with eval_results.json."""
+
+    def __init__(self, out: Path, data: RunData, resume: bool, **labels):
+        self.out, self.data, self.labels = out, data, labels
+        saved = out / RESULTS_NAME
+        self.results: dict = json.loads(saved.read_text(encoding="utf-8")) if resume and saved.is_file() else {}
+
+    def update(self, values: dict[str, float], model: nn.Module, step: int) -> dict[str, float]:
+        """Record this evaluation's `values`; save `model` (anything with save_pretrained) if they
+        beat the best so far. Returns `values`, for the metrics log."""
+        main = self.data.spec.main_metric
+        if not self.results or values[main] > self.results[main]:
+            self.results = {"task": self.data.spec.name, "split": "dev", **self.labels, **values, "step": step}
+            model.save_pretrained(self.out)
+            self.data.tokenizer.save_pretrained(self.out)
+            write_json_atomic(self.out / RESULTS_NAME, self.results)
+        return values
+
+
+def summarize(spec: TaskSpec, runs: list[dict]) -> dict:
+    """Median of each metric over the seeds (under the metric's own key) with min, max and std."""
+    summary = {"task": spec.name, "split": "dev", "seeds": len(runs)}
+    for key in runs[0]:
+        values = [r[key] for r in runs]
+        if key in ("task", "split", "step") or not all(isinstance(v, (int, float)) for v in values):
+            continue
+        summary[key] = statistics.median(values)
+        summary[f"{key}_min"], summary[f"{key}_max"] = min(values), max(values)
+        summary[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
+    summary["runs"] = runs
+    return summary
+
+
+def check_output_dir(out: Path, resume: bool) -> None:
+    """Before any work: `out` is writable and, unless resuming, holds no earlier run or results."""
+    check_writable(out, needed_bytes=0)
+    if not resume:
+        check_no_earlier_run(out)
+        if (out / RESULTS_NAME).exists():
+            raise UserError(f"{out} already holds results; choose another output directory")
+
+
+def read_inputs(spec: TaskSpec, path: Path) -> list:
+    """`predict`'s input: the task's official format, or plain text (one example per line)."""
+    if path.suffix != ".txt" or spec.kind == "span":
+        return read_examples(spec, path, "test")
+    lines = read_text_lines(path)
+    if spec.kind == "token":
+        return [TokenExample(f"{path.name}-{n}", line.split(), None, f"{path}:{n}") for n, line in lines]
+    examples = []
+    for n, line in lines:
+        parts = line.split("\t")
+        if spec.pair and len(parts) != 2:
+            raise UserError(f"{path}:{n}: expected two texts separated by a tab (this is a pair task)")
+        examples.append(SequenceExample(str(n - 1), parts[0], parts[1] if spec.pair else None, None, f"{path}:{n}"))
+    return examples

@@ -1,0 +1,229 @@
+"""`bertology embed`: every line (or JSONL field) of a file -> sentence or word vectors in .npy or .jsonl.
+
+Streams the input in chunks, embeds each through inference/embedding.py and writes the
+array to a temporary file renamed into place, so an interrupted run leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.lib.format import open_memmap
+
+from ..errors import UserError
+from ..files import atomic_path
+from ..inference.embedding import (
+    LEVELS,
+    POOLINGS,
+    WORD_PIECES,
+    EmbedStats,
+    WordVectors,
+    _align_words,
+    _check_choice,
+    _layer_choice,
+    embed_texts,
+    embed_tokens,
+    length_limit,
+    load_encoder,
+)
+from ..models.features import feature_width
+from ..tasks.readers import json_object
+from ..training.loop import PRECISIONS
+
+OUTPUT_SUFFIXES = (".npy", ".jsonl")
+
+
+_CHUNK_BATCHES = 32  # batches read from the input at a time: long enough to sort by length, short to stream
+
+
+@dataclass
+class EmbedConfig:
+    """`bertology embed`: what to embed, how, and where the vectors go."""
+
+    model: str  # model directory
+    input: str  # text file (one text per line), or JSONL with `field`
+    out: str  # .npy or .jsonl
+    layers: str = "last"
+    pooling: str = "mean"  # sentence level: mean, cls or max
+    normalize: bool = False  # unit L2 norm
+    level: str = "sentence"  # or "token"
+    word_pieces: str = "first"  # token level: first, mean or none
+    field: str | None = None  # JSONL input: the text's field; a .jsonl input defaults to "text"
+    skip_empty: bool = False  # leave out blank lines instead of stopping at the first
+    batch_size: int = 64
+    max_seq_len: int | None = None  # default: the model's limit
+    precision: str = "auto"
+    progress: bool = True
+
+    def validate(self) -> None:
+        """Raise UserError for an unknown choice or output format, before any work is done."""
+        _check_choice("pooling", self.pooling, POOLINGS)
+        _check_choice("level", self.level, LEVELS)
+        _check_choice("word_pieces", self.word_pieces, WORD_PIECES)
+        _check_choice("precision", self.precision, PRECISIONS)
+        if Path(self.out).suffix not in OUTPUT_SUFFIXES:
+            raise UserError(f"{self.out}: the output must end in .npy or .jsonl (that picks the format)")
+        if self.batch_size < 1:
+            raise UserError(f"batch_size must be positive, got {self.batch_size}")
+
+    @property
+    def text_field(self) -> str | None:
+        """The JSONL field holding the text, or None for a plain text file."""
+        return self.field or ("text" if Path(self.input).suffix == ".jsonl" else None)
+
+
+def read_texts(path: Path, text_field: str | None, skip_empty: bool,
+               stats: EmbedStats | None = None) -> Iterator[tuple[int, str]]:
+    """(line number, text) for each line of a text file, or each JSONL object's `text_field`.
+
+    Blank lines (or blank texts) stop with an error naming file:line, since every line should
+    become one row, unless `skip_empty` (then counted in `stats.skipped_empty`).
+    """
+    if not path.is_file():
+        raise UserError(f"{path}: no such input file")
+    with open(path, "rb") as file:
+        for number, raw in enumerate(file, start=1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as err:
+                raise UserError(f"{path}:{number}: not valid UTF-8 ({err.reason})") from None
+            if number == 1:
+                line = line.lstrip("\ufeff")
+            text = line if text_field is None or not line.strip() else _json_text(line, text_field, f"{path}:{number}")
+            if not text.strip():
+                if not skip_empty:
+                    what = "line" if text_field is None or not line.strip() else f"text in field {text_field!r}"
+                    raise UserError(f"{path}:{number}: empty {what} (every line becomes one vector; "
+                                    "remove it or pass --skip-empty)")
+                if stats is not None:
+                    stats.skipped_empty += 1
+                continue
+            yield number, text
+
+
+def _json_text(line: str, text_field: str, where: str) -> str:
+    """The string at `text_field` of one JSONL line."""
+    record = json_object(line, where)
+    if text_field not in record:
+        raise UserError(f"{where}: no field {text_field!r} (fields: {', '.join(record) or 'none'}; --field picks one)")
+    text = record[text_field]
+    if not isinstance(text, str):
+        raise UserError(f"{where}: field {text_field!r} must be a string, got {type(text).__name__}")
+    return text
+
+
+def _chunks(records: Iterator[tuple[int, str]], size: int) -> Iterator[tuple[list[int], list[str]]]:
+    """(line numbers, texts) of up to `size` records at a time."""
+    while chunk := list(itertools.islice(records, size)):
+        numbers, texts = zip(*chunk)
+        yield list(numbers), list(texts)
+
+
+def _write_sentence_npy(path: Path, chunks: Iterator, rows: int, width: int) -> int:
+    """Fill a (rows, width) .npy in place, chunk by chunk, on a temporary file renamed at the end."""
+    with atomic_path(path) as tmp:
+        array = open_memmap(tmp, mode="w+", dtype=np.float32, shape=(rows, width))
+        start = 0
+        for _, vectors in chunks:
+            array[start: start + len(vectors)] = vectors
+            start += len(vectors)
+        array.flush()
+        del array  # closes the memory map before the rename
+    return rows
+
+
+def _write_token_npy(path: Path, index_file: Path, chunks: Iterator, rows: int, width: int) -> int:
+    """All word vectors stacked in one (rows, width) .npy, and per line its row range and words."""
+    with atomic_path(path) as tmp, atomic_path(index_file) as tmp_index, \
+            open(tmp_index, "w", encoding="utf-8") as index:
+        array = open_memmap(tmp, mode="w+", dtype=np.float32, shape=(rows, width))
+        start = 0
+        for numbers, results in chunks:
+            for number, (words, vectors) in zip(numbers, results):
+                array[start: start + len(words)] = vectors
+                entry = {"line": number, "start": start, "end": start + len(words), "words": words}
+                index.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                start += len(words)
+        array.flush()
+        del array
+    return rows
+
+
+def _write_jsonl(path: Path, chunks: Iterator, level: str) -> int:
+    """One JSON object per embedded line: its number and its vector, or its words and their vectors.
+    Returns the number of vectors written."""
+    vectors = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        for numbers, results in chunks:
+            for number, result in zip(numbers, results):
+                if level == "sentence":
+                    entry = {"line": number, "embedding": result.tolist()}
+                else:
+                    entry = {"line": number, "words": result.words, "embeddings": result.vectors.tolist()}
+                out.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                vectors += 1 if level == "sentence" else len(result.words)
+    return vectors
+
+
+def index_path(out: str | Path) -> Path:
+    """Where a token-level .npy's index goes: vectors.npy -> vectors.index.jsonl."""
+    return Path(out).with_suffix(".index.jsonl")
+
+
+def run_embed(cfg: EmbedConfig) -> dict:
+    """`bertology embed`: embed every line (or JSONL field) of `cfg.input` into `cfg.out`.
+
+    The whole input is checked before any text is embedded, so a bad line late in a long file
+    costs no wasted work; then the input streams through in chunks. Sentence level writes a (lines, width) .npy
+    or {"line", "embedding"} JSONL; token level writes one .npy of all word vectors plus
+    `<out stem>.index.jsonl` ({"line", "start", "end", "words"}), or {"line", "words",
+    "embeddings"} JSONL. Nothing half-written is left behind.
+
+    Returns:
+        A summary: lines, shape, path (and index), seconds, truncated, skipped_empty, dropped_words.
+    """
+    started = time.perf_counter()
+    cfg.validate()
+    source, out, text_field = Path(cfg.input), Path(cfg.out), cfg.text_field
+    model, tokenizer = load_encoder(cfg.model)
+    indices, combine = _layer_choice(model, cfg.layers)
+    width = feature_width(model.config.hidden_size, indices, combine)
+    limit = length_limit(model, tokenizer, cfg.max_seq_len)
+    stats = EmbedStats()
+    lines = sum(1 for _ in read_texts(source, text_field, cfg.skip_empty, stats))
+    if lines == 0:
+        raise UserError(f"{source}: no text to embed" + (" (every line is blank)" if stats.skipped_empty else ""))
+    chunk_size = cfg.batch_size * _CHUNK_BATCHES
+    options = {"layers": cfg.layers, "normalize": cfg.normalize, "batch_size": cfg.batch_size,
+               "precision": cfg.precision, "max_seq_len": limit, "stats": stats}
+
+    def embedded() -> Iterator[tuple[list[int], np.ndarray | list[WordVectors]]]:
+        from tqdm.auto import tqdm
+
+        with tqdm(total=lines, unit="line", desc="embedding", disable=not cfg.progress, leave=False) as bar:
+            for numbers, texts in _chunks(read_texts(source, text_field, cfg.skip_empty), chunk_size):
+                if cfg.level == "sentence":
+                    yield numbers, embed_texts(model, tokenizer, texts, pooling=cfg.pooling, **options)
+                else:
+                    yield numbers, embed_tokens(model, tokenizer, texts, word_pieces=cfg.word_pieces, **options)
+                bar.update(len(numbers))
+
+    summary = {"lines": lines, "path": str(out)}
+    if out.suffix == ".jsonl":
+        rows = _write_jsonl(out, embedded(), cfg.level)
+    elif cfg.level == "sentence":
+        rows = _write_sentence_npy(out, embedded(), lines, width)
+    else:
+        # The .npy's shape goes in its header, so count the word vectors first (tokenizing is cheap).
+        rows = sum(len(a.words) for _, texts in _chunks(read_texts(source, text_field, cfg.skip_empty), chunk_size)
+                   for a in _align_words(tokenizer, texts, cfg.word_pieces, limit, None))
+        _write_token_npy(out, index_path(out), embedded(), rows, width)
+        summary["index"] = str(index_path(out))
+    return {**summary, "shape": [rows, width], "seconds": time.perf_counter() - started, "truncated": stats.truncated,
+            "skipped_empty": stats.skipped_empty, "dropped_words": stats.dropped_words}

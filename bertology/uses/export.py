@@ -1,0 +1,231 @@
+"""Export a model directory for deployment: a clean transformers copy, PyTorch int8, or ONNX.
+
+    bertology export --model runs/sst2 --format hf|int8|onnx --out runs/sst2-int8
+
+- `hf`: config.json, model.safetensors and the tokenizer files, which
+  `transformers.AutoModelFor*.from_pretrained` loads with no missing or unexpected
+  weights. bertology's own layout already uses transformers' key names (checkpoint.py),
+  so this checks that the architecture is one transformers' BERT can represent and
+  writes a fresh copy with the `architectures` field and label maps set.
+- `int8`: PyTorch dynamic quantization (models/quantized.py): every linear
+  layer's weight is stored as int8 with one scale per output channel, and each input
+  is quantized on the fly, so the big matrix products run in int8. Embeddings and
+  LayerNorms stay fp32. Saved without pickle: the int8 weights, scales, zero points and
+  fp32 biases go into model.safetensors (`<linear>.qweight`, `.weight_scale`,
+  `.weight_zero_point`, `.bias`), and `load_quantized` rebuilds the exact same model.
+- `onnx`: model.onnx (encoder and head; dynamic batch and sequence axes) for ONNX
+  Runtime, which `OnnxModel` runs with the same call as the PyTorch models.
+
+Every export also holds config.json (with `"bertology_export": FORMAT` and the task the
+model was fine-tuned for) and the tokenizer, so `bertology evaluate` and `bertology
+predict` run on it directly. Outputs are built in a temporary folder beside `--out` and
+renamed into place, so an interrupted export leaves nothing half-written."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import checkpoint
+from ..data.tokenizer import Tokenizer
+from ..errors import UserError
+from ..inference.modeldir import CPU_FORMATS, EXPORT_KEY, is_feature_model, load_model
+from ..inference.onnx import ONNX_NAME, OnnxModel, require
+from ..models.bert import (
+    BertConfig,
+    BertForQuestionAnswering,
+    BertModel,
+    BertPreTrainedModel,
+)
+from ..models.quantized import quantize, quantized_state
+
+FORMATS = ("hf", "int8", "onnx")
+
+
+ONNX_OPSET = 20  # the dynamo exporter's default; LayerNormalization and Gelu are native ops there
+
+
+# What each model's ONNX graph returns (the ModelOutput fields its forward fills without labels).
+ONNX_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "BertModel": ("last_hidden_state", "pooler_output"),
+    "BertForSequenceClassification": ("logits",),
+    "BertForTokenClassification": ("logits",),
+    "BertForQuestionAnswering": ("start_logits", "end_logits"),
+    "BertForMaskedLM": ("logits",),
+    "BertForPreTraining": ("prediction_logits", "seq_relationship_logits"),
+}
+
+
+class _OnnxGraph(nn.Module):
+    """The model as the ONNX graph sees it: id tensors in, a tuple of output tensors out."""
+
+    def __init__(self, model: BertPreTrainedModel, outputs: tuple[str, ...]):
+        super().__init__()
+        self.model = model
+        self.outputs = outputs
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):  # noqa: D102
+        out = self.model(input_ids, attention_mask, token_type_ids)
+        return tuple(out[name] for name in self.outputs)
+
+
+def _onnx_inputs(config: BertConfig) -> tuple[str, ...]:
+    """Input names of the graph (no token_type_ids when the model has no segment embeddings)."""
+    return ("input_ids", "attention_mask") + (("token_type_ids",) if config.type_vocab_size > 0 else ())
+
+
+def _example_batch(config: BertConfig, batch: int, length: int, seed: int) -> dict[str, torch.Tensor]:
+    """Random ids with the last row padded: exports and checks must see the attention mask at work."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[-1, length // 2:] = 0
+    return {"input_ids": torch.randint(0, config.vocab_size, (batch, length), generator=g) * mask,
+            "attention_mask": mask,
+            "token_type_ids": (torch.arange(length) >= length // 3).long().expand(batch, length) * mask}
+
+
+@contextlib.contextmanager
+def _quiet_exporter():
+    """Silence the ONNX exporter's own notices (pytree deprecations, axis renaming, the
+    torchvision ops it skips): they concern its internals, not the model."""
+    log = logging.getLogger("torch.onnx")
+    level = log.level
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (FutureWarning, UserWarning, DeprecationWarning))
+        log.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            log.setLevel(level)
+
+
+def write_onnx(model: BertPreTrainedModel, path: Path) -> None:
+    """Export `model` to ONNX at `path` with dynamic batch and sequence axes, then check that ONNX
+    Runtime reproduces it on a padded batch of another shape."""
+    config = model.config
+    names = ONNX_OUTPUTS[type(model).__name__]
+    if isinstance(model, BertModel) and model.pooler is None:
+        names = names[:1]
+    graph = _OnnxGraph(model, names).eval()
+    inputs = _onnx_inputs(config)
+    example = _example_batch(config, batch=2, length=8, seed=0)
+    batch = torch.export.Dim("batch")
+    sequence = torch.export.Dim("sequence", max=config.max_position_embeddings)
+    with _quiet_exporter():
+        # dynamo=True traces with torch.export; there `torch.compiler.is_compiling()` holds, so
+        # BertModel keeps the attention mask in the graph instead of branching on its values.
+        torch.onnx.export(graph, tuple(example[k] for k in inputs), str(path), dynamo=True, opset_version=ONNX_OPSET,
+                          input_names=list(inputs), output_names=list(names), external_data=False, verbose=False,
+                          dynamic_shapes={k: {0: batch, 1: sequence} for k in inputs})
+    check = _example_batch(config, batch=3, length=11, seed=1)
+    with torch.no_grad():
+        expected = graph(*(check[k] for k in inputs))
+    actual = OnnxModel.session_for(path).run(list(names), {k: check[k].numpy() for k in inputs})
+    for name, want, got in zip(names, expected, actual):
+        error = float(np.abs(want.numpy() - got).max())
+        if error > 1e-4 * max(1.0, float(want.abs().max())):
+            raise RuntimeError(f"ONNX export of {type(model).__name__}: {name} differs from PyTorch by {error:.2e}")
+
+
+def _source_model(directory: Path) -> BertPreTrainedModel:
+    """The fp32 PyTorch model to export; exports of exports and feature-based models are refused."""
+
+    if not directory.is_dir():
+        raise UserError(f"{directory}: no such model directory")
+    done = BertConfig.load(directory).extra.get(EXPORT_KEY)
+    if done in CPU_FORMATS:
+        raise UserError(f"{directory} is already an {done} export; export from the original model directory")
+    if is_feature_model(directory):
+        raise UserError(f"{directory} is a feature-based model (frozen encoder + feature head); "
+                        "only fine-tuned task models and encoders can be exported")
+    return load_model(directory)
+
+
+def _check_output(out: Path, source: Path, force: bool) -> None:
+    """Refuse an output that would overwrite the source or, without `force`, a non-empty folder."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: exists and is not a directory")
+    if out.resolve() == source.resolve() or source.resolve().is_relative_to(out.resolve()):
+        raise UserError(f"{out}: the output would replace the model being exported; choose another --out")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise UserError(f"{out}: directory exists and is not empty (use --force to replace it)")
+
+
+@contextlib.contextmanager
+def _staging(out: Path):
+    """A temporary folder beside `out`, renamed to `out` when the body succeeds and removed otherwise."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 folders; give the usual permissions
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _exported_config(model: BertPreTrainedModel, fmt: str) -> BertConfig:
+    """The model's config naming its class and the export format."""
+    extra = {**model.config.extra, "architectures": [type(model).__name__], EXPORT_KEY: fmt}
+    config = dataclasses.replace(model.config, extra=extra)
+    if isinstance(model, BertForQuestionAnswering):  # transformers sizes the span head by num_labels: start, end
+        config = dataclasses.replace(config, num_labels=2, id2label=None)
+    return config
+
+
+def export_model(model_dir: str | os.PathLike, fmt: str, out_dir: str | os.PathLike, force: bool = False) -> Path:
+    """Export a model directory (fine-tuned task model or bare encoder) in format `fmt`.
+
+    Args:
+        model_dir: a bertology (or transformers BERT) model directory.
+        fmt: "hf" (transformers-loadable copy), "int8" (dynamic int8 PyTorch) or "onnx".
+        out_dir: the output directory; must not exist or be empty, unless `force`.
+        force: replace a non-empty `out_dir`.
+    Returns:
+        The output directory, holding config.json, the weights (model.safetensors or
+        model.onnx) and the tokenizer files of `model_dir`.
+    """
+    if fmt not in FORMATS:
+        raise UserError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    source, out = Path(model_dir), Path(out_dir)
+    if not source.is_dir():
+        raise UserError(f"{source}: no such model directory")
+    _check_output(out, source, force)
+    if fmt == "onnx":
+        for module in ("onnx", "onnxscript", "onnxruntime"):  # the exporter needs all three
+            require(module)
+    model = _source_model(source)
+    if fmt == "hf" and not model.config.is_vanilla_bert:
+        raise UserError(f"{source}: transformers' BERT cannot represent this variant (factorized embeddings, "
+                        "shared layers, pre-LayerNorm, causal attention or no segment embeddings); "
+                        "export int8 or onnx instead")
+    config = _exported_config(model, fmt)
+    with _staging(out) as tmp:
+        if fmt == "hf":
+            checkpoint.save_state_dict(model.state_dict(), tmp)
+        elif fmt == "int8":
+            checkpoint.save_state_dict(quantized_state(quantize(model)), tmp)
+        else:
+            write_onnx(model, tmp / ONNX_NAME)
+        config.save(tmp)
+        if (source / checkpoint.VOCAB_NAME).is_file():
+            Tokenizer.from_pretrained(source).save_pretrained(tmp)
+    return out

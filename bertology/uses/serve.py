@@ -1,0 +1,362 @@
+"""`bertology serve`: a model directory as an HTTP JSON API (FastAPI on uvicorn).
+
+Routes: POST /predict (what the fine-tuned task predicts, see predictor.py), POST /embed
+(sentence vectors, any model), GET /health, GET /info, and FastAPI's own /openapi.json and
+/docs. Concurrent requests share forward passes through a micro-batcher (batching.py), so
+throughput grows with load while a lone request waits at most `max_wait_ms`.
+
+Every mistake in a request is a 4xx answer with a one-line JSON {"detail": "..."} naming the
+field ("texts[3]: empty text"), and the server keeps going: malformed JSON 400, a bare encoder
+asked to predict 400, wrong types, missing fields and limits 422, a body over
+`max_body_bytes` 413 (checked before anything is parsed), a body not labelled as JSON 415,
+a full queue 503. SIGINT or SIGTERM stops accepting connections, lets the requests in
+flight finish, and exits with status 0."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import __version__
+from ..errors import UserError
+from ..inference.predictor import Predictor
+from .batching import MicroBatcher, Overloaded
+
+GRACEFUL_SHUTDOWN_S = 30  # requests still running after this long are cancelled
+
+
+@dataclass
+class ServeConfig:
+    """Where to listen, how to batch, and what a request may hold; each field is a flag of `bertology serve`."""
+
+    model: str = ""
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_batch: int = 64  # texts per forward pass (1 = no batching)
+    max_wait_ms: float = 5.0  # how long a batch's first text waits for more
+    max_queue: int = 1024  # texts waiting for the model; more are refused with 503
+    max_texts: int = 64  # texts per request
+    max_text_chars: int = 10_000  # characters per text (tokens beyond the model's max_seq_len are cut anyway)
+    max_body_bytes: int = 1_000_000
+    threads: int | None = None  # PyTorch's intra-op threads; None = PyTorch's default
+    precision: str = "auto"  # auto: bf16 where it is fast, else fp32
+
+    def validate(self) -> None:
+        """Check the settings before anything is loaded."""
+        for name in ("max_batch", "max_queue", "max_texts", "max_text_chars", "max_body_bytes"):
+            if getattr(self, name) <= 0:
+                raise UserError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_queue < self.max_texts:
+            raise UserError(f"max_queue ({self.max_queue}) must be at least max_texts ({self.max_texts}), "
+                            "or a full request could never be queued")
+        if self.max_wait_ms < 0:
+            raise UserError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise UserError(f"precision must be auto, fp32 or bf16, got {self.precision!r}")
+        if not 0 <= self.port < 65536:
+            raise UserError(f"port must be in 0..65535, got {self.port}")
+        if not Path(self.model).is_dir():
+            raise UserError(f"{self.model}: no such model directory")
+
+
+class PredictRequest(BaseModel):
+    """Texts to predict for (and their second texts, for pair tasks and question answering)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    texts: list[str] = Field(description="the texts; for question answering, the questions")
+    text_pairs: list[str] | None = Field(None, description="pair tasks: the second text of each text; "
+                                         "question answering: the context of each question")
+
+
+class EmbedRequest(BaseModel):
+    """Texts to embed, and how."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    texts: list[str]
+    pooling: Literal["mean", "cls", "max"] = Field("mean", description="how token vectors become one vector")
+    normalize: bool = Field(True, description="scale to unit length (a dot product is then the cosine similarity)")
+
+
+class ClassPrediction(BaseModel):
+    """Classification: the label and every label's probability."""
+
+    model_config = ConfigDict(extra="forbid")
+    label: str
+    scores: dict[str, float]
+
+
+class ScorePrediction(BaseModel):
+    """Regression: the predicted score."""
+
+    model_config = ConfigDict(extra="forbid")
+    score: float
+
+
+class TagPrediction(BaseModel):
+    """Tagging: the text's whitespace-separated words and one tag each."""
+
+    model_config = ConfigDict(extra="forbid")
+    tokens: list[str]
+    tags: list[str]
+
+
+class SpanPrediction(BaseModel):
+    """Question answering: the answer, its character offsets in the context (end exclusive) and
+    probability; "" with nulls when the model finds no answer (SQuAD 2.0 models)."""
+
+    model_config = ConfigDict(extra="forbid")
+    answer: str
+    start: int | None
+    end: int | None
+    score: float | None
+
+
+class PredictResponse(BaseModel):
+    """One prediction per text, in order."""
+
+    predictions: list[ClassPrediction | ScorePrediction | TagPrediction | SpanPrediction]
+
+
+class EmbedResponse(BaseModel):
+    """One vector per text, in order."""
+
+    embeddings: list[list[float]]
+
+
+def check_texts(texts: list[str], name: str, config: ServeConfig) -> None:
+    """422 for an empty list, too many texts, or an empty or too long text (the message names it)."""
+    if not texts:
+        raise HTTPException(422, f"{name}: empty list; send at least one text")
+    if len(texts) > config.max_texts:
+        raise HTTPException(422, f"{name}: {len(texts)} texts; at most {config.max_texts} per request")
+    for i, text in enumerate(texts):
+        if not text.strip():
+            raise HTTPException(422, f"{name}[{i}]: empty text")
+        if len(text) > config.max_text_chars:
+            raise HTTPException(422, f"{name}[{i}]: {len(text):,} characters; at most {config.max_text_chars:,}")
+
+
+def check_pairs(request: PredictRequest, predictor: Predictor, config: ServeConfig) -> None:
+    """422 unless text_pairs is given exactly when the task takes pairs, one per text."""
+    task = predictor.spec.name
+    if request.text_pairs is None:
+        if predictor.takes_pairs:
+            second = "a context per question" if predictor.kind == "question-answering" else "a second text per text"
+            raise HTTPException(422, f"text_pairs: missing; this model's task ({task}) takes {second}")
+        return
+    if not predictor.takes_pairs:
+        raise HTTPException(422, f"text_pairs: this model's task ({task}) takes single texts, not pairs")
+    check_texts(request.text_pairs, "text_pairs", config)
+    if len(request.text_pairs) != len(request.texts):
+        raise HTTPException(422, f"text_pairs: {len(request.texts)} texts but {len(request.text_pairs)} "
+                                 "text_pairs; give one per text")
+
+
+def field_name(loc: tuple) -> str:
+    """Pydantic's error location ("body", "texts", 3) -> "texts[3]"."""
+    name = ""
+    for part in loc[1:] if loc and loc[0] == "body" else loc:
+        name += f"[{part}]" if isinstance(part, int) else f".{part}" if name else str(part)
+    return name or "body"
+
+
+def validation_message(error: dict, content_type: str | None) -> tuple[int, str]:
+    """(status, one-line message) for the first of FastAPI's request validation errors."""
+    loc = tuple(error["loc"])
+    if error["type"] == "json_invalid":
+        where = f" at character {loc[1]}" if len(loc) > 1 else ""
+        return 400, f"body: malformed JSON ({error.get('ctx', {}).get('error', 'cannot decode')}{where})"
+    if loc == ("body",) and error["type"] == "missing":
+        return 422, 'body: missing; send a JSON object such as {"texts": ["..."]}'
+    if loc == ("body",):
+        if "json" not in (content_type or ""):  # FastAPI reads a body as JSON only when it is labelled so
+            return 415, f"body: send JSON with Content-Type: application/json (got {content_type or 'none'})"
+        return 422, 'body: expected a JSON object such as {"texts": ["..."]}'
+    return 422, f"{field_name(loc)}: {error['msg']}"
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a request body over `limit` bytes, by its Content-Length or as it
+    arrives, before anything parses it. An oversized body is still read (and dropped), up to
+    `drain` bytes, so that the client, still sending, receives the answer instead of a reset."""
+
+    def __init__(self, app, limit: int, drain: int):
+        self.app, self.limit, self.drain = app, limit, drain
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        too_large = not declared.isdigit() or int(declared) > self.limit
+        chunks, size, more = [], 0, True
+        while more and size <= self.drain:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            too_large = too_large or size > self.limit
+            if not too_large:
+                chunks.append(chunk)
+            more = message.get("more_body", False)
+        if too_large:
+            detail = f"body: larger than {self.limit:,} bytes (the server's --max-body-bytes)"
+            await JSONResponse({"detail": detail}, status_code=413)(scope, receive, send)
+            return
+        body, replayed = b"".join(chunks), False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+def create_app(predictor: Predictor, config: ServeConfig) -> FastAPI:
+    """The FastAPI application serving `predictor` with `config`'s limits and batching.
+
+    The batchers start and stop with the application's lifespan (use TestClient as a
+    context manager in tests); on shutdown they answer every queued text first.
+    """
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        executor = ThreadPoolExecutor(1, thread_name_prefix="bertology-model")  # one forward pass at a time
+        settings = {"executor": executor, "max_batch": config.max_batch, "max_wait_ms": config.max_wait_ms,
+                    "max_queue": config.max_queue}
+        app.state.predict = MicroBatcher(lambda _, items: predict_items(predictor, items, config.max_batch), **settings)
+        app.state.embed = MicroBatcher(lambda key, texts: predictor.embed(texts, *key, config.max_batch).tolist(),
+                                       **settings)
+        for batcher in (app.state.predict, app.state.embed):
+            batcher.start()
+        yield
+        await asyncio.gather(app.state.predict.close(), app.state.embed.close())
+        executor.shutdown()
+
+    app = FastAPI(title="bertology", version=__version__, lifespan=lifespan,
+                  description=f"Predictions and embeddings from {predictor.model_dir} ({predictor.kind}).")
+    app.add_middleware(BodyLimit, limit=config.max_body_bytes, drain=16 * config.max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:
+        status, detail = validation_message(err.errors()[0], request.headers.get("content-type"))
+        return JSONResponse({"detail": detail}, status_code=status)
+
+    @app.exception_handler(UserError)
+    async def user_error(request: Request, err: UserError) -> JSONResponse:
+        return JSONResponse({"detail": str(err)}, status_code=400)
+
+    @app.exception_handler(Overloaded)
+    async def overloaded(request: Request, err: Overloaded) -> JSONResponse:
+        return JSONResponse({"detail": f"overloaded: {err}"}, status_code=503, headers={"Retry-After": "1"})
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, err: Exception) -> JSONResponse:  # logged by uvicorn as well
+        return JSONResponse({"detail": f"internal error: {type(err).__name__}: {err}"}, status_code=500)
+
+    @app.post("/predict", response_model=PredictResponse)
+    async def predict(request: PredictRequest) -> dict:
+        """One prediction per text: a label with every label's probability, a score, tags or an answer span."""
+        if predictor.spec is None:
+            raise UserError(f"{predictor.model_dir} is a bare encoder with no task head: it serves /embed only")
+        check_texts(request.texts, "texts", config)
+        check_pairs(request, predictor, config)
+        items = list(zip(request.texts, request.text_pairs or [None] * len(request.texts)))
+        return {"predictions": await app.state.predict.submit(items)}
+
+    @app.post("/embed", response_model=EmbedResponse)
+    async def embed(request: EmbedRequest) -> dict:
+        """One vector per text: the last layer's token vectors pooled (mean by default) and normalised."""
+        check_texts(request.texts, "texts", config)
+        return {"embeddings": await app.state.embed.submit(request.texts, key=(request.pooling, request.normalize))}
+
+    @app.get("/health")
+    async def health() -> dict:
+        """{"status": "ok"} while the server answers."""
+        return {"status": "ok"}
+
+    @app.get("/info")
+    async def info() -> dict:
+        """The model, the request limits, and the batching settings with what the batchers have done."""
+        limits = {k: getattr(config, k) for k in ("max_texts", "max_text_chars", "max_body_bytes")}
+        batching = {k: getattr(config, k) for k in ("max_batch", "max_wait_ms", "max_queue")}
+        for route in ("predict", "embed"):
+            batcher: MicroBatcher = getattr(app.state, route)
+            batching[route] = {**asdict(batcher.stats), "queued": batcher.waiting}
+        return {**predictor.describe(), "limits": limits, "batching": batching}
+
+    return app
+
+
+def predict_items(predictor: Predictor, items: list[tuple[str, str | None]], batch_size: int) -> list[dict]:
+    """The predictor over one micro-batch of (text, text pair or None) items."""
+    texts = [text for text, _ in items]
+    pairs = [pair for _, pair in items] if predictor.takes_pairs else None
+    return predictor.predict(texts, pairs, batch_size)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port, or a one-line UserError (port in use, unknown host)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as err:
+        raise UserError(f"--host {host}: {err.strerror}") from None
+    # The protocol must be IPPROTO_TCP, not 0: only then does asyncio set TCP_NODELAY on the
+    # accepted connections; without it every answer on a kept-alive connection waits ~40 ms
+    # for the client's delayed ACK (Nagle's algorithm).
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # restarts need not wait out TIME_WAIT
+    try:
+        sock.bind(address)
+    except OSError as err:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {err.strerror}") from None
+    return sock
+
+
+@contextlib.contextmanager
+def quiet_stop_signals():
+    """uvicorn re-raises the SIGINT or SIGTERM that stopped it once it has shut down gracefully;
+    for a server that is the normal way to stop, so meanwhile those signals do nothing and the
+    command exits with status 0."""
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in stops}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_server(config: ServeConfig) -> None:
+    """Load the model, bind, print the URL, serve until SIGINT or SIGTERM, then drain and return."""
+    import torch
+    import uvicorn
+
+    config.validate()
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    predictor = Predictor.load(config.model, config.precision)
+    sock = bind(config.host, config.port)
+    host, port = sock.getsockname()[:2]
+    server = uvicorn.Server(uvicorn.Config(create_app(predictor, config), log_level="warning", access_log=False,
+                                           timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    print(f"bertology serve: {predictor.kind} model {config.model} at {url} (docs: {url}/docs)", flush=True)
+    with quiet_stop_signals():
+        server.run(sockets=[sock])

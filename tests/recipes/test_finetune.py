@@ -1,0 +1,215 @@
+"""Fine-tuning end to end on tiny models and real task files, plus the pieces it is made of."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertology import BertModel, Tokenizer, UserError
+from bertology.cli import main
+from bertology.recipes.finetune import FinetuneConfig, run_finetuning
+from bertology.tasks.inputs import (
+    Encoded,
+    Feature,
+    InputSettings,
+    bucketed_batches,
+    decode_spans,
+    decode_tokens,
+    encode,
+)
+from bertology.tasks.readers import TASKS, SequenceExample, SpanExample, TokenExample
+from bertology.training.tasks import gradual_unfreezer, layer_depth, load_task_model
+
+
+def finetune(tmp_path, name, **settings):
+    cfg = FinetuneConfig(out=str(tmp_path / name), progress=False, **{"precision": "fp32", **settings})
+    return run_finetuning(cfg), tmp_path / name
+
+
+def test_sst2_writes_model_results_curve_and_scores_like_evaluate(tmp_path, tiny_model, data_dir, capsys):
+    sst2 = data_dir / "glue/SST-2"
+    results, out = finetune(tmp_path, "run", task="sst2", data=str(sst2), model=str(tiny_model),
+                            max_train_examples=200, epochs=2, batch_size=16, lr=1e-3)
+    assert set(results) >= {"task", "split", "accuracy"} and results["task"] == "sst2"
+    assert 0 <= results["accuracy"] <= 1
+    for name in ("config.json", "model.safetensors", "vocab.txt", "eval_results.json", "metrics.jsonl",
+                 "learning_curve.png", "finetune_config.json"):
+        assert (out / name).is_file(), name
+    assert not (out / "checkpoints").exists()
+    recorded = json.loads((out / "finetune_config.json").read_text())
+    assert recorded["train_examples"] == 200 and recorded["train_examples_longer_than_max_seq_len"] == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r.get("split") == "eval" for r in rows) == 2  # one evaluation per epoch
+    assert main(["evaluate", "--data", str(sst2), "--model", str(out), "--out", str(tmp_path / "e.json")]) == 0
+    again = json.loads((tmp_path / "e.json").read_text())
+    assert again["accuracy"] == pytest.approx(results["accuracy"], abs=1e-9)
+    (tmp_path / "in.txt").write_text("a gorgeous , witty , seductive movie .\nthe worst film of the year .\n")
+    assert main(["predict", "--model", str(out), "--input", str(tmp_path / "in.txt"), "--out", str(tmp_path / "p.tsv")]) == 0
+    lines = (tmp_path / "p.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 3 and all(l.split("\t")[1] in "01" for l in lines[1:])
+
+
+def test_same_seed_same_metrics_and_seeds_report_median_and_spread(tmp_path, tiny_model, data_dir):
+    mrpc = data_dir / "glue/MRPC"
+    common = dict(task="mrpc", data=str(mrpc), model=str(tiny_model), max_train_examples=96, epochs=1, batch_size=16)
+    first, _ = finetune(tmp_path, "a", **common)
+    second, _ = finetune(tmp_path, "b", **common)
+    assert first == second
+    summary, out = finetune(tmp_path, "seeds", seeds=3, **common)
+    assert summary["seeds"] == 3 and len(summary["runs"]) == 3
+    f1s = sorted(run["f1"] for run in summary["runs"])
+    assert summary["f1"] == f1s[1] and summary["f1_min"] == f1s[0] and summary["f1_max"] == f1s[2]
+    assert json.loads((out / "eval_results.json").read_text())["f1"] == summary["f1"]
+    assert all((out / f"seed-{seed}" / "model.safetensors").is_file() for seed in (42, 43, 44))
+
+
+def test_pretrained_minilm_learns_sst2_from_500_examples(tmp_path, minilm_dir, data_dir):
+    """Fails if fine-tuning stops working: a real pretrained encoder must beat chance by far."""
+    results, _ = finetune(tmp_path, "minilm", task="sst2", data=str(data_dir / "glue/SST-2"), model=str(minilm_dir),
+                          max_train_examples=500, epochs=2, batch_size=16, lr=2e-4, precision="auto")
+    assert results["accuracy"] > 0.70  # measured 0.775; always predicting one class gives 0.509
+
+
+def test_conll_and_predict_in_conll_format(tmp_path, tiny_model, data_dir):
+    conll = data_dir / "conll2003"
+    results, out = finetune(tmp_path, "ner", task="conll2003", data=str(conll), model=str(tiny_model),
+                            max_train_examples=64, epochs=1, batch_size=16, lr=1e-3)
+    assert {"precision", "recall", "f1", "accuracy"} <= set(results)
+    (tmp_path / "s.txt").write_text("EU rejects German call to boycott British lamb .\n")
+    assert main(["predict", "--model", str(out), "--input", str(tmp_path / "s.txt"), "--out", str(tmp_path / "t.conll")]) == 0
+    rows = [line.split() for line in (tmp_path / "t.conll").read_text().splitlines() if line]
+    assert [r[0] for r in rows][:3] == ["EU", "rejects", "German"] and all(r[1] in TASKS["conll2003"].labels for r in rows)
+
+
+def test_squad_v2_trains_and_predicts_answer_texts(tmp_path, tiny_model, data_dir):
+    squad = data_dir / "squad/train-v2.0.subset-first10articles.json"
+    results, out = finetune(tmp_path, "qa", task="squad_v2", data=str(squad), model=str(tiny_model),
+                            max_train_examples=48, epochs=1, batch_size=16, lr=1e-3, max_seq_len=192)
+    assert {"exact_match", "f1"} <= set(results) and 0 <= results["f1"] <= 1
+    assert main(["predict", "--model", str(out), "--input", str(squad), "--out", str(tmp_path / "p.json")]) == 0
+    predictions = json.loads((tmp_path / "p.json").read_text())
+    assert len(predictions) == 4719 and all(isinstance(v, str) for v in predictions.values())
+
+
+# ----- inputs and decoding --------------------------------------------------------------------
+
+def test_long_sequences_are_cut_and_counted_or_windowed(tiny_model):
+    tokenizer = Tokenizer.from_pretrained(tiny_model)
+    examples = [SequenceExample("0", "word " * 100, None, "1", "x:1"), SequenceExample("1", "short one", None, "0", "x:2")]
+    cut = encode(TASKS["sst2"], examples, tokenizer, InputSettings(max_seq_len=32), training=True)
+    assert cut.too_long == 1 and len(cut.features) == 2 and len(cut.features[0].input_ids) == 32
+    windows = encode(TASKS["sst2"], examples, tokenizer, InputSettings(max_seq_len=32, long_inputs="window", doc_stride=16),
+                     training=True)
+    covered = [f for f in windows.features if f.example == 0]
+    assert len(covered) == 6 and all(len(f.input_ids) <= 32 and f.input_ids[0] == tokenizer.cls_token_id for f in covered)
+
+
+def test_token_labels_sit_on_first_pieces_and_windows_pick_the_most_central(tiny_model):
+    tokenizer = Tokenizer.from_pretrained(tiny_model)
+    spec = TASKS["conll2003"]
+    example = TokenExample("0", ["Unaffable", "Johannesburg", "x"], ["O", "B-LOC", "O"], "x:1")
+    encoded = encode(spec, [example], tokenizer, InputSettings(max_seq_len=128), training=True)
+    feature = encoded.features[0]
+    labelled = [(t, w) for t, w in enumerate(feature.word_ids) if w is not None]
+    assert [w for _, w in labelled] == [0, 1, 2]
+    assert [feature.token_labels[t] for t, _ in labelled] == [0, spec.labels.index("B-LOC"), 0]
+    assert sum(l != -100 for l in feature.token_labels) == 3
+    # two windows both covering word 0: the one where it is more central wins
+    rows = [Feature([2, 5, 3], [0] * 3, 0, word_ids=[None, 0, None], centrality=[0, 0, 0]),
+            Feature([2, 5, 3], [0] * 3, 0, word_ids=[None, 0, None], centrality=[0, 5, 0])]
+    logits = [np.eye(9)[[0, 1, 0]], np.eye(9)[[0, 3, 0]]]
+    tags = decode_tokens(spec, Encoded(rows, 1), logits, [TokenExample("0", ["w"], None, "")])
+    assert tags == [[spec.labels[3]]]
+
+
+def test_span_search_respects_context_order_length_and_no_answer():
+    context = "The cat sat on the mat."
+    example = SpanExample("q", "Where?", context, [], False, "x")
+    offsets = [None, None, (0, 3), (4, 7), (8, 11), (12, 14), (15, 18), (19, 22), None]
+    feature = Feature(list(range(9)), [0] * 9, 0, offsets=offsets)
+    start = np.full(9, -5.0)
+    end = np.full(9, -5.0)
+    start[6], end[7] = 3.0, 3.0  # "the mat"
+    start[1], end[1] = 10.0, 10.0  # the question's tokens score high but are not context
+    settings = InputSettings(max_answer_length=5)
+    assert decode_spans(Encoded([feature], 1), [start], [end], [example], settings, False) == {"q": "the mat"}
+    end[3] = 4.0  # an end before the best start is never chosen
+    assert decode_spans(Encoded([feature], 1), [start], [end], [example], settings, False) == {"q": "the mat"}
+    start[0], end[0] = 9.0, 9.0  # [CLS] beats the span: SQuAD 2.0 answers ""
+    assert decode_spans(Encoded([feature], 1), [start], [end], [example], settings, True) == {"q": ""}
+
+
+def test_bucketed_batches_cover_every_row_once_with_similar_lengths():
+    lengths = list(np.random.default_rng(0).integers(5, 200, 1000))
+    batches = bucketed_batches(lengths, 32, np.random.default_rng(1))
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    spread = np.mean([max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches])
+    assert spread < 40  # random batches would spread over ~180
+
+
+# ----- ULMFiT ---------------------------------------------------------------------------------
+
+def test_layer_depths_and_gradual_unfreezing(tiny_model):
+    model = load_task_model(str(tiny_model), TASKS["sst2"])
+    assert layer_depth("bert.embeddings.word_embeddings.weight", 2) == 0
+    assert layer_depth("bert.layers.1.attention.qkv.weight", 2) == 2
+    assert layer_depth("classifier.dense.weight", 2) == 3
+    unfreeze = gradual_unfreezer(model)
+    trainable = lambda: {n.split(".")[1] if n.startswith("bert.") else n.split(".")[0]  # noqa: E731
+                         for n, p in model.named_parameters() if p.requires_grad}
+    unfreeze(0)
+    assert trainable() == {"layers", "pooler", "classifier"}
+    assert not model.bert.layers[0].attention.qkv.weight.requires_grad and model.bert.layers[1].attention.qkv.weight.requires_grad
+    unfreeze(2)
+    assert trainable() == {"embeddings", "layers", "pooler", "classifier"}
+
+
+def test_ulmfit_options_train_only_what_they_should(tmp_path, tiny_model, data_dir):
+    before = load_task_model(str(tiny_model), TASKS["sst2"]).bert.state_dict()
+    _, out = finetune(tmp_path, "ulmfit", task="sst2", data=str(data_dir / "glue/SST-2"), model=str(tiny_model),
+                      max_train_examples=64, epochs=1, batch_size=16, lr=1e-3, gradual_unfreezing=True,
+                      layer_lr_decay=0.5, schedule="slanted_triangular")
+    after = BertModel.from_pretrained(out).state_dict()
+    assert torch.equal(before["embeddings.word_embeddings.weight"], after["embeddings.word_embeddings.weight"])
+    assert torch.equal(before["layers.0.attention.qkv.weight"], after["layers.0.attention.qkv.weight"])
+    assert not torch.equal(before["layers.1.attention.qkv.weight"], after["layers.1.attention.qkv.weight"])
+
+
+# ----- feature-based mode ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("head,layers", [("linear", "mix"), ("bilstm", "sum_last_four")])
+def test_feature_mode_trains_a_head_on_cached_features(tmp_path, tiny_model, data_dir, head, layers):
+    common = dict(task="sst2", data=str(data_dir / "glue/SST-2"), model=str(tiny_model), max_train_examples=64,
+                  epochs=2, batch_size=16, lr=1e-3, mode="features", feature_head=head, feature_layers=layers,
+                  cache_dir=str(tmp_path / "cache"))
+    results, out = finetune(tmp_path, "feat", **common)
+    assert results["mode"] == "features" and 0 <= results["accuracy"] <= 1
+    cached = sorted((tmp_path / "cache" / "features").iterdir())
+    assert len(cached) == 2  # train and dev
+    stamps = [p.stat().st_mtime_ns for p in cached]
+    again, _ = finetune(tmp_path, "feat2", **common)  # reuses the cache, same result
+    assert [p.stat().st_mtime_ns for p in cached] == stamps and again["accuracy"] == results["accuracy"]
+    encoder = BertModel.from_pretrained(out).state_dict()
+    original = BertModel.from_pretrained(tiny_model).state_dict()
+    assert all(torch.equal(encoder[k], original[k]) for k in original)  # the encoder stayed frozen
+    assert main(["evaluate", "--data", str(data_dir / "glue/SST-2"), "--model", str(out), "--out",
+                 str(tmp_path / "e.json")]) == 0
+    assert json.loads((tmp_path / "e.json").read_text())["accuracy"] == pytest.approx(results["accuracy"], abs=0.01)
+
+
+# ----- bad input ------------------------------------------------------------------------------
+
+def test_user_mistakes_are_one_line_errors(tmp_path, tiny_model, capsys):
+    (tmp_path / "glue").mkdir()
+    (tmp_path / "glue" / "train.tsv").write_text("sentence\tlabel\ngood\t1\nbad\t7\n")
+    (tmp_path / "glue" / "dev.tsv").write_text("sentence\tlabel\nfine\t1\n")
+    code = main(["finetune", "--task", "sst2", "--data", str(tmp_path / "glue"), "--model", str(tiny_model),
+                 "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "train.tsv:3" in err and len(err.splitlines()) == 1
+    code = main(["finetune", "--task", "nope", "--data", "x", "--model", str(tiny_model), "--out", str(tmp_path / "o")])
+    assert code == 2 and "unknown task" in capsys.readouterr().err
+    with pytest.raises(UserError, match="not a fine-tuned model"):
+        from bertology.recipes.finetune import run_evaluation
+        run_evaluation(None, str(tmp_path / "glue"), str(tiny_model))

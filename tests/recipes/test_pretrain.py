@@ -1,0 +1,270 @@
+"""Pre-training end to end: every objective learns, runs resume exactly, DDP equals accumulation,
+and bad input stops before any training."""
+
+import json
+import os
+import signal
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+import transformers
+
+from bertology import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertModel,
+    UserError,
+)
+from bertology.cli import main
+from bertology.config import read_settings
+from bertology.data.tokenizer import train_tokenizer
+from bertology.recipes.pretrain import (
+    PretrainConfig,
+    PretrainingBatches,
+    run_pretraining,
+)
+from bertology.training.loop import metrics_from_counts
+from bertology.training.objectives import Electra, ranked_pair_counts
+
+NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+
+
+@pytest.fixture(scope="module")
+def corpus(data_dir, tmp_path_factory):
+    """The first 400 KB of WikiText-2 valid (real text, ~20 articles), and a 2,000-token vocabulary."""
+    source = data_dir / "wikitext-2-raw/wiki.valid.raw"
+    root = tmp_path_factory.mktemp("pretrain")
+    text = source.read_text(encoding="utf-8")[:400_000]
+    (root / "wiki.txt").write_text(text[: text.rindex("\n") + 1], encoding="utf-8")
+    train_tokenizer([root / "wiki.txt"], vocab_size=2000, out_dir=root / "tokenizer")
+    return root
+
+
+def settings(root, out, **overrides):
+    """A tiny, fast, fp32 run on the fixture corpus (fields overridable)."""
+    values = dict(corpus=[str(root / "wiki.txt")], tokenizer=str(root / "tokenizer"), out=str(out),
+                  cache_dir=str(root / "cache"), preset="tiny", seq_len=64, batch_size=16, lr=1e-3,
+                  eval_fraction=0.1, eval_batches=8, eval_every=0, log_every=10, save_every=0,
+                  precision="fp32", progress=False, seed=0)
+    values.update(overrides)
+    return PretrainConfig(**values)
+
+
+def rows(out, split=None):
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if (r.get("split") == split if split else "split" not in r)]
+
+
+# Objective -> held-out metrics and a level clearly above chance after 400 tiny steps. Chance for
+# the masked LM is the most frequent token (0.056 on this text); the left-to-right LM reaches
+# that by step 100. The sentence-pair tasks (NSP, SOP) and ELECTRA's replaced-token detection
+# need longer runs on more text to rise above their 0.5: bench/objectives.py measures them.
+LEARNS = {
+    "bert": [("mlm_accuracy", 0.075)],
+    "roberta": [("mlm_accuracy", 0.075)],
+    "albert": [("mlm_accuracy", 0.075)],
+    "electra": [("mlm_accuracy", 0.07)],  # the generator's
+    "clm": [("lm_accuracy", 0.12)],
+}
+
+
+@pytest.mark.parametrize("objective", list(LEARNS))
+def test_each_objective_learns(corpus, tmp_path, objective):
+    cfg = settings(corpus, tmp_path, objective=objective, max_steps=400, batch_size=32, eval_every=200,
+                   precision="auto")
+    assert run_pretraining(cfg) == "completed"
+    train = rows(tmp_path)
+    assert sum(r["loss"] for r in train[-5:]) / 5 < 0.9 * train[0]["loss"]  # train[0]: steps 1-10
+    evals = rows(tmp_path, "eval")
+    assert [r["step"] for r in evals] == [200, 400]
+    for metric, above_chance in LEARNS[objective]:
+        assert evals[-1][metric] > above_chance, (metric, evals[-1])
+        assert evals[-1][metric] > evals[0][metric] - 0.005, (metric, evals)
+    expected = {"bert": BertForPreTraining, "albert": BertForPreTraining, "roberta": BertForMaskedLM,
+                "clm": BertForMaskedLM, "electra": BertModel}[objective]
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == [expected.__name__]
+    expected.from_pretrained(tmp_path)
+
+
+def test_run_writes_a_transformers_loadable_model_and_its_records(corpus, tmp_path):
+    status = main(["pretrain", "--corpus", str(corpus / "wiki.txt"), "--tokenizer", str(corpus / "tokenizer"),
+                   "--out", str(tmp_path), "--cache-dir", str(corpus / "cache"), "--preset", "tiny",
+                   "--seq-len", "64", "--batch-size", "8", "--max-steps", "20", "--log-every", "5",
+                   "--eval-fraction", "0.1", "--no-progress", "--precision", "auto"])
+    assert status == 0
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json", "metrics.jsonl",
+                 "training_curves.png", "pretrain_config.json"):
+        assert (tmp_path / name).is_file(), name
+    train = rows(tmp_path)
+    assert [r["step"] for r in train] == [5, 10, 15, 20]
+    assert {"step", "loss", "lr", "tokens_per_second", "mlm_accuracy", "nsp_accuracy"} <= set(train[0])
+    assert {"mlm_accuracy", "nsp_accuracy"} <= set(rows(tmp_path, "eval")[-1])
+    resolved = json.loads((tmp_path / "pretrain_config.json").read_text())
+    assert resolved["max_steps"] == 20 and resolved["model_config_resolved"]["num_hidden_layers"] == 2
+    reference = transformers.BertForPreTraining.from_pretrained(tmp_path)
+    ours = BertForPreTraining.from_pretrained(tmp_path)
+    ids = torch.tensor([[2, 100, 200, 300, 3]])
+    with torch.no_grad():
+        assert (ours(ids).prediction_logits - reference(ids).prediction_logits).abs().max() < 1e-4
+
+
+def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path):
+    base = dict(max_steps=24, log_every=1, save_every=8, model=NO_DROPOUT | {"hidden_dropout_prob": 0.1})
+    run_pretraining(settings(corpus, tmp_path / "straight", **base))
+
+
+    original = PretrainingBatches.__call__
+
+    def interrupt_at_step_13(self, step):
+        if step == 13:
+            os.kill(os.getpid(), signal.SIGINT)  # as if the user pressed Ctrl-C during step 14
+        return original(self, step)
+
+    PretrainingBatches.__call__ = interrupt_at_step_13
+    try:
+        assert run_pretraining(settings(corpus, tmp_path / "resumed", **base)) == "interrupted"
+    finally:
+        PretrainingBatches.__call__ = original
+    checkpoints = sorted(p.name for p in (tmp_path / "resumed" / "checkpoints").iterdir())
+    assert checkpoints == ["step-00000008", "step-00000014"]  # keep_last=2
+    assert run_pretraining(settings(corpus, tmp_path / "resumed", resume=True, **base)) == "completed"
+    straight, resumed = rows(tmp_path / "straight"), rows(tmp_path / "resumed")
+    assert [r["step"] for r in resumed] == list(range(1, 25))
+    for a, b in zip(straight, resumed):
+        assert abs(a["loss"] - b["loss"]) < 1e-5, (a["step"], a["loss"], b["loss"])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ddp_worker(rank, world_size, port, cfg):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world_size),
+                      RANK=str(rank), LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    try:
+        run_pretraining(cfg)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_two_process_ddp_equals_one_process_with_twice_the_accumulation(corpus, tmp_path):
+    common = dict(max_steps=12, log_every=1, model=NO_DROPOUT)
+    run_pretraining(settings(corpus, tmp_path / "single", grad_accum=2, **common))
+    cfg = settings(corpus, tmp_path / "ddp", grad_accum=1, **common)
+    mp.start_processes(ddp_worker, args=(2, free_port(), cfg), nprocs=2, join=True, start_method="fork")
+    single, ddp = rows(tmp_path / "single"), rows(tmp_path / "ddp")
+    assert len(single) == len(ddp) == 12
+    for a, b in zip(single, ddp):
+        assert abs(a["loss"] - b["loss"]) < 1e-4, (a["step"], a["loss"], b["loss"])
+        assert a["mlm_accuracy"] == b["mlm_accuracy"]
+
+
+@pytest.mark.parametrize("problem", ["empty", "no-text-files", "seq-len", "bad-utf8", "unwritable"])
+def test_bad_input_stops_before_training(corpus, tmp_path, capsys, problem):
+    text = corpus / "wiki.txt"
+    args = ["--tokenizer", str(corpus / "tokenizer"), "--out", str(tmp_path / "out"),
+            "--cache-dir", str(tmp_path / "cache"), "--preset", "tiny", "--max-steps", "5", "--no-progress"]
+    if problem == "empty":
+        (tmp_path / "empty.txt").write_text("\n\n")
+        args += ["--corpus", str(tmp_path / "empty.txt")]
+    elif problem == "no-text-files":
+        (tmp_path / "folder").mkdir()
+        (tmp_path / "folder" / "image.png").write_bytes(b"\x89PNG")
+        args += ["--corpus", str(tmp_path / "folder")]
+    elif problem == "seq-len":
+        args += ["--corpus", str(text), "--seq-len", "1024"]
+    elif problem == "bad-utf8":
+        (tmp_path / "bad.txt").write_bytes(text.read_bytes()[:20000] + b"\nbroken \xff line\n")
+        args += ["--corpus", str(tmp_path / "bad.txt")]
+    elif problem == "unwritable":
+        (tmp_path / "a-file").write_text("x")
+        args = [a if a != str(tmp_path / "out") else str(tmp_path / "a-file" / "out") for a in args]
+        args += ["--corpus", str(text)]
+    status = main(["pretrain", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert len(err) == 1 and err[0].startswith("bertology: error:"), err
+    assert not (tmp_path / "out" / "checkpoints").exists()
+    if problem == "bad-utf8":
+        assert "bad.txt:" in err[0] and "UTF-8" in err[0]
+
+
+def test_bad_lines_can_be_skipped_and_counted(corpus, tmp_path, capsys):
+    text = corpus / "wiki.txt"
+    (tmp_path / "bad.txt").write_bytes(text.read_bytes()[:200000] + b"\nbroken \xff line\n")
+    cfg = settings(corpus, tmp_path / "out", corpus=[str(tmp_path / "bad.txt")], skip_bad_lines=True, max_steps=2,
+                   cache_dir=str(tmp_path / "cache"))
+    assert run_pretraining(cfg) == "completed"
+    assert "skipped 1 line" in capsys.readouterr().err
+
+
+def test_config_file_supplies_settings_and_flags_win(corpus, tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text(f'corpus = ["{corpus / "wiki.txt"}"]\ntokenizer = "{corpus / "tokenizer"}"\n'
+                      f'cache_dir = "{corpus / "cache"}"\npreset = "tiny"\nseq_len = 32\nbatch_size = 4\n'
+                      f'max_steps = 50\nprogress = false\n[model]\npre_layer_norm = true\n')
+    status = main(["pretrain", "--config", str(config), "--max-steps", "3", "--out", str(tmp_path / "out")])
+    assert status == 0
+    resolved = json.loads((tmp_path / "out" / "pretrain_config.json").read_text())
+    assert resolved["max_steps"] == 3 and resolved["seq_len"] == 32
+    assert resolved["model_config_resolved"]["pre_layer_norm"] is True
+
+
+def test_unknown_config_key_is_an_error(tmp_path):
+    config = tmp_path / "run.json"
+    config.write_text('{"max_stpes": 3}')
+    with pytest.raises(UserError, match="unknown setting.*max_stpes"):
+        read_settings(PretrainConfig, config)
+
+
+def test_config_values_of_the_wrong_type_are_errors(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text('seq_len = "long"\n')
+    with pytest.raises(UserError, match="'seq_len' must be int"):
+        read_settings(PretrainConfig, config)
+    config.write_text('max_time = "20m"\nlr = 1\nmodel = {pre_layer_norm = true}\ntokenizer = "x"\n')
+    assert read_settings(PretrainConfig, config)["lr"] == 1
+
+
+def test_ranked_pair_counts_give_the_auc_with_ties_counted_half():
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        scores = torch.randint(0, 5, (40,), generator=generator).float()  # many ties, as bf16 logits have
+        targets = torch.rand(40, generator=generator) < 0.3
+        counts = ranked_pair_counts("x", scores, targets)
+        positive, negative = scores[targets, None], scores[None, ~targets]
+        pairs = (positive > negative).double() + 0.5 * (positive == negative).double()
+        assert counts["x_correct"].item() == pytest.approx(pairs.sum().item())
+        assert counts["x_total"].item() == pairs.numel()
+    assert metrics_from_counts({"rtd_auc_correct": 3.0, "rtd_auc_total": 4.0}) == {"rtd_auc": 0.75}
+
+
+def test_electra_rtd_auc_scores_the_detector_logits_against_the_replaced_tokens():
+    """rtd_auc equals the AUC of the detector's logits at the real (non-special) tokens, against
+    which of the discriminator's input tokens differ from the original text."""
+    torch.manual_seed(0)
+    objective = Electra(BertConfig.from_preset("tiny", vocab_size=60, **NO_DROPOUT), mask_token_id=4)
+    ids = torch.randint(5, 60, (3, 20), generator=torch.Generator().manual_seed(1))
+    ids[:, 0], ids[:, -1], ids[2, 11], ids[2, 12:] = 2, 3, 3, 0  # [CLS] ... [SEP], the last row padded
+    attention_mask = (ids != 0).long()
+    special = (ids == 2) | (ids == 3) | (ids == 0)
+    batch = objective.prepare({"input_ids": ids, "token_type_ids": torch.zeros_like(ids),
+                               "attention_mask": attention_mask, "special_mask": special},
+                              torch.Generator().manual_seed(0))
+    seen = {}
+    objective.discriminator.register_forward_hook(lambda module, args, out: seen.update(inputs=args[0]))
+    objective.detector.register_forward_hook(lambda module, args, out: seen.update(logits=out.float()))
+    with torch.no_grad():
+        counts = objective(batch).counts
+    real = ~special
+    replaced, logits = (seen["inputs"] != ids)[real], seen["logits"][real]
+    assert 0 < replaced.sum() < replaced.numel()
+    positive, negative = logits[replaced, None], logits[None, ~replaced]
+    auc = ((positive > negative).double() + 0.5 * (positive == negative).double()).mean().item()
+    assert metrics_from_counts({k: float(v) for k, v in counts.items()})["rtd_auc"] == pytest.approx(auc)

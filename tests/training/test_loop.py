@@ -1,0 +1,116 @@
+"""The shared training loop: schedules, budgets, parameter groups, checkpoints."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from bertology import UserError
+from bertology.training.loop import (
+    StepOutput,
+    TrainConfig,
+    Trainer,
+    lr_factor,
+    parameter_groups,
+    parse_duration,
+)
+
+
+class Regression(nn.Module):
+    """A tiny module with the objective interface: y = w.x, squared error."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 1)
+        self.norm = nn.LayerNorm(4)
+
+    def forward(self, batch):
+        error = self.linear(self.norm(batch["x"])).squeeze(-1) - batch["y"]
+        return StepOutput(error.square().mean(), {"fit_correct": (error.abs() < 0.5).sum(),
+                                                   "fit_total": torch.tensor(error.numel())})
+
+
+def batches(step):
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(8, 4, generator=g)
+    return [{"x": x, "y": x @ torch.tensor([1.0, -2.0, 0.5, 3.0]), "attention_mask": torch.ones(8, 1)}]
+
+
+def test_linear_schedule_warms_up_then_decays_to_zero():
+    assert lr_factor("linear", 0.0, 0.1) == 0.0
+    assert lr_factor("linear", 0.05, 0.1) == pytest.approx(0.5)
+    assert lr_factor("linear", 0.1, 0.1) == pytest.approx(1.0)
+    assert lr_factor("linear", 0.55, 0.1) == pytest.approx(0.5)
+    assert lr_factor("linear", 1.0, 0.1) == pytest.approx(0.0)
+    assert lr_factor("constant", 0.9, 0.1) == 1.0
+    # ULMFiT's slanted triangle never goes below 1/32 of the peak.
+    assert lr_factor("slanted_triangular", 0.0, 0.1) == pytest.approx(1 / 32)
+    assert lr_factor("slanted_triangular", 1.0, 0.1) == pytest.approx(1 / 32)
+
+
+def test_durations():
+    assert parse_duration("90s") == 90 and parse_duration("20m") == 1200 and parse_duration("1.5h") == 5400
+    assert parse_duration("45") == 45
+    with pytest.raises(UserError, match="duration"):
+        parse_duration("soon")
+
+
+def test_no_weight_decay_on_biases_and_layer_norms():
+    decay, no_decay = parameter_groups(Regression(), 0.01, lr=1e-3)
+    assert [p.shape for p in decay["params"]] == [torch.Size([1, 4])]
+    assert len(no_decay["params"]) == 3 and no_decay["weight_decay"] == 0.0
+
+
+def test_discriminative_learning_rates_group_parameters_by_scale():
+    groups = parameter_groups(Regression(), 0.01, lr=1e-3, lr_scale=lambda name: 0.5 if "weight" in name else 1.0)
+    by_lr = {(g["lr"], g["weight_decay"]): sum(p.numel() for p in g["params"]) for g in groups}
+    assert groups[0]["lr"] == 1e-3  # the largest rate first: it is the one logged
+    assert by_lr[(5e-4, 0.01)] == 4 and (1e-3, 0.0) in by_lr
+
+
+def test_step_budget_logs_and_keeps_the_last_checkpoints(tmp_path):
+    torch.manual_seed(0)
+    config = TrainConfig(lr=0.05, max_steps=30, log_every=5, save_every=10, keep_last=2, progress=False,
+                         precision="fp32")
+    trainer = Trainer(Regression(), config, tmp_path, batches)
+    assert trainer.fit() == "completed"
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [5, 10, 15, 20, 25, 30]
+    assert rows[-1]["loss"] < rows[0]["loss"] / 2 and rows[-1]["fit_accuracy"] > rows[0]["fit_accuracy"]
+    assert rows[-1]["lr"] < rows[1]["lr"]  # decaying
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000020", "step-00000030"]
+
+
+def test_time_budget_stops_the_run(tmp_path):
+    config = TrainConfig(max_time=0.5, log_every=1000, save_every=0, progress=False, precision="fp32")
+    trainer = Trainer(Regression(), config, tmp_path, batches)
+    trainer.fit()
+    assert 0.5 <= trainer.elapsed < 1.5 and trainer.step > 1
+
+
+def test_a_budget_is_required_and_settings_are_checked(tmp_path):
+    with pytest.raises(UserError, match="budget"):
+        Trainer(Regression(), TrainConfig(), tmp_path, batches)
+    with pytest.raises(UserError, match="schedule"):
+        Trainer(Regression(), TrainConfig(max_steps=1, schedule="cosine"), tmp_path, batches)
+
+
+def test_damaged_checkpoint_is_a_clear_error_on_resume(tmp_path):
+    config = TrainConfig(max_steps=4, save_every=2, progress=False, precision="fp32")
+    Trainer(Regression(), config, tmp_path, batches).fit()
+    (tmp_path / "checkpoints" / "step-00000004" / "optimizer.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError, match="step-00000004: cannot resume"):
+        Trainer(Regression(), TrainConfig(max_steps=8, progress=False), tmp_path, batches).fit(resume=True)
+
+
+def test_a_finished_run_is_not_overwritten(tmp_path):
+    config = TrainConfig(max_steps=2, progress=False, precision="fp32")
+    Trainer(Regression(), config, tmp_path, batches).fit()
+    with pytest.raises(UserError, match="already holds a training run"):
+        Trainer(Regression(), config, tmp_path, batches).fit()
+
+
+def test_compile_option_wraps_the_module(tmp_path):
+    trainer = Trainer(Regression(), TrainConfig(max_steps=1, compile=True, progress=False), tmp_path, batches)
+    assert isinstance(trainer.wrapped, torch._dynamo.eval_frame.OptimizedModule)
