@@ -35,8 +35,11 @@ import transformers  # noqa: E402
 
 from bertology import BertConfig  # noqa: E402
 from bertology.__main__ import MALLOC_SETTINGS  # noqa: E402
-from bertology.ops import linear  # noqa: E402
-from bertology.training.loop import TrainConfig, Trainer, bf16_is_fast
+from bertology.ops import (
+    bf16_is_fast,
+    linear,  # noqa: E402
+)
+from bertology.training.loop import TrainConfig, Trainer
 from bertology.training.objectives import MaskedLanguageModel
 
 SEQ_LEN, BATCH, VOCAB, MASK_ID = 128, 32, 30522, 103

@@ -1,4 +1,6 @@
-"""Faster CPU versions of two layers: the fp32 linear layer (through oneDNN) and dropout.
+"""Low-level pieces every layer above shares: fast CPU kernels, the chunked LM loss, and precision.
+
+Faster CPU versions of two layers: the fp32 linear layer (through oneDNN) and dropout.
 
 On the processors we measured (AMD EPYC, AVX-512), PyTorch's default fp32 matrix
 product (MKL) reaches about 100-200 GFLOP/s on two cores, while the oneDNN kernel
@@ -11,9 +13,14 @@ takes this path for fp32 CPU tensors and `torch.nn.functional.linear` for
 everything else (CUDA, bf16 autocast, other dtypes), where PyTorch's own kernels
 are already the fast ones. `Dropout` likewise replaces `nn.Dropout` on the CPU,
 whose per-element Bernoulli sampling costs more than the layers around it.
+`cross_entropy_with_accuracy` scores a language model's (N, V) logits in cache-sized
+chunks. `resolve_precision` and `autocast` choose and apply fp32 or bf16 for training and
+inference alike; `IGNORE_INDEX` marks label positions that carry no loss.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -163,3 +170,29 @@ def cross_entropy_with_accuracy(logits: torch.Tensor, targets: torch.Tensor,
     same pass, so no (N, V) fp32 log-probabilities are ever materialised.
     """
     return _ChunkedCrossEntropy.apply(logits, targets, chunk_rows)
+
+
+# ----- precision -----------------------------------------------------------------------------
+
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def bf16_is_fast(device: torch.device) -> bool:
+    """Whether bf16 matrix products run natively (CUDA Ampere+, or CPUs with AVX512-BF16/AMX)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """'auto' -> 'bf16' where it is fast, else 'fp32'."""
+    if precision == "auto":
+        return "bf16" if bf16_is_fast(device) else "fp32"
+    return precision
+
+
+def autocast(precision: str, device: torch.device):
+    """The autocast context for a resolved precision (a no-op for fp32)."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()

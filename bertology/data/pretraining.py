@@ -40,6 +40,7 @@ import torch
 
 from ..errors import UserError
 from ..ops import IGNORE_INDEX
+from .padding import pad_rows
 from .shards import TokenizedCorpus
 
 _BATCH_ORDER_STREAM = 1  # keeps make_batches' random stream apart from instance building's
@@ -489,22 +490,12 @@ def collate(instances: Sequence[Instance], pad_id: int) -> dict[str, torch.Tenso
         input_ids, token_type_ids, attention_mask: (B, T) int64, T = the longest instance;
         special_mask: (B, T) bool; pair_labels: (B,) int64, only when the instances carry one.
     """
-    lengths = [len(instance.input_ids) for instance in instances]
-    input_ids = np.full((len(instances), max(lengths)), pad_id, np.int64)
-    token_type_ids = np.zeros_like(input_ids)
-    for row, instance in enumerate(instances):
-        input_ids[row, : lengths[row]] = instance.input_ids
-        token_type_ids[row, : lengths[row]] = instance.token_type_ids
-    attention_mask = np.arange(input_ids.shape[1])[None, :] < np.array(lengths)[:, None]
+    batch = pad_rows([i.input_ids for i in instances], [i.token_type_ids for i in instances], pad_id)
+    input_ids, real = batch["input_ids"], batch["attention_mask"].bool()
+    lengths = real.sum(1)
     cls_ids = input_ids[:, :1]
-    sep_ids = input_ids[np.arange(len(instances)), np.array(lengths) - 1][:, None]
-    special_mask = ~attention_mask | (input_ids == cls_ids) | (input_ids == sep_ids)
-    batch = {
-        "input_ids": torch.from_numpy(input_ids),
-        "token_type_ids": torch.from_numpy(token_type_ids),
-        "attention_mask": torch.from_numpy(attention_mask.astype(np.int64)),
-        "special_mask": torch.from_numpy(special_mask),
-    }
+    sep_ids = input_ids[torch.arange(len(instances)), lengths - 1][:, None]
+    batch["special_mask"] = ~real | (input_ids == cls_ids) | (input_ids == sep_ids)
     labels = [instance.pair_label for instance in instances]
     if any(label >= 0 for label in labels):
         if min(labels) < 0:

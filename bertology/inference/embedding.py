@@ -37,8 +37,8 @@ from ..models.features import (
     parse_layers,
     pool,
 )
+from ..ops import PRECISIONS, autocast, resolve_precision
 from ..tasks.inputs import Feature, collate, in_row_order, word_of_each_token
-from ..training.loop import PRECISIONS, autocast, resolve_precision
 
 POOLINGS = ("mean", "cls", "max")
 

@@ -9,8 +9,10 @@ and bertology adds a few config.json keys, read and written only here:
 - `architectures`: the model class (transformers' key);
 - a feature-based model adds `feature_head.json` and its weights.
 
-`load_model` opens a PyTorch, int8 or feature-based directory as the class it names;
-`load_finetuned` adds the ONNX Runtime path and the task for evaluate, predict and serve.
+`load_model` opens any PyTorch directory through its model family (models/__init__.py
+recognises the family from `model_type`), an int8 export quantized and a feature-based
+model with its head; `load_finetuned` adds the ONNX Runtime path and the task, for
+evaluate, predict and serve.
 """
 
 from __future__ import annotations
@@ -24,69 +26,90 @@ from torch import nn
 
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
-from ..models.bert import BertConfig, BertPreTrainedModel, model_class
+from ..models import family_of, read_config
+from ..models.bert import BertConfig, BertPreTrainedModel
 from ..models.features import HEAD_CONFIG, FeatureModel
 from ..models.quantized import load_quantized
 from ..tasks.inputs import InputSettings
 from ..tasks.readers import Columns, TaskSpec
 from .onnx import OnnxModel
 
-EXPORT_KEY = "bertology_export"  # config.json: the format that wrote the directory
-
-
+# config.json keys bertology adds (transformers keeps unknown keys, so they survive its round trips).
+FINETUNING_TASK_KEY = "finetuning_task"  # transformers' own key: the task's name
+TASK_KEY = "bertology_task"  # the TaskSpec: labels, kind, metrics, ...
+INPUTS_KEY = "bertology_inputs"  # the InputSettings: length limits, windows, SQuAD search
+EXPORT_KEY = "bertology_export"  # the export format that wrote the directory
 CPU_FORMATS = ("int8", "onnx")  # run on the CPU only (PyTorch's quantized kernels, ONNX Runtime's CPU provider)
 
 
 def describe_task(config: BertConfig, spec: TaskSpec, settings: InputSettings) -> None:
     """Record the task and input settings in the model's config.json, for evaluate and predict."""
-    config.extra["finetuning_task"] = spec.name
-    config.extra["bertology_task"] = dataclasses.asdict(spec)
-    config.extra["bertology_inputs"] = dataclasses.asdict(settings)
+    config.extra[FINETUNING_TASK_KEY] = spec.name
+    config.extra[TASK_KEY] = dataclasses.asdict(spec)
+    config.extra[INPUTS_KEY] = dataclasses.asdict(settings)
+
+
+def is_finetuned(config: BertConfig) -> bool:
+    """Whether the directory of `config` holds a model fine-tuned by bertology (it knows its task)."""
+    return bool(config.extra.get(TASK_KEY))
+
+
+def has_head_for(config: BertConfig, spec: TaskSpec) -> bool:
+    """Whether a saved model's head was trained for this very task and label set (so it is kept)."""
+    id2label = dict(enumerate(spec.labels)) if spec.labels else None
+    return config.extra.get(FINETUNING_TASK_KEY) == spec.name and config.id2label == id2label
 
 
 def task_of(config: BertConfig, directory: str) -> tuple[TaskSpec, InputSettings]:
     """The task and input settings a fine-tuned model directory was trained with (see `describe_task`)."""
-    saved = config.extra.get("bertology_task")
-    if not saved:
-        raise UserError(f"{directory}: not a fine-tuned model (its config.json has no bertology_task; "
+    if not is_finetuned(config):
+        raise UserError(f"{directory}: not a fine-tuned model (its config.json has no {TASK_KEY}; "
                         "make one with `bertology finetune`)")
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in config.extra[TASK_KEY].items()}
     if values.get("columns"):
-        values["columns"] = Columns(**{k: tuple(v) if isinstance(v, list) else v
-                                                  for k, v in values["columns"].items()})
+        values["columns"] = Columns(**{k: tuple(v) if isinstance(v, list) else v for k, v in values["columns"].items()})
     values["files"] = {split: tuple(names) for split, names in (values.get("files") or {}).items()}
-    return TaskSpec(**values), InputSettings(**config.extra.get("bertology_inputs", {}))
+    return TaskSpec(**values), InputSettings(**config.extra.get(INPUTS_KEY, {}))
+
+
+def export_format(config: BertConfig) -> str | None:
+    """The export format that wrote a directory ("hf", "int8", "onnx"), or None for a model as trained."""
+    return config.extra.get(EXPORT_KEY)
+
+
+def exported_config(model: BertPreTrainedModel, fmt: str) -> BertConfig:
+    """The config an export writes: the model's, naming its class (transformers' `architectures`) and the format."""
+    extra = {**model.config.extra, "architectures": [type(model).__name__], EXPORT_KEY: fmt}
+    return dataclasses.replace(model.config, extra=extra)
 
 
 def is_feature_model(directory: str | Path) -> bool:
-    """Whether a model directory holds a feature-based model."""
+    """Whether a model directory holds a feature-based model (a frozen encoder and a feature head)."""
     return (Path(directory) / HEAD_CONFIG).is_file()
 
 
-def load_model(directory: str | os.PathLike) -> BertPreTrainedModel:
-    """Load a model directory as the class its config.json names in `architectures`; an int8
-    export (export.py) comes back quantized, as it was saved."""
-    config = BertConfig.load(directory)
-    exported = config.extra.get("bertology_export")  # export.EXPORT_KEY; export.py imports this module
+def load_model(directory: str | os.PathLike) -> nn.Module:
+    """Open a model directory as the class its config.json names, through its model family;
+    an int8 export comes back quantized, as it was saved."""
+    family = family_of(directory)
+    exported = read_config(directory).get(EXPORT_KEY)
     if exported == "int8":
-
         return load_quantized(directory)
     if exported == "onnx":
         raise UserError(f"{directory}: an ONNX export (model.onnx), not PyTorch weights; run it with "
                         "`bertology evaluate` / `bertology predict`, or load it with bertology.inference.onnx.OnnxModel")
-    return model_class(config).from_pretrained(directory)
+    return family.load().load_pretrained(directory)
 
 
 def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer, TaskSpec, InputSettings]:
     """A fine-tuned (feature-based, or exported) model directory -> model, tokenizer, task, input settings.
 
     An `onnx` export comes back as an ONNX Runtime model and an `int8` export quantized
-    (export.py); both are called like the PyTorch models and stay on the CPU.
+    (models/quantized.py); both are called like the PyTorch models and stay on the CPU.
     """
-
     config = BertConfig.load(model_dir)
     spec, settings = task_of(config, model_dir)
-    exported = config.extra.get(EXPORT_KEY)
+    exported = export_format(config)
     if is_feature_model(model_dir):
         model = FeatureModel.from_pretrained(model_dir)
     elif exported == "onnx":

@@ -13,6 +13,7 @@ from torch import nn
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..models.bert import BertPreTrainedModel
+from ..ops import autocast, resolve_precision
 from ..tasks.inputs import (
     Encoded,
     InputSettings,
@@ -25,7 +26,6 @@ from ..tasks.inputs import (
 )
 from ..tasks.metrics import compute_metrics
 from ..tasks.readers import TaskSpec
-from ..training.loop import autocast, resolve_precision
 
 
 def model_device(model: nn.Module) -> torch.device:

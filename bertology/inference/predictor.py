@@ -23,6 +23,7 @@ from .. import __version__
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..models.bert import BertConfig, BertModel
+from ..ops import resolve_precision
 from ..tasks.inputs import (
     InputSettings,
     decode_tokens,
@@ -32,9 +33,8 @@ from ..tasks.inputs import (
     softmax,
 )
 from ..tasks.readers import SequenceExample, SpanExample, TaskSpec, TokenExample
-from ..training.loop import resolve_precision
 from .embedding import embed_texts, length_limit, load_encoder
-from .modeldir import load_finetuned
+from .modeldir import is_finetuned, load_finetuned
 from .predict import model_device, precision_for, run_rows
 
 
@@ -57,7 +57,7 @@ class Predictor:
         `precision` "auto" becomes bf16 where the device runs it fast, else fp32 (always
         fp32 for exported int8 and ONNX models, which refuse bf16 here, at load time).
         """
-        if not BertConfig.load(model_dir).extra.get("bertology_task"):
+        if not is_finetuned(BertConfig.load(model_dir)):
             encoder, tokenizer = load_encoder(model_dir)
             return cls(model_dir, tokenizer, encoder, precision=resolve_precision(precision, model_device(encoder)))
         model, tokenizer, spec, settings = load_finetuned(model_dir)

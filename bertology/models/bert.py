@@ -20,7 +20,6 @@ model are all here, so this file is the whole BERT family."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from dataclasses import dataclass, field, fields, replace
@@ -34,10 +33,15 @@ from torch import nn
 from .. import checkpoint
 from ..errors import UserError
 from ..files import write_json_atomic
-from ..ops import IGNORE_INDEX, Dropout, Linear, dropout, linear
-
-CONFIG_NAME = "config.json"
-
+from ..ops import (
+    IGNORE_INDEX,
+    Dropout,
+    Linear,
+    cross_entropy_with_accuracy,
+    dropout,
+    linear,
+)
+from . import CONFIG_NAME, read_config
 
 # name -> (num_hidden_layers, hidden_size). Heads = hidden/64 and intermediate = 4*hidden,
 # as in the BERT paper and Turc et al. 2019 ("Well-Read Students Learn Better").
@@ -196,17 +200,7 @@ class BertConfig:
     def load(cls, path: str | os.PathLike) -> "BertConfig":
         """Read a config from a `config.json` file or a directory that holds one."""
         path = Path(path)
-        if path.is_dir():
-            path = path / CONFIG_NAME
-        if not path.is_file():
-            raise UserError(f"{path}: no such file (a model directory needs a {CONFIG_NAME})")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError:
-            raise UserError(f"{path}: not UTF-8 text") from None
-        except json.JSONDecodeError as err:
-            raise UserError(f"{path}: invalid JSON at line {err.lineno}: {err.msg}") from None
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_config(path), source=str(path / CONFIG_NAME if path.is_dir() else path))
 
 
 @dataclass
@@ -227,6 +221,9 @@ class ModelOutput:
     pooler_output: torch.Tensor | None = None  # (B, H)
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings output, then each layer: (B, T, H)
     attentions: tuple[torch.Tensor, ...] | None = None  # each layer: (B, heads, T, T)
+    # bertology's own, for the pre-training loop's metrics (pre-training models given labels):
+    masked_lm_loss: torch.Tensor | None = None  # scalar: the masked LM's part of `loss`
+    masked_lm_correct: torch.Tensor | None = None  # scalar: labelled positions whose argmax is the label
 
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)
@@ -540,12 +537,30 @@ def _classifier_dropout(config: BertConfig) -> float:
     return config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
 
 
-def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of (N, V) logits against the N labelled positions of `labels` (B, T)."""
-    return F.cross_entropy(logits.float(), labels[labels != IGNORE_INDEX])
+def _task_output(encoded: ModelOutput, **fields: Any) -> ModelOutput:
+    """A task model's output: its own fields, plus the encoder's hidden states and attentions when asked for."""
+    return ModelOutput(**fields, hidden_states=encoded.hidden_states, attentions=encoded.attentions)
 
 
-class BertForPreTraining(BertPreTrainedModel):
+class _PreTrainingHeads(BertPreTrainedModel):
+    """What the two language-model heads share: the one way a masked LM is scored.
+
+    Every pre-training objective (training/objectives.py) reaches the masked LM through the
+    model's forward, so the loss is computed in one place: at the labelled positions only,
+    by `ops.cross_entropy_with_accuracy`, which forms the (N, V) gradient in the same pass
+    and counts the argmax hits for the accuracy the training loop logs.
+    """
+
+    def score_masked_lm(self, hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """hidden (B, T, H), labels (B, T; IGNORE_INDEX where nothing is predicted) ->
+        logits (N, V) at the N labelled positions, their mean cross-entropy, and the argmax hits."""
+        positions = labels != IGNORE_INDEX
+        logits = self.mlm(hidden, self.bert.embeddings.word_embeddings.weight, positions)
+        loss, correct = cross_entropy_with_accuracy(logits, labels[positions])
+        return logits, loss, correct
+
+
+class BertForPreTraining(_PreTrainingHeads):
     """BERT's pre-training model: encoder + masked-LM head + next-sentence head.
 
     With `labels` (B, T; IGNORE_INDEX where nothing was masked) the masked-LM logits
@@ -569,27 +584,23 @@ class BertForPreTraining(BertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> ModelOutput:
-        """Returns loss (sum of the MLM and NSP losses given labels for), prediction_logits and
-        seq_relationship_logits (B, 2)."""
+        """Returns loss (sum of the MLM and NSP losses given labels for), prediction_logits,
+        seq_relationship_logits (B, 2), and with `labels` the MLM's own loss and argmax hits."""
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        positions = labels != IGNORE_INDEX if labels is not None else None
-        prediction_logits = self.mlm(out.last_hidden_state, self.bert.embeddings.word_embeddings.weight, positions)
         nsp_logits = self.nsp(out.pooler_output)
-        losses = []
-        if labels is not None:
-            losses.append(masked_lm_loss(prediction_logits, labels))
+        mlm_loss = mlm_correct = None
+        if labels is None:
+            prediction_logits = self.mlm(out.last_hidden_state, self.bert.embeddings.word_embeddings.weight)
+        else:
+            prediction_logits, mlm_loss, mlm_correct = self.score_masked_lm(out.last_hidden_state, labels)
+        losses = [] if mlm_loss is None else [mlm_loss]
         if next_sentence_label is not None:
             losses.append(F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1)))
-        return ModelOutput(
-            loss=sum(losses) if losses else None,
-            prediction_logits=prediction_logits,
-            seq_relationship_logits=nsp_logits,
-            hidden_states=out.hidden_states,
-            attentions=out.attentions,
-        )
+        return _task_output(out, loss=sum(losses) if losses else None, prediction_logits=prediction_logits,
+                            seq_relationship_logits=nsp_logits, masked_lm_loss=mlm_loss, masked_lm_correct=mlm_correct)
 
 
-class BertForMaskedLM(BertPreTrainedModel):
+class BertForMaskedLM(_PreTrainingHeads):
     """Encoder + masked-LM head. With `labels`, `logits` covers the labelled positions only: (N, V)."""
 
     def __init__(self, config: BertConfig):
@@ -607,73 +618,57 @@ class BertForMaskedLM(BertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> ModelOutput:
-        """Returns logits (B, T, V), or (N, V) and the loss when `labels` are given."""
+        """Returns logits (B, T, V), or with `labels` (N, V), the loss and the argmax hits."""
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        positions = labels != IGNORE_INDEX if labels is not None else None
-        logits = self.mlm(out.last_hidden_state, self.bert.embeddings.word_embeddings.weight, positions)
-        return ModelOutput(
-            loss=masked_lm_loss(logits, labels) if labels is not None else None,
-            logits=logits,
-            hidden_states=out.hidden_states,
-            attentions=out.attentions,
-        )
+        if labels is None:
+            return _task_output(out, logits=self.mlm(out.last_hidden_state, self.bert.embeddings.word_embeddings.weight))
+        logits, loss, correct = self.score_masked_lm(out.last_hidden_state, labels)
+        return _task_output(out, loss=loss, logits=logits, masked_lm_loss=loss, masked_lm_correct=correct)
 
 
-class BertForSequenceClassification(BertPreTrainedModel):
+class _Classifier(BertPreTrainedModel):
+    """What the sentence and token classifiers share: a linear head on encoder vectors, and its loss."""
+
+    def __init__(self, config: BertConfig, per_token: bool):
+        super().__init__(config)
+        self.per_token = per_token
+        self.bert = BertModel(config, add_pooling_layer=not per_token)
+        self.classifier = ClassificationHead(config.hidden_size, config.num_labels, _classifier_dropout(config))
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """Returns logits (B, num_labels) on the pooled [CLS] vector, or (B, T, num_labels) per token.
+        Loss: cross-entropy (tokens labelled IGNORE_INDEX carry none), or MSE when num_labels == 1."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        logits = self.classifier(out.last_hidden_state if self.per_token else out.pooler_output)
+        loss = None
+        if labels is not None and self.config.num_labels == 1:
+            loss = F.mse_loss(logits.float().view(-1), labels.float().view(-1))
+        elif labels is not None:
+            loss = F.cross_entropy(logits.float().flatten(0, -2), labels.flatten(), ignore_index=IGNORE_INDEX)
+        return _task_output(out, loss=loss, logits=logits)
+
+
+class BertForSequenceClassification(_Classifier):
     """Encoder + linear head on the pooled [CLS] vector; regression when num_labels == 1."""
 
     def __init__(self, config: BertConfig):
-        super().__init__(config)
-        self.bert = BertModel(config)
-        self.classifier = ClassificationHead(config.hidden_size, config.num_labels, _classifier_dropout(config))
-        self.init_weights()
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> ModelOutput:
-        """Returns logits (B, num_labels); loss is cross-entropy, or MSE for regression."""
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        logits = self.classifier(out.pooler_output)
-        loss = None
-        if labels is not None:
-            if self.config.num_labels == 1:
-                loss = F.mse_loss(logits.float().view(-1), labels.float().view(-1))
-            else:
-                loss = F.cross_entropy(logits.float(), labels.view(-1))
-        return ModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
+        super().__init__(config, per_token=False)
 
 
-class BertForTokenClassification(BertPreTrainedModel):
+class BertForTokenClassification(_Classifier):
     """Encoder + linear head on every token (tagging, e.g. named entities)."""
 
     def __init__(self, config: BertConfig):
-        super().__init__(config)
-        self.bert = BertModel(config, add_pooling_layer=False)
-        self.classifier = ClassificationHead(config.hidden_size, config.num_labels, _classifier_dropout(config))
-        self.init_weights()
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> ModelOutput:
-        """Returns logits (B, T, num_labels); loss ignores positions labelled IGNORE_INDEX."""
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        logits = self.classifier(out.last_hidden_state)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
-        return ModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
+        super().__init__(config, per_token=True)
 
 
 class BertForQuestionAnswering(BertPreTrainedModel):
@@ -706,13 +701,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
             end = end_positions.view(-1).clamp(0, seq_len)
             loss = (F.cross_entropy(start_logits, start, ignore_index=seq_len)
                     + F.cross_entropy(end_logits, end, ignore_index=seq_len)) / 2
-        return ModelOutput(
-            loss=loss,
-            start_logits=start_logits,
-            end_logits=end_logits,
-            hidden_states=out.hidden_states,
-            attentions=out.attentions,
-        )
+        return _task_output(out, loss=loss, start_logits=start_logits, end_logits=end_logits)
 
 
 MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = {
@@ -726,3 +715,8 @@ def model_class(config: BertConfig) -> type[BertPreTrainedModel]:
     """The class a config.json names in `architectures` (BertModel when it names none we know)."""
     names = config.extra.get("architectures") or ["BertModel"]
     return MODEL_CLASSES.get(names[0], BertModel)
+
+
+def load_pretrained(directory: str | os.PathLike) -> BertPreTrainedModel:
+    """Open a BERT model directory as the class its config.json names (the family's entry point, see models/__init__.py)."""
+    return model_class(BertConfig.load(directory)).from_pretrained(directory)

@@ -29,9 +29,10 @@ from ..models.features import (
     head_loss,
     parse_layers,
 )
+from ..ops import autocast, resolve_precision
 from ..tasks.inputs import Encoded, cache_key, collate, encode, in_row_order
 from ..tasks.readers import TaskSpec
-from ..training.loop import StepOutput, Trainer, autocast, resolve_precision
+from ..training.loop import StepOutput, Trainer
 from ..training.tasks import BestModel, EpochBatches, epoch_train_config, fit_and_finish
 
 

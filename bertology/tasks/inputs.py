@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..data.padding import pad_rows
 from ..data.tokenizer import Tokenizer
 from ..ops import IGNORE_INDEX
 from .readers import SequenceExample, SpanExample, TaskSpec, TokenExample
@@ -263,20 +264,11 @@ def in_row_order(lengths: list[int], batch_size: int, predict_batch: Callable[[l
 
 def collate(features: list[Feature], kind: str, pad_id: int, regression: bool = False) -> dict[str, torch.Tensor]:
     """Pad rows to the longest of the batch; add the labels the task's model takes."""
-    width = max(len(f.input_ids) for f in features)
-    input_ids = torch.full((len(features), width), pad_id, dtype=torch.long)
-    token_type_ids = torch.zeros_like(input_ids)
-    attention_mask = torch.zeros_like(input_ids)
-    for row, f in enumerate(features):
-        n = len(f.input_ids)
-        input_ids[row, :n] = torch.tensor(f.input_ids)
-        token_type_ids[row, :n] = torch.tensor(f.token_type_ids)
-        attention_mask[row, :n] = 1
-    batch = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+    batch = pad_rows([f.input_ids for f in features], [f.token_type_ids for f in features], pad_id)
     if kind == "sequence" and features[0].label is not None:
         batch["labels"] = torch.tensor([f.label for f in features], dtype=torch.float if regression else torch.long)
     elif kind == "token" and features[0].token_labels is not None:
-        labels = torch.full_like(input_ids, IGNORE_INDEX)
+        labels = torch.full_like(batch["input_ids"], IGNORE_INDEX)
         for row, f in enumerate(features):
             labels[row, : len(f.token_labels)] = torch.tensor(f.token_labels)
         batch["labels"] = labels

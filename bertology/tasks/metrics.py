@@ -19,6 +19,8 @@ import string
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from .readers import SpanExample, TaskSpec
 
 CLASSIFICATION_METRICS = ("accuracy", "f1", "mcc")
@@ -63,7 +65,7 @@ def regression_metrics(labels: Sequence[float], predictions: Sequence[float]) ->
     from scipy.stats import pearsonr, spearmanr
 
     _check_lengths(labels, predictions)
-    if len(set(labels)) < 2 or len(set(predictions)) < 2:
+    if len(np.unique(labels)) < 2 or len(np.unique(predictions)) < 2:
         return {"pearson": 0.0, "spearman": 0.0}
     return {"pearson": float(pearsonr(labels, predictions)[0]), "spearman": float(spearmanr(labels, predictions)[0])}
 
@@ -201,7 +203,7 @@ def _check_lengths(gold: Sequence, predictions: Sequence) -> None:
     """Refuse to score nothing, or predictions that do not pair up with the gold labels."""
     if len(gold) != len(predictions):
         raise ValueError(f"{len(gold)} gold labels but {len(predictions)} predictions")
-    if not gold:
+    if len(gold) == 0:  # not `not gold`: numpy arrays have no truth value
         raise ValueError("nothing to score")
 
 

@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from ..errors import UserError
 from ..files import write_json_atomic, write_text_atomic
+from ..ops import PRECISIONS, autocast, resolve_precision
 
 
 @dataclass
@@ -78,7 +79,6 @@ Batch = dict[str, torch.Tensor]
 SCHEDULES = ("linear", "slanted_triangular", "constant")
 
 
-PRECISIONS = ("auto", "fp32", "bf16")
 
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -135,25 +135,7 @@ def parse_duration(text: str) -> float:
         raise UserError(f"cannot read {text!r} as a duration (examples: 90s, 20m, 1.5h)") from None
 
 
-def bf16_is_fast(device: torch.device) -> bool:
-    """Whether bf16 matrix products run natively (CUDA Ampere+, or CPUs with AVX512-BF16/AMX)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """'auto' -> 'bf16' where it is fast, else 'fp32'."""
-    if precision == "auto":
-        return "bf16" if bf16_is_fast(device) else "fp32"
-    return precision
-
-
-def autocast(precision: str, device: torch.device):
-    """The autocast context for a resolved precision (a no-op for fp32)."""
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def lr_factor(schedule: str, progress: float, warmup: float) -> float:

@@ -29,11 +29,12 @@ from ..models.bert import (
     BertModel,
     BertPreTrainedModel,
     ClassificationHead,
+    ModelOutput,
     activation,
     init_module,
 )
-from ..ops import IGNORE_INDEX, Linear, cross_entropy_with_accuracy
-from .loop import StepOutput, accuracy_counts
+from ..ops import IGNORE_INDEX, Linear
+from .loop import Batch, StepOutput, accuracy_counts
 
 
 @dataclass
@@ -53,7 +54,6 @@ OBJECTIVES: dict[str, ObjectiveSpec] = {
 }
 
 
-Batch = dict[str, torch.Tensor]
 
 
 def ranked_pair_counts(name: str, scores: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -76,22 +76,12 @@ def ranked_pair_counts(name: str, scores: torch.Tensor, targets: torch.Tensor) -
     return {f"{name}_correct": correct, f"{name}_total": num_positive * num_negative}
 
 
-def score_labelled_positions(model: BertForMaskedLM | BertForPreTraining, batch: Batch, name: str):
-    """Encode a batch and score its labelled positions with the model's LM head.
-
-    Calls the model's parts rather than its forward, so the (N, V) logits, the costliest
-    tensor of a step, are scored once, in chunks, for both the loss and the accuracy.
-    Returns (loss, logits (N, V), the encoder's output, counts named `name`).
-    """
-    labels = batch["labels"]
-    positions = labels != IGNORE_INDEX
-    out = model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    logits = model.mlm(out.last_hidden_state, model.bert.embeddings.word_embeddings.weight, positions)
-    targets = labels[positions]
-    loss, correct = cross_entropy_with_accuracy(logits, targets)
-    counts = {f"{name}_correct": correct, f"{name}_total": torch.tensor(targets.numel()),
-              f"{name}_loss_sum": loss.detach() * targets.numel()}
-    return loss, logits, out, counts
+def lm_counts(out: ModelOutput, labels: torch.Tensor, name: str) -> dict[str, torch.Tensor]:
+    """The metric counts of a language model's output at its labelled positions (see training/loop.py):
+    argmax hits and the loss summed over the positions, named `name`."""
+    total = (labels != IGNORE_INDEX).sum()
+    return {f"{name}_correct": out.masked_lm_correct, f"{name}_total": total,
+            f"{name}_loss_sum": out.masked_lm_loss.detach() * total}
 
 
 class MaskedLanguageModel(nn.Module):
@@ -114,13 +104,13 @@ class MaskedLanguageModel(nn.Module):
 
     def forward(self, batch: Batch) -> StepOutput:
         """Loss = MLM cross-entropy at the masked positions (+ the pair task's)."""
-        mlm_loss, _, out, counts = score_labelled_positions(self.model, batch, "mlm")
-        loss = mlm_loss
+        pair = {"next_sentence_label": batch["pair_labels"]} if self.pair_task else {}
+        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"], **pair)
+        counts = lm_counts(out, batch["labels"], "mlm")
         if self.pair_task:
-            pair_logits = self.model.nsp(out.pooler_output).float()
-            loss = loss + F.cross_entropy(pair_logits, batch["pair_labels"])
-            counts.update(accuracy_counts(self.pair_task, pair_logits.detach().argmax(-1), batch["pair_labels"]))
-        return StepOutput(loss, counts)
+            counts.update(accuracy_counts(self.pair_task, out.seq_relationship_logits.detach().argmax(-1),
+                                          batch["pair_labels"]))
+        return StepOutput(out.loss, counts)
 
     def model_to_save(self) -> BertPreTrainedModel:
         """BertForPreTraining (with the NSP/SOP head) or BertForMaskedLM."""
@@ -143,8 +133,8 @@ class CausalLanguageModel(nn.Module):
 
     def forward(self, batch: Batch) -> StepOutput:
         """Loss = next-token cross-entropy; counts give accuracy and perplexity."""
-        loss, _, _, counts = score_labelled_positions(self.model, batch, "lm")
-        return StepOutput(loss, counts)
+        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
+        return StepOutput(out.loss, lm_counts(out, batch["labels"], "lm"))
 
     def model_to_save(self) -> BertPreTrainedModel:
         """The causal BertForMaskedLM (its config says `causal: true`)."""
@@ -206,7 +196,8 @@ class Electra(nn.Module):
         """Generator MLM loss + weighted per-token replaced/original loss."""
         labels = batch["labels"]
         masked = labels != IGNORE_INDEX
-        gen_loss, gen_logits, _, counts = score_labelled_positions(self.generator, batch, "mlm")
+        generated = self.generator(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=labels)
+        gen_loss, gen_logits, counts = generated.loss, generated.logits, lm_counts(generated, labels, "mlm")
         with torch.no_grad():  # sampling from the generator: no gradient flows through it
             sampler = torch.Generator(gen_logits.device).manual_seed(int(batch["sampling_seed"]))
             sampled = torch.multinomial(gen_logits.float().softmax(-1), 1, generator=sampler).squeeze(-1)

@@ -26,6 +26,7 @@ from ..config import EpochLoop, TaskConfig
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
+from ..inference.modeldir import has_head_for
 from ..inference.predict import predict, score
 from ..models.bert import (
     BertConfig,
@@ -95,10 +96,9 @@ MODEL_FOR_KIND = {"sequence": BertForSequenceClassification, "token": BertForTok
 def load_task_model(directory: str, spec: TaskSpec) -> BertPreTrainedModel:
     """The encoder in `directory` with `spec`'s head: kept if the directory already holds a
     head for this very task and label set, else freshly initialised."""
-    saved = BertConfig.load(directory)
     num_labels = len(spec.labels) if spec.labels else 1
     id2label = dict(enumerate(spec.labels)) if spec.labels else None
-    same_head = saved.extra.get("finetuning_task") == spec.name and saved.id2label == id2label
+    same_head = has_head_for(BertConfig.load(directory), spec)
     model = MODEL_FOR_KIND[spec.kind].from_pretrained(directory, num_labels=num_labels, id2label=id2label,
                                                        drop_head=not same_head)
     return model

@@ -33,8 +33,8 @@ from ..inference.embedding import (
     load_encoder,
 )
 from ..models.features import feature_width
+from ..ops import PRECISIONS
 from ..tasks.readers import json_object
-from ..training.loop import PRECISIONS
 
 OUTPUT_SUFFIXES = (".npy", ".jsonl")
 

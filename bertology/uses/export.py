@@ -39,7 +39,13 @@ from torch import nn
 from .. import checkpoint
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
-from ..inference.modeldir import CPU_FORMATS, EXPORT_KEY, is_feature_model, load_model
+from ..inference.modeldir import (
+    CPU_FORMATS,
+    export_format,
+    exported_config,
+    is_feature_model,
+    load_model,
+)
 from ..inference.onnx import ONNX_NAME, OnnxModel, require
 from ..models.bert import (
     BertConfig,
@@ -142,7 +148,7 @@ def _source_model(directory: Path) -> BertPreTrainedModel:
 
     if not directory.is_dir():
         raise UserError(f"{directory}: no such model directory")
-    done = BertConfig.load(directory).extra.get(EXPORT_KEY)
+    done = export_format(BertConfig.load(directory))
     if done in CPU_FORMATS:
         raise UserError(f"{directory} is already an {done} export; export from the original model directory")
     if is_feature_model(directory):
@@ -184,8 +190,7 @@ def _umask() -> int:
 
 def _exported_config(model: BertPreTrainedModel, fmt: str) -> BertConfig:
     """The model's config naming its class and the export format."""
-    extra = {**model.config.extra, "architectures": [type(model).__name__], EXPORT_KEY: fmt}
-    config = dataclasses.replace(model.config, extra=extra)
+    config = exported_config(model, fmt)
     if isinstance(model, BertForQuestionAnswering):  # transformers sizes the span head by num_labels: start, end
         config = dataclasses.replace(config, num_labels=2, id2label=None)
     return config

@@ -156,3 +156,14 @@ def test_compute_metrics_per_task():
     assert compute_metrics(TASKS["squad"], [span("q1", "Paris")], {"q1": "paris"}) == {"exact_match": 1.0, "f1": 1.0}
     for spec in TASKS.values():
         assert spec.main_metric in spec.metrics
+
+
+def test_numpy_arrays_are_scored_like_lists():
+    """Predictions often come out of a model as numpy arrays: `if not gold` used to raise on them."""
+    gold, predicted = np.array([1, 0, 1, 1, 0]), np.array([1, 0, 0, 1, 1])
+    assert classification_metrics(gold, predicted) == classification_metrics(gold.tolist(), predicted.tolist())
+    scores, guesses = np.array([0.1, 0.5, 0.2, 0.9]), np.array([0.2, 0.4, 0.3, 0.8])
+    assert regression_metrics(scores, guesses) == pytest.approx({"pearson": pearsonr(scores, guesses)[0],
+                                                                 "spearman": 1.0})
+    with pytest.raises(ValueError, match="nothing to score"):
+        classification_metrics(np.array([]), np.array([]))
