@@ -117,7 +117,12 @@ def from_transformers(state: dict[str, torch.Tensor], source: Path) -> tuple[dic
     for our_key, chunks in parts.items():
         if len(chunks) != counts[our_key]:
             raise UserError(f"{source}: incomplete checkpoint, only {len(chunks)} of {counts[our_key]} parts of {our_key!r}")
-        out[our_key] = torch.cat([chunks[k] for k in range(counts[our_key])], dim=0) if counts[our_key] > 1 else chunks[0]
+        parts = [chunks[k] for k in range(counts[our_key])]
+        if len({part.shape[1:] for part in parts}) > 1 or any(part.ndim == 0 for part in parts):
+            shapes = ", ".join(str(tuple(part.shape)) for part in parts)
+            raise UserError(f"{source}: the parts of {our_key!r} (query, key, value) have shapes that do not fit "
+                            f"together: {shapes}")
+        out[our_key] = torch.cat(parts, dim=0) if len(parts) > 1 else parts[0]
     return out, unknown
 
 
@@ -144,52 +149,85 @@ def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
 
 
 def check_vocab(directory: Path, vocab_size: int) -> None:
-    """A vocab.txt with more entries than the embedding table would index out of range."""
+    """vocab.txt and the embedding table must have the same number of rows: more tokens would
+    index out of range, fewer means a line is missing and every later token id points at the
+    wrong vector (a model directory is read as a pair)."""
     vocab = directory / VOCAB_NAME
     if vocab.is_file():
         with vocab.open("rb") as f:
             entries = sum(1 for _ in f)
-        if entries > vocab_size:
+        if entries != vocab_size:
             raise UserError(
                 f"{vocab}: {entries} tokens, but {directory / 'config.json'} has vocab_size "
                 f"{vocab_size}: the vocabulary does not match the model's embeddings"
             )
 
 
-def load_state_dict(directory: str | Path, vocab_size: int) -> dict[str, torch.Tensor]:
-    """Read a checkpoint directory and return its tensors under our canonical names."""
+def load_state_dict(directory: str | Path, vocab_size: int) -> tuple[dict[str, torch.Tensor], Path]:
+    """Read a checkpoint directory: its tensors under our canonical names, and the weights file read."""
     directory = Path(directory)
     check_vocab(directory, vocab_size)
     raw, path = read_weights(directory)
     state, _ = from_transformers(raw, path)
-    return state
+    return state, path
 
 
-def assign_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path) -> list[str]:
-    """Copy canonical-name tensors into `model`, checking shapes.
+_LAYER = re.compile(r"^layers\.(\d+)\.")
 
-    Encoder weights must all be present; head and pooler weights the checkpoint lacks
-    keep their fresh initialisation. Returns the names of those newly initialised keys.
-    """
-    own = model.state_dict()
-    loaded, fresh = {}, []
-    for key, param in own.items():
-        _, name = _split_prefix(key)
+
+def weight_problems(state: dict[str, torch.Tensor], expected: dict[str, torch.Size]) -> list[str]:
+    """Everything wrong with stored tensors (canonical names) for a model whose state-dict shapes
+    are `expected`: an encoder tensor missing (head and pooler weights may be: they start fresh),
+    stored with another shape, in a non-floating dtype, or holding NaN or infinity, and layers
+    beyond the config's. One line per problem, naming the tensor; empty when all is well."""
+    wanted = {_split_prefix(name)[1]: shape for name, shape in expected.items()}
+    problems = []
+    layers = {int(m.group(1)) for name in state if (m := _LAYER.match(name))}
+    expected_layers = {int(m.group(1)) for name in wanted if (m := _LAYER.match(name))}
+    if layers and max(layers) > max(expected_layers, default=-1):
+        problems.append(f"the weights hold {max(layers) + 1} layers, but config.json has "
+                        f"{max(expected_layers) + 1} (num_hidden_layers, or share_layers)")
+    for name, shape in wanted.items():
         tensor = state.get(name)
         if tensor is None:
             if not name.startswith(_HEAD_PREFIXES + ("pooler.",)):
-                raise UserError(f"{source}: checkpoint has no weights for {name!r}; is it a BERT model of this config?")
+                problems.append(f"checkpoint has no weights for {name!r}; is it a BERT model of this config?")
+        elif tensor.shape != shape:
+            what = f"{name} (vocab_size {tensor.shape[0]} in the weights)" if name == "embeddings.word_embeddings.weight" \
+                else name
+            problems.append(f"shape mismatch for {what}: checkpoint {tuple(tensor.shape)}, "
+                            f"config.json expects {tuple(shape)}")
+        elif not tensor.is_floating_point():
+            problems.append(f"{name} is stored as {str(tensor.dtype).removeprefix('torch.')}, "
+                            "not as floating-point weights")
+        # A sum is finite only if every element is (or, rarely, it overflowed: then look at each element);
+        # one pass, about 15x faster than isfinite(tensor).all() on the embedding table.
+        elif not bool(torch.isfinite(tensor.sum())) and not bool(torch.isfinite(tensor).all()):
+            problems.append(f"{name} holds NaN or infinite values")
+    return problems
+
+
+def check_weights(state: dict[str, torch.Tensor], expected: dict[str, torch.Size], source: Path) -> None:
+    """Refuse weights that do not fit the model they are for (see `weight_problems`), before that
+    model is allocated: a one-line error naming the file and the first problem."""
+    problems = weight_problems(state, expected)
+    if problems:
+        raise UserError(f"{source}: {problems[0]}")
+
+
+def assign_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> list[str]:
+    """Copy canonical-name tensors (checked by `check_weights`) into `model`.
+
+    Returns the keys the checkpoint lacks (head and pooler weights), which keep their fresh
+    initialisation.
+    """
+    loaded, fresh = {}, []
+    for key in model.state_dict():
+        tensor = state.get(_split_prefix(key)[1])
+        if tensor is None:
             fresh.append(key)
-            continue
-        if tensor.shape != param.shape:
-            what = name
-            if name == "embeddings.word_embeddings.weight":
-                what = f"{name} (vocab_size {tensor.shape[0]} in the weights)"
-            raise UserError(
-                f"{source}: shape mismatch for {what}: checkpoint {tuple(tensor.shape)}, "
-                f"config.json expects {tuple(param.shape)}"
-            )
-        loaded[key] = tensor
+        else:
+            loaded[key] = tensor
     model.load_state_dict(loaded, strict=False)
     return fresh
 

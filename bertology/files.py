@@ -5,6 +5,8 @@ written to a temporary file in the destination folder and then renamed over the
 final name; `os.replace` is atomic on POSIX and Windows, so a reader sees either
 the old file or the new one, never a truncated mix. `cache_root` is where reusable
 outputs (tokenized corpora, cached features, a teacher's targets) are kept between runs.
+`loads_json` is the one JSON parser every reader uses, so that malformed input of any kind
+reaches the reader's one-line error.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -59,3 +62,29 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
 def cache_root() -> Path:
     """Where outputs reused across runs are kept: $BERTOLOGY_CACHE, or ~/.cache/bertology."""
     return Path(os.environ.get("BERTOLOGY_CACHE", Path.home() / ".cache" / "bertology"))
+
+
+_LONG_INTEGER = re.compile(r"-?\d{4301,}")  # Python's int() refuses more than 4,300 digits (sys.int_info)
+
+
+def loads_json(text: str | bytes) -> Any:
+    """`json.loads`, except that every malformed input fails as a `json.JSONDecodeError`.
+
+    Python's own limits raise other errors from inside the parser: an integer of more than
+    4,300 digits (ValueError) and nesting deeper than the recursion limit (RecursionError).
+    Each reader catches JSONDecodeError alone to name the file and line, so those are turned
+    into one, at the position of the long number (or of the first bracket for the nesting).
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        document = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+        start = next((i for i, c in enumerate(document) if c in "[{"), 0)
+        raise json.JSONDecodeError("nested too deeply", document, start) from None
+    except ValueError as err:  # the integer-length limit
+        document = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+        match = _LONG_INTEGER.search(document)
+        raise json.JSONDecodeError(f"a number too long to read ({str(err).split(';')[0]})", document,
+                                   match.start() if match else 0) from None

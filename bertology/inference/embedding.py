@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from ..data.tokenizer import VOCAB_FILE, Tokenizer
 from ..errors import UserError
+from ..files import loads_json
 from ..models.bert import BertModel
 from ..models.features import (
     LAYER_CHOICES,
@@ -81,7 +82,7 @@ def _sentence_transformers_limit(path: Path) -> int | None:
     if not path.is_file():
         return None
     try:
-        limit = json.loads(path.read_text(encoding="utf-8")).get("max_seq_length")
+        limit = loads_json(path.read_text(encoding="utf-8")).get("max_seq_length")
     except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
         raise UserError(f"{path}: not a JSON object") from None
     if limit is not None and (type(limit) is not int or limit < 2):

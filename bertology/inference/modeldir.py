@@ -24,10 +24,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .. import checkpoint
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..models import family_of, read_config
-from ..models.bert import BertConfig, BertPreTrainedModel
+from ..models.bert import BertConfig, BertPreTrainedModel, model_class, tensor_shapes
 from ..models.features import HEAD_CONFIG, FeatureModel
 from ..models.quantized import load_quantized
 from ..tasks.inputs import InputSettings
@@ -119,3 +120,31 @@ def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer, TaskSpec, Inpu
     if torch.cuda.is_available() and exported not in CPU_FORMATS:
         model = model.cuda()
     return model, Tokenizer.from_pretrained(model_dir), spec, settings
+
+
+def check_model_dir(directory: str | os.PathLike) -> list[str]:
+    """Everything wrong with a model directory, one line per problem (`bertology info --check`):
+    its config.json, the vocabulary against the embedding table, every tensor against the
+    config (shape, dtype, finite), and the tokenizer. Empty when the directory is healthy."""
+    directory = Path(directory)
+    try:
+        config = BertConfig.load(directory)
+    except UserError as err:
+        return [str(err)]
+    problems = []
+    try:
+        checkpoint.check_vocab(directory, config.vocab_size)
+    except UserError as err:
+        problems.append(str(err))
+    try:
+        raw, path = checkpoint.read_weights(directory)
+    except UserError as err:
+        return [*problems, str(err)]
+    state, _ = checkpoint.from_transformers(raw, path)
+    shapes = tensor_shapes(model_class(config), config)
+    problems += [f"{path}: {problem}" for problem in checkpoint.weight_problems(state, shapes)]
+    try:
+        Tokenizer.from_pretrained(directory)
+    except UserError as err:
+        problems.append(str(err))
+    return problems

@@ -29,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import UserError
+from ..files import loads_json
 
 CONFIG_NAME = "config.json"
 
@@ -72,7 +73,7 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"{path}: no such file (a model directory needs a {CONFIG_NAME})")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as err:

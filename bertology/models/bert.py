@@ -57,6 +57,19 @@ PRESETS: dict[str, tuple[int, int]] = {
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 
+# Upper bounds for the size fields of a config.json: well above every published BERT-family
+# model (BERT-large: 30,522 x 1,024, 24 layers, 512 positions; multilingual vocabularies
+# ~250k), well below sizes that would exhaust memory before the weights are even read.
+SIZE_LIMITS = {
+    "vocab_size": 2**21,
+    "hidden_size": 2**15,
+    "num_hidden_layers": 2**10,
+    "num_attention_heads": 2**10,
+    "intermediate_size": 2**17,
+    "max_position_embeddings": 2**17,
+    "num_labels": 2**16,
+}
+
 
 @dataclass
 class BertConfig:
@@ -119,13 +132,16 @@ class BertConfig:
         )
 
     def validate(self) -> None:
-        """Raise UserError naming the first field whose value cannot build a model."""
-        positive = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                    "intermediate_size", "max_position_embeddings", "num_labels")
-        for name in positive:
+        """Raise UserError naming the first field whose value cannot build a model.
+
+        Every field is checked against its declared type (a boolean is a boolean, not 1 or
+        "gelu"), sizes against bounds far above any published model but far below what would
+        exhaust memory before the weights are even read, and the label map against num_labels.
+        """
+        for name, limit in SIZE_LIMITS.items():
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise UserError(f"config field {name!r} must be a positive integer, got {value!r}")
+            if type(value) is not int or not 0 < value <= limit:
+                raise UserError(f"config field {name!r} must be a positive integer of at most {limit:,}, got {value!r}")
         if self.hidden_size % self.num_attention_heads:
             raise UserError(
                 f"config field 'hidden_size' ({self.hidden_size}) must be divisible by "
@@ -133,16 +149,33 @@ class BertConfig:
             )
         if self.hidden_act not in ACTIVATIONS:
             raise UserError(f"config field 'hidden_act' must be one of {ACTIVATIONS}, got {self.hidden_act!r}")
-        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
-            raise UserError(f"config field 'type_vocab_size' must be >= 0, got {self.type_vocab_size!r}")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        if type(self.type_vocab_size) is not int or not 0 <= self.type_vocab_size <= 1024:
+            raise UserError(f"config field 'type_vocab_size' must be an integer in [0, 1024], got {self.type_vocab_size!r}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise UserError(f"config field {name!r} must be in [0, 1), got {value!r}")
-        if self.embedding_size is not None and (not isinstance(self.embedding_size, int) or self.embedding_size <= 0):
+            if not (value is None and name == "classifier_dropout") and (
+                    type(value) not in (int, float) or not 0.0 <= value < 1.0):
+                raise UserError(f"config field {name!r} must be a number in [0, 1), got {value!r}")
+        for name in ("initializer_range", "layer_norm_eps"):
+            value = getattr(self, name)
+            if type(value) not in (int, float) or not 0.0 < value < 1.0:
+                raise UserError(f"config field {name!r} must be a number in (0, 1), got {value!r}")
+        for name in ("share_layers", "pre_layer_norm", "causal"):
+            if type(getattr(self, name)) is not bool:
+                raise UserError(f"config field {name!r} must be true or false, got {getattr(self, name)!r}")
+        if self.embedding_size is not None and (type(self.embedding_size) is not int
+                                                or not 0 < self.embedding_size <= SIZE_LIMITS["hidden_size"]):
             raise UserError(f"config field 'embedding_size' must be a positive integer, got {self.embedding_size!r}")
-        if not 0 <= self.pad_token_id < self.vocab_size:
-            raise UserError(f"config field 'pad_token_id' ({self.pad_token_id}) is outside the vocabulary")
+        if type(self.pad_token_id) is not int or not 0 <= self.pad_token_id < self.vocab_size:
+            raise UserError(f"config field 'pad_token_id' ({self.pad_token_id!r}) is outside the vocabulary")
+        if self.id2label is not None:
+            if not isinstance(self.id2label, dict) or sorted(self.id2label) != list(range(len(self.id2label))) or not all(
+                    isinstance(label, str) for label in self.id2label.values()):
+                raise UserError("config field 'id2label' must map 0..n-1 to label names, got "
+                                f"{str(self.id2label)[:80]!r}")
+            if len(self.id2label) != self.num_labels:
+                raise UserError(f"config field 'id2label' has {len(self.id2label)} labels but 'num_labels' is "
+                                f"{self.num_labels}")
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> "BertConfig":
@@ -181,7 +214,11 @@ class BertConfig:
         known = {k: v for k, v in data.items() if k in names}
         extra = {k: v for k, v in data.items() if k not in names and k != "label2id"}
         if known.get("id2label") is not None:
-            known["id2label"] = {int(k): v for k, v in known["id2label"].items()}
+            labels = known["id2label"]
+            if not isinstance(labels, dict) or not all(isinstance(k, str) and k.isdigit() for k in labels):
+                raise UserError(f"{source}: config field 'id2label' must be an object from label ids to names, "
+                                f"got {str(labels)[:80]!r}")
+            known["id2label"] = {int(k): v for k, v in labels.items()}
             known.setdefault("num_labels", len(known["id2label"]))
         try:
             return cls(**known, extra=extra)
@@ -395,11 +432,12 @@ class BertPreTrainedModel(nn.Module):
                 config = replace(config, **config_overrides)
             except TypeError as err:
                 raise UserError(f"from_pretrained: {err}") from None
-        model = cls(config)
-        state = checkpoint.load_state_dict(directory, config.vocab_size)
+        state, source = checkpoint.load_state_dict(directory, config.vocab_size)
         if drop_head:
             state = {k: v for k, v in state.items() if not k.startswith(checkpoint.TASK_HEAD_PREFIXES)}
-        model.newly_initialized = checkpoint.assign_state_dict(model, state, source=directory)
+        checkpoint.check_weights(state, tensor_shapes(cls, config), source)
+        model = cls(config)
+        model.newly_initialized = checkpoint.assign_state_dict(model, state)
         return model.eval()
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
@@ -720,3 +758,10 @@ def model_class(config: BertConfig) -> type[BertPreTrainedModel]:
 def load_pretrained(directory: str | os.PathLike) -> BertPreTrainedModel:
     """Open a BERT model directory as the class its config.json names (the family's entry point, see models/__init__.py)."""
     return model_class(BertConfig.load(directory)).from_pretrained(directory)
+
+
+def tensor_shapes(cls: type[BertPreTrainedModel], config: BertConfig) -> dict[str, torch.Size]:
+    """The state-dict shapes of a `cls(config)` model, found without allocating it (PyTorch's meta
+    device), so that weights are checked against the config before any memory is spent."""
+    with torch.device("meta"):
+        return {name: tensor.shape for name, tensor in cls(config).state_dict().items()}

@@ -13,7 +13,6 @@ lives here too; training its head is the recipe in recipes/feature_mode.py.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import UserError
-from ..files import atomic_path, write_json_atomic
+from ..files import atomic_path, loads_json, write_json_atomic
 from ..ops import IGNORE_INDEX
 from .bert import BertModel, ModelOutput
 
@@ -208,7 +207,7 @@ class FeatureModel(nn.Module):
         """Load what `save_pretrained` wrote."""
         directory = Path(directory)
         try:
-            config = HeadConfig(**json.loads((directory / HEAD_CONFIG).read_text(encoding="utf-8")))
+            config = HeadConfig(**loads_json((directory / HEAD_CONFIG).read_text(encoding="utf-8")))
             head = FeatureHead(config)
             head.load_state_dict(load_file(str(directory / HEAD_WEIGHTS)))
         except (OSError, ValueError, TypeError, RuntimeError) as err:

@@ -21,7 +21,7 @@ from torch import nn
 from .. import checkpoint
 from ..errors import UserError
 from ..ops import Linear
-from .bert import BertConfig, BertPreTrainedModel, model_class
+from .bert import BertConfig, BertPreTrainedModel, model_class, tensor_shapes
 
 
 @contextlib.contextmanager
@@ -89,8 +89,10 @@ def load_quantized(directory: str | os.PathLike) -> BertPreTrainedModel:
         # Dequantized float weights: they fill the float model, and quantize back to exactly `ints`.
         state[f"{name}.weight"] = ((ints.double() - zeros[:, None]) * scales[:, None]).float()
         packed[name] = (scales, zeros)
-    model = model_class(config)(config)
-    checkpoint.assign_state_dict(model, state, source=path)
+    cls = model_class(config)
+    checkpoint.check_weights(state, tensor_shapes(cls, config), path)
+    model = cls(config)
+    checkpoint.assign_state_dict(model, state)
     quantize(model)
     with _quiet_quantization():
         for name, module in _quantized_linears(model).items():

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
-from ..files import write_json_atomic, write_text_atomic
+from ..files import loads_json, write_json_atomic, write_text_atomic
 
 
 @dataclass(frozen=True)
@@ -436,7 +436,7 @@ def _column_indexes(spec: TaskSpec, file: Path, line: int, header: list[str], sp
 def json_object(line: str, where: str) -> dict:
     """One JSONL line as a dict, or a one-line UserError naming `where` (file:line)."""
     try:
-        record = json.loads(line)
+        record = loads_json(line)
     except json.JSONDecodeError as error:
         raise UserError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from None
     if not isinstance(record, dict):
@@ -573,7 +573,7 @@ def read_squad(spec: TaskSpec, file: str | Path, split: str, skipped: list[str] 
     """
     file = Path(file)
     try:
-        root = json.loads(_read_text(file))
+        root = loads_json(_read_text(file))
     except json.JSONDecodeError as error:
         raise UserError(f"{file}: not valid JSON (line {error.lineno} column {error.colno}: {error.msg})") from None
     examples: list[SpanExample] = []
