@@ -45,6 +45,7 @@ from ..training.tasks import (
     evaluate_splits,
     fit_and_finish,
     gradual_unfreezer,
+    hold_out_dev,
     layer_depth,
     load_task_model,
     read_inputs,
@@ -127,11 +128,13 @@ def prepare_data(cfg: FinetuneConfig) -> RunData:
     spec = resolve_task(cfg)
     tokenizer = Tokenizer.from_pretrained(cfg.model)
     settings = cfg.input_settings(spec)
-    train = subset(read_split(cfg, spec, "train"), cfg.max_train_examples, cfg.seed)
-    if spec.format == "table" and not spec.regression and spec.labels is None:
+    train = read_split(cfg, spec, "train")
+    if spec.format == "table" and not spec.regression and spec.labels is None:  # the whole file's label set
         spec = generic_task(cfg.task, labels_from_examples(train), cfg.text_column,
-                                       cfg.text_pair_column, cfg.label_column, name=cfg.task)
-    dev = {split: read_split(cfg, spec, split) for split in spec.eval_splits}
+                            cfg.text_pair_column, cfg.label_column, name=cfg.task)
+    train, dev = hold_out_dev(cfg, spec, train, cfg.seed)
+    dev = dev or {split: read_split(cfg, spec, split) for split in spec.eval_splits}
+    train = subset(train, cfg.max_train_examples, cfg.seed)
     encoded = encode(spec, train, tokenizer, settings, training=True)
     if encoded.too_long:
         action = "covered by overlapping windows" if cfg.long_inputs == "window" or spec.kind == "span" else "cut"
