@@ -53,6 +53,7 @@ FAMILIES: dict[str, Family] = {
     for family in (
         Family("bert", "bertology.models.bert", ("bert", "bertology"),
                "bidirectional Transformer encoder (BERT; RoBERTa, ALBERT, ELECTRA and LTR variants by config)"),
+        Family("static", "bertology.models.static", ("static",), "one vector per word type: word2vec, fastText, GloVe"),
     )
 }
 ARCHITECTURES = tuple(FAMILIES)

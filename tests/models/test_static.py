@@ -1,0 +1,320 @@
+"""Static word vectors (models/static.py): the word tokenizer, word2vec/GloVe file formats and their
+round trip with gensim, fastText's subwords rebuilt without a pickle, features, neighbours, and
+GloVe's loss, gradients and AdaGrad against direct slow computations."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from gensim.models import FastText
+from gensim.models.keyedvectors import KeyedVectors
+
+from bertology.errors import UserError
+from bertology.models import family_of
+from bertology.models.static import (
+    GloVe,
+    StaticConfig,
+    StaticVectors,
+    glove_loss_and_gradients,
+    glove_weight,
+    load_pretrained,
+    normalize_word,
+    read_word2vec_format,
+    tokenize_words,
+)
+
+WORDS = ["the", "cat", "dog", "über", "o'clock"]
+
+
+def make_vectors(lowercase=True, counts=True) -> StaticVectors:
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(len(WORDS), 4)).astype(np.float32)
+    vectors[1] = [1e-8, -2.5, 3.14159274, 1e20]  # values whose text form needs care
+    return StaticVectors(StaticConfig("word2vec", 4, lowercase), WORDS, vectors,
+                         np.array([50, 9, 7, 3, 2]) if counts else None)
+
+
+def test_tokenize_words():
+    assert tokenize_words("The well-known _Mr._ O’Brien didn't pay £3.50.", lowercase=True) == \
+        ["the", "well", "known", "mr", "o'brien", "didn't", "pay", "3", "50"]
+    assert tokenize_words("Über 20 @-@ year Olds", lowercase=False) == ["Über", "20", "year", "Olds"]
+    assert tokenize_words(" ... -- ", lowercase=True) == []
+    assert normalize_word("Don’t", lowercase=True) == "don't" and normalize_word("Don’t", lowercase=False) == "Don't"
+
+
+# --- files and gensim ---
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_saved_file_loads_in_gensim_identically(tmp_path, binary):
+    model = make_vectors()
+    path = tmp_path / ("v.bin" if binary else "v.txt")
+    model.save_word2vec_format(path, binary=binary)
+    kv = KeyedVectors.load_word2vec_format(str(path), binary=binary)
+    assert kv.index_to_key == WORDS
+    assert np.array_equal(kv.vectors, model.vectors.numpy())
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_gensim_file_loads_identically(tmp_path, binary):
+    rng = np.random.default_rng(1)
+    kv = KeyedVectors(5)
+    kv.add_vectors(["alpha", "beta", "gamma"], rng.normal(size=(3, 5)).astype(np.float32))
+    path = tmp_path / "g.bin"
+    kv.save_word2vec_format(str(path), binary=binary)
+    words, vectors = read_word2vec_format(path)  # text or binary told from the bytes
+    assert words == ["alpha", "beta", "gamma"]
+    assert np.array_equal(vectors, kv.vectors)
+
+
+def test_glove_file_without_header(tmp_path):
+    path = tmp_path / "glove.txt"
+    path.write_text("the 0.5 -1 2e-3\ncat 1 2 3\n\n", encoding="utf-8")
+    words, vectors = read_word2vec_format(path)
+    assert words == ["the", "cat"]
+    assert np.array_equal(vectors, np.array([[0.5, -1, 2e-3], [1, 2, 3]], dtype=np.float32))
+
+
+def test_word2vec_c_binary_with_newlines(tmp_path):
+    """word2vec.c ends each vector with a newline; gensim does not: both read the same."""
+    rows = np.array([[1, 2], [3, 4]], dtype="<f4")
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"2 2\n" + b"".join(w + b" " + r.tobytes() + b"\n" for w, r in zip([b"a", b"b"], rows)))
+    words, vectors = read_word2vec_format(path, binary=True)
+    assert words == ["a", "b"] and np.array_equal(vectors, rows)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("3 2\na 1 2\nb 3 4\n", ":1: the header says 3 words but the file holds 2"),
+    ("2 2\na 1 2\nb 3\n", ":3: expected a word and 2 numbers, found 2 fields"),
+    ("a 1 2\nb 3 4 5\n", ":2: expected a word and 2 numbers, found 4 fields"),
+    ("2 2\na 1 2\nb 3 x4\n", ":3: 'x4' is not a number"),
+    ("a 1 2\na 3 4\n", ":2: the word 'a' appears twice (first on line 1)"),
+    ("a 1 nan\n", ":1: the vector of 'a' holds inf or nan"),
+    ("\n\n", ": empty file (no vectors)"),
+    ("2 2\n", ":1: the header says 2 words but the file holds 0"),
+    ("0 2\n", ": no vectors after the header"),
+])
+def test_bad_text_files(tmp_path, text, message):
+    path = tmp_path / "bad.txt"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(UserError) as err:
+        read_word2vec_format(path)
+    assert str(err.value) == f"{path}{message}"
+
+
+def test_bad_binary_files(tmp_path):
+    row = np.array([1, 2], dtype="<f4").tobytes()
+    path = tmp_path / "bad.bin"
+    path.write_bytes(b"3 2\na " + row + b"b " + row)
+    with pytest.raises(UserError, match=r"bad.bin: the header says 3 words but the file ends after 2$"):
+        read_word2vec_format(path, binary=True)
+    path.write_bytes(b"1 2\na " + row + b"b " + row)
+    with pytest.raises(UserError, match=r"bad.bin: the header says 1 words but more data follows \(byte 14\)$"):
+        read_word2vec_format(path, binary=True)
+    path.write_bytes(b"a " + row)
+    with pytest.raises(UserError, match=r"bad.bin:1: a binary vectors file must start with a 'V D' header line"):
+        read_word2vec_format(path, binary=True)
+    path.write_bytes(b"1 2\n\xff\xfe " + row)
+    with pytest.raises(UserError, match=r"word 1 \(byte 4\) is not UTF-8"):
+        read_word2vec_format(path, binary=True)
+
+
+def test_directory_round_trip(tmp_path):
+    model = make_vectors()
+    model.save_pretrained(tmp_path / "vectors")
+    assert sorted(p.name for p in (tmp_path / "vectors").iterdir()) == ["config.json", "vectors.bin", "vocab.txt"]
+    loaded = load_pretrained(tmp_path / "vectors")
+    assert loaded.words == WORDS and torch.equal(loaded.vectors, model.vectors)
+    assert loaded.counts.tolist() == [50, 9, 7, 3, 2] and loaded.config == model.config
+    # gensim reads the directory's files, counts included
+    kv = KeyedVectors.load_word2vec_format(str(tmp_path / "vectors" / "vectors.bin"), binary=True,
+                                           fvocab=str(tmp_path / "vectors" / "vocab.txt"))
+    assert kv.get_vecattr("cat", "count") == 9
+    assert family_of(tmp_path / "vectors").name == "static"
+
+
+def test_directory_without_counts_and_mismatched_files(tmp_path):
+    make_vectors(counts=False).save_pretrained(tmp_path / "v")
+    assert load_pretrained(tmp_path / "v").counts is None
+    make_vectors().save_word2vec_format(tmp_path / "v" / "vectors.bin", binary=True)  # fine: same shape
+    (tmp_path / "v" / "vectors.bin").write_bytes(b"1 4\nthe " + bytes(16))
+    with pytest.raises(UserError, match=r"holds 1 x 4 vectors, config.json says 5 x 4"):
+        load_pretrained(tmp_path / "v")
+    with pytest.raises(UserError, match=r"config.json: no such file"):
+        load_pretrained(tmp_path)
+
+
+def test_to_gensim_and_back():
+    model = make_vectors()
+    kv = model.to_gensim()
+    assert kv.index_to_key == WORDS and np.array_equal(kv.vectors, model.vectors.numpy())
+    assert kv.get_vecattr("the", "count") == 50
+    back = StaticVectors.from_gensim(kv, model.config, model.counts)
+    assert torch.equal(back.vectors, model.vectors)
+
+
+def test_save_gensim_writes_gensims_native_file(tmp_path):
+    make_vectors().save_gensim(tmp_path / "kv.model")
+    kv = KeyedVectors.load(str(tmp_path / "kv.model"))  # our own file, written just above
+    assert np.array_equal(kv["dog"], make_vectors().vectors[2].numpy())
+
+
+@pytest.fixture(scope="module")
+def fasttext_model():
+    sentences = [["walking", "walked", "walks", "slowly"], ["talking", "talked", "talks", "loudly"]] * 30
+    return FastText(sentences, vector_size=8, window=2, min_count=1, epochs=5, bucket=500, min_n=3, max_n=5,
+                    workers=1, seed=3)
+
+
+def test_fasttext_subwords_round_trip_without_pickle(tmp_path, fasttext_model):
+    wv = fasttext_model.wv
+    config = StaticConfig("fasttext", 8, True)
+    model = StaticVectors.from_gensim(wv, config)
+    assert (model.config.min_n, model.config.max_n, model.config.bucket) == (3, 5, 500)
+    model.save_pretrained(tmp_path / "ft")
+    assert (tmp_path / "ft" / "subwords.safetensors").is_file()
+    loaded = load_pretrained(tmp_path / "ft")
+    for word in ("walking", "walkingly", "Talkers"):  # in the vocabulary, unseen, unseen and capitalised
+        assert torch.allclose(loaded.vector(word), torch.from_numpy(wv[word.lower()].copy()), atol=1e-6), word
+    rebuilt = loaded.to_gensim()
+    assert np.array_equal(rebuilt.vectors, wv.vectors)
+    assert np.allclose(rebuilt["walkingly"], wv["walkingly"], atol=1e-6)
+    rebuilt.adjust_vectors()  # gensim's own recomputation from the two stored matrices
+    assert np.allclose(rebuilt.vectors, wv.vectors, atol=1e-6)
+
+
+def test_features_and_mask():
+    model = make_vectors()
+    features, mask = model([["The", "unknown", "cat"], ["dog"]])
+    assert features.shape == (2, 3, 4)
+    assert mask.tolist() == [[True, True, True], [True, False, False]]
+    assert torch.equal(features[0, 0], model.vectors[0]) and torch.equal(features[0, 2], model.vectors[1])
+    assert not features[0, 1].any() and not features[1, 1:].any()  # unknown word and padding are zeros
+    cased = make_vectors(lowercase=False)
+    assert cased.vector("The") is None and cased.vector("o’clock") is not None
+
+
+def test_nearest():
+    vectors = np.array([[1, 0], [0.9, 0.1], [0, 1], [-1, 0], [0.6, 0.5]], dtype=np.float32)
+    model = StaticVectors(StaticConfig("glove", 2, True), ["a", "b", "c", "d", "e"], vectors)
+    assert [w for w, _ in model.nearest("a", k=3)] == ["b", "e", "c"]
+    assert model.nearest("a", k=1)[0][1] == pytest.approx(0.9 / math.hypot(0.9, 0.1))
+    assert [w for w, _ in model.nearest(torch.tensor([0.0, 1.0]), k=2, exclude=("c",))] == ["e", "b"]
+    assert model.nearest("zzz") == []
+    assert len(model.nearest("a", k=100)) == 4
+
+
+# --- GloVe ---
+
+
+def test_glove_weight():
+    x = torch.tensor([1.0, 50.0, 100.0, 400.0])
+    expected = [0.01 ** 0.75, 0.5 ** 0.75, 1.0, 1.0]
+    assert glove_weight(x, 100.0, 0.75).tolist() == pytest.approx(expected)
+
+
+def slow_glove(X, W, Wc, b, bc, x_max=100.0, alpha=0.75):
+    """J and its gradients by the paper's formula, one nonzero entry at a time, in float64."""
+    V, D = len(W), len(W[0])
+    J = 0.0
+    gW = [[0.0] * D for _ in range(V)]
+    gWc = [[0.0] * D for _ in range(V)]
+    gb, gbc = [0.0] * V, [0.0] * V
+    for i in range(V):
+        for j in range(V):
+            if X[i][j] == 0:
+                continue
+            f = min(1.0, (X[i][j] / x_max) ** alpha)
+            inner = sum(W[i][k] * Wc[j][k] for k in range(D)) + b[i] + bc[j] - math.log(X[i][j])
+            J += 0.5 * f * inner ** 2
+            for k in range(D):
+                gW[i][k] += f * inner * Wc[j][k]
+                gWc[j][k] += f * inner * W[i][k]
+            gb[i] += f * inner
+            gbc[j] += f * inner
+    return J, gW, gWc, gb, gbc
+
+
+def test_glove_loss_and_gradients_match_a_slow_direct_computation():
+    rng = np.random.default_rng(0)
+    X = [[0, 3.0, 0.5, 0], [3.0, 250.0, 0, 1.0], [0.5, 0, 0, 12.0], [0, 1.0, 12.0, 0]]
+    W, Wc = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+    b, bc = rng.normal(size=4), rng.normal(size=4)
+    J, gW, gWc, gb, gbc = slow_glove(X, W.tolist(), Wc.tolist(), b.tolist(), bc.tolist())
+
+    words = torch.from_numpy(np.hstack([W, b[:, None]]))  # (V, D + 1), the bias last
+    contexts = torch.from_numpy(np.hstack([Wc, bc[:, None]]))
+    rows, cols = (torch.from_numpy(a) for a in np.nonzero(np.array(X)))
+    counts = torch.tensor([X[i][j] for i, j in zip(rows.tolist(), cols.tolist())], dtype=torch.float64)
+    loss, words_grad, contexts_grad = glove_loss_and_gradients(words, contexts, rows, cols, counts, 100.0, 0.75)
+    assert float(loss) == pytest.approx(J, rel=1e-12)
+    full_words = torch.zeros_like(words).index_add_(0, rows, words_grad)
+    full_contexts = torch.zeros_like(contexts).index_add_(0, cols, contexts_grad)
+    assert np.allclose(full_words[:, :-1].numpy(), gW) and np.allclose(full_words[:, -1].numpy(), gb)
+    assert np.allclose(full_contexts[:, :-1].numpy(), gWc) and np.allclose(full_contexts[:, -1].numpy(), gbc)
+    # and the slow gradient is the loss's derivative (central differences on one coordinate)
+    eps = 1e-6
+    W_plus, W_minus = W.copy(), W.copy()
+    W_plus[1, 2] += eps
+    W_minus[1, 2] -= eps
+    numeric = (slow_glove(X, W_plus.tolist(), Wc.tolist(), b.tolist(), bc.tolist())[0]
+               - slow_glove(X, W_minus.tolist(), Wc.tolist(), b.tolist(), bc.tolist())[0]) / (2 * eps)
+    assert numeric == pytest.approx(gW[1][2], rel=1e-6)
+
+
+def test_glove_adagrad_step_matches_the_per_entry_rule():
+    glove = GloVe(vocab_size=3, vector_size=2, lr=0.1, seed=1)
+    before = glove.table.clone()
+    rows, cols, counts = torch.tensor([0, 0]), torch.tensor([1, 2]), torch.tensor([4.0, 9.0])
+    words, contexts = before[:3].double(), before[3:].double()
+    _, gW, gWc, gb, gbc = slow_glove([[0, 4.0, 9.0], [0, 0, 0], [0, 0, 0]], words[:, :2].tolist(),
+                                     contexts[:, :2].tolist(), words[:, 2].tolist(), contexts[:, 2].tolist())
+    glove.step(rows, cols, counts)
+    # squared-gradient sums start at 1, so the first step is lr * gradient, summed over the entries
+    expected_words = words - 0.1 * torch.tensor([[*g, gb_] for g, gb_ in zip(gW, gb)])
+    expected_contexts = contexts - 0.1 * torch.tensor([[*g, gbc_] for g, gbc_ in zip(gWc, gbc)])
+    assert torch.allclose(glove.table[:3].double(), expected_words, atol=1e-6)
+    assert torch.allclose(glove.table[3:].double(), expected_contexts, atol=1e-6)
+    # word 0 took two entries' steps: its sums grew by each entry's (lr * gradient)^2 (glove.c), not the sum's
+    entry_grads = [contexts[j, :2].numpy() * f * d for j, f, d in zip((1, 2), *_weights_and_diffs(words, contexts))]
+    assert np.allclose(glove.grad_squares[0, :2].numpy(), 1 + sum((0.1 * g) ** 2 for g in entry_grads), atol=1e-7)
+    # a second step divides by the square root of those sums
+    before = glove.table.clone()
+    squares = glove.grad_squares.clone()
+    glove.step(torch.tensor([1]), torch.tensor([0]), torch.tensor([2.0]))
+    w1, c0 = before[1].double(), before[3].double()
+    inner = float(w1[:2] @ c0[:2] + w1[2] + c0[2]) - math.log(2.0)
+    f = (2.0 / 100) ** 0.75
+    expected = w1[:2] - 0.1 * f * inner * c0[:2] / squares[1, :2].double().sqrt()
+    assert torch.allclose(glove.table[1, :2].double(), expected, atol=1e-7)
+
+
+def _weights_and_diffs(words, contexts):
+    """(f(X), inner - log X) of the entries (0, 1, X=4) and (0, 2, X=9) of the test above."""
+    fs, diffs = [], []
+    for j, x in ((1, 4.0), (2, 9.0)):
+        fs.append(min(1.0, (x / 100) ** 0.75))
+        diffs.append(float(words[0, :2] @ contexts[j, :2] + words[0, 2] + contexts[j, 2]) - math.log(x))
+    return fs, diffs
+
+
+def test_glove_fits_a_low_rank_log_count_matrix():
+    """log X = U V^T exactly (rank 2): GloVe should drive the loss near zero and W + W~ should
+    recover the geometry (words with equal rows of U end up with near-equal vectors)."""
+    rng = np.random.default_rng(0)
+    U = rng.normal(size=(12, 2))
+    U[1] = U[0]  # words 0 and 1 co-occur alike
+    X = np.exp(2 + U @ U.T)
+    rows, cols = (torch.from_numpy(a) for a in np.nonzero(X))
+    counts = torch.from_numpy(X[rows, cols]).float()
+    glove = GloVe(12, 4, lr=0.1, seed=0)
+    first = glove.step(rows, cols, counts)
+    for _ in range(1500):
+        last = glove.step(rows, cols, counts)
+    assert last < first / 50
+    vectors = torch.from_numpy(glove.vectors())
+    unit = vectors / vectors.norm(dim=1, keepdim=True)
+    assert float(unit[0] @ unit[1]) > 0.99
+    assert vectors.shape == (12, 4)
