@@ -43,14 +43,16 @@ def build_corpus(
     doc_format: str = "auto",
     skip_bad_lines: bool = False,
     num_workers: int | None = None,
+    text_field: str = "text",
 ) -> TokenizedCorpus:
     """Tokenize a corpus once into memory-mapped shards, or reuse the shards of an earlier call.
 
     The shards live in `cache_dir/corpus-<key>/`, where the key hashes the files' absolute
-    paths, sizes and modification times, `doc_format`, `skip_bad_lines` and the tokenizer's
-    vocabulary and normalisation options; change any of them and a new folder is built. The
-    manifest is written last, so an interrupted build is never reused; a missing or damaged
-    manifest or shard means a rebuild.
+    paths, sizes and modification times (of the files as stored: rewriting a compressed
+    file changes them too), `doc_format`, `skip_bad_lines`, `text_field` and the
+    tokenizer's vocabulary and normalisation options; change any of them and a new folder
+    is built. The manifest is written last, so an interrupted build is never reused; a
+    missing or damaged manifest or shard means a rebuild.
 
     Sentences are encoded without special tokens by the `tokenizers` engine (Rust, itself
     multi-threaded) in batches of 8192, streamed so memory stays bounded by a few batches
@@ -63,9 +65,11 @@ def build_corpus(
         tokenizer: a `bertology.Tokenizer`.
         cache_dir: the folder that holds tokenized corpora.
         doc_format: "auto", "lines" or "file" (see `read_documents`).
-        skip_bad_lines: skip lines that are not valid UTF-8 instead of failing.
+        skip_bad_lines: skip lines that are not valid UTF-8 (or JSONL lines that are not
+            JSON objects) instead of failing.
         num_workers: threads that encode batches while the next ones are read and split;
             default: the number of CPUs. The engine parallelises within each batch as well.
+        text_field: the JSONL field or Parquet column holding the text (see `read_documents`).
 
     Returns:
         The corpus; its `reused` attribute says whether the cache was already there.
@@ -74,7 +78,7 @@ def build_corpus(
     if num_workers is not None and num_workers < 1:
         raise UserError(f"num_workers must be at least 1, got {num_workers}")
     files = text_files(paths)
-    key = _cache_key(files, tokenizer, doc_format, skip_bad_lines)
+    key = _cache_key(files, tokenizer, doc_format, skip_bad_lines, text_field)
     folder = Path(cache_dir) / f"corpus-{key[:20]}"
     try:
         corpus = TokenizedCorpus(folder)
@@ -83,17 +87,19 @@ def build_corpus(
             return corpus
     except (UserError, OSError, ValueError):
         pass  # absent or damaged: build it afresh
-    _build_shards(files, tokenizer, folder, key, doc_format, skip_bad_lines, num_workers or os.cpu_count() or 1)
+    _build_shards(files, tokenizer, folder, key, doc_format, skip_bad_lines, text_field,
+                  num_workers or os.cpu_count() or 1)
     return TokenizedCorpus(folder)
 
 
-def _cache_key(files: list[Path], tokenizer, doc_format: str, skip_bad_lines: bool) -> str:
+def _cache_key(files: list[Path], tokenizer, doc_format: str, skip_bad_lines: bool, text_field: str) -> str:
     """A hash of everything the shards depend on."""
     described = {
         "version": _CACHE_VERSION,
         "files": [(str(p.resolve()), *_size_and_mtime(p)) for p in files],
         "doc_format": doc_format,
         "skip_bad_lines": skip_bad_lines,
+        "text_field": text_field,
         "vocab": tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size))),
         "normalisation": [
             tokenizer.do_lower_case,
@@ -117,6 +123,7 @@ def _build_shards(
     key: str,
     doc_format: str,
     skip_bad_lines: bool,
+    text_field: str,
     num_workers: int,
 ) -> None:
     """Tokenize `files` into `folder`: token shards, sentence and document offsets, then the manifest."""
@@ -127,7 +134,7 @@ def _build_shards(
     engine.no_padding()
     engine.no_truncation()
     stats = ReadStats()
-    documents = read_documents(files, doc_format, skip_bad_lines, stats)
+    documents = read_documents(files, doc_format, skip_bad_lines, stats, text_field)
 
     shard_sizes: list[int] = []
     pending: list[np.ndarray] = []  # encoded batches not yet written to a shard
@@ -236,8 +243,8 @@ class TokenizedCorpus:
             sentence_offsets[s] .. sentence_offsets[s+1]-1 (memory-mapped).
         document_offsets: (num_documents + 1,) int64: document d is sentences
             document_offsets[d] .. document_offsets[d+1]-1.
-        skipped_lines: lines skipped as invalid UTF-8 while building.
-        formats: the format each file was read in ("lines" or "file").
+        skipped_lines: lines skipped as invalid UTF-8 (or JSONL lines as not JSON objects) while building.
+        formats: the format each file was read in ("lines" or "file"; for JSONL and Parquet the one asked for).
         reused: True when `build_corpus` found the cache already built.
 
     Raises (on opening):

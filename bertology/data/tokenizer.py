@@ -11,8 +11,8 @@ Neural Machine Translation System"). The pipeline is the one of Google's
 2. pre-tokenize (`BertPreTokenizer`): split on whitespace and around every punctuation
    character;
 3. WordPiece: greedy longest-match-first against the vocabulary, continuation pieces
-   prefixed with "##"; a word longer than 100 characters, or one that cannot be covered,
-   becomes [UNK];
+   prefixed with "##"; a word longer than 100 characters (transformers' limit; Google's
+   is 200, see `MAX_INPUT_CHARS_PER_WORD`), or one that cannot be covered, becomes [UNK];
 4. post-process: "[CLS] A [SEP]" or "[CLS] A [SEP] B [SEP]", token type 0 for A, 1 for B.
 
 Special tokens ([PAD] [UNK] [CLS] [SEP] [MASK]) are matched in the raw text and never split.
@@ -52,12 +52,17 @@ from tokenizers.models import WordPiece
 
 from ..errors import UserError
 from ..files import atomic_path, write_json_atomic, write_text_atomic
-from .corpus import read_lines, text_files
+from .corpus import ReadStats, corpus_lines, text_files
 
 PAD, UNK, CLS, SEP, MASK = SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
-MAX_INPUT_CHARS_PER_WORD = 100  # BERT's limit: longer words become [UNK] whole
+# Longer words become [UNK] whole. Google's tokenization.py allows 200 characters; we follow
+# transformers (BertTokenizer and BertTokenizerFast) and the `tokenizers` engine, which allow
+# 100, because every Hub checkpoint is used through them and our ids must equal theirs (the
+# parity tests hold us to it). Only words of 101-200 characters differ, after the split at
+# whitespace and punctuation: long numbers, hashes, chemical names.
+MAX_INPUT_CHARS_PER_WORD = 100
 
 
 DEFAULT_MODEL_MAX_LENGTH = 512  # BERT's position table
@@ -437,24 +442,36 @@ def train_tokenizer(
     out_dir: str | os.PathLike | None = None,
     min_frequency: int = 2,
     limit_alphabet: int = 1000,
+    skip_bad_lines: bool = False,
+    text_field: str = "text",
+    stats: ReadStats | None = None,
 ) -> Tokenizer:
-    """Learn a new WordPiece vocabulary from plain text files.
+    """Learn a new WordPiece vocabulary from a corpus (text, JSONL or Parquet, maybe compressed).
 
     Text is normalized and pre-tokenized as BERT does (uncased: lowercase, strip accents,
     with `keep_hangul=True`), then the `tokenizers` WordPieceTrainer learns the vocabulary.
-    Files are streamed line by line, so the corpus need not fit in memory; they are read
-    twice, the first time to fix the alphabet so that training is deterministic.
+    Files are streamed line by line (see `corpus_lines`), so the corpus need not fit in
+    memory; they are read twice, the first time to fix the alphabet so that training is
+    deterministic.
 
     Args:
-        files: text files and/or folders (searched recursively for *.txt and *.raw).
+        files: corpus files and/or folders (see `text_files`).
         vocab_size: the vocabulary size, special tokens included.
         cased: keep case and accents (BERT "cased"); the default is uncased.
         out_dir: if given, save the tokenizer there (see `Tokenizer.save_pretrained`).
         min_frequency: the fewest occurrences for a merged piece to enter the vocabulary.
         limit_alphabet: keep at most this many distinct characters; rarer ones become [UNK].
+        skip_bad_lines: skip lines that are not valid UTF-8 (or JSONL lines that are not
+            JSON objects) instead of failing.
+        text_field: the JSONL field or Parquet column holding the text.
+        stats: if given, gets the number of files and of skipped lines (counted once,
+            though the corpus is read twice).
 
     Returns:
         The tokenizer, with [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
+
+    Raises:
+        UserError: as `read_documents` for the corpus, or a vocabulary too small for it.
     """
     paths = text_files(files)
     if vocab_size < MIN_VOCAB_SIZE:
@@ -463,7 +480,10 @@ def train_tokenizer(
     # merges of equal count by those numbers, so two runs can learn different vocabularies
     # (tokenizers issue #1794). A first pass without merges finds the alphabet; passing its
     # "##" pieces in sorted order as fixed tokens makes the result the same on every run.
-    alphabet = _learn_wordpiece(paths, cased, 0, min_frequency, limit_alphabet, SPECIAL_TOKENS)
+    alphabet = _learn_wordpiece(
+        _line_batches(paths, text_field, skip_bad_lines, ReadStats()),
+        cased, 0, min_frequency, limit_alphabet, SPECIAL_TOKENS,
+    )
     if len(alphabet) > vocab_size:
         raise UserError(
             f"vocab_size={vocab_size} is too small for this corpus: its alphabet alone, in word-start "
@@ -471,7 +491,8 @@ def train_tokenizer(
         )
     continuations = sorted(token for token in alphabet if token.startswith("##"))
     ids = _learn_wordpiece(
-        paths, cased, vocab_size, min_frequency, limit_alphabet, SPECIAL_TOKENS + tuple(continuations)
+        _line_batches(paths, text_field, skip_bad_lines, stats),
+        cased, vocab_size, min_frequency, limit_alphabet, SPECIAL_TOKENS + tuple(continuations),
     )
     tokenizer = Tokenizer(sorted(ids, key=ids.get), do_lower_case=not cased, keep_hangul=True)
     if out_dir is not None:
@@ -480,14 +501,14 @@ def train_tokenizer(
 
 
 def _learn_wordpiece(
-    paths: list[Path],
+    batches: Iterator[list[str]],
     cased: bool,
     vocab_size: int,
     min_frequency: int,
     limit_alphabet: int,
     fixed_tokens: Sequence[str],
 ) -> dict[str, int]:
-    """One run of the WordPiece trainer over the corpus; returns token -> id.
+    """One run of the WordPiece trainer over the corpus's line `batches`; returns token -> id.
 
     `fixed_tokens` take the first ids, in the order given.
     """
@@ -509,7 +530,7 @@ def _learn_wordpiece(
         continuing_subword_prefix="##",
         show_progress=False,
     )
-    engine.train_from_iterator(_line_batches(paths), trainer)
+    engine.train_from_iterator(batches, trainer)
     return engine.get_vocab()
 
 
@@ -609,13 +630,15 @@ def _normalizer(
     return bert
 
 
-def _line_batches(paths: list[Path]) -> Iterator[list[str]]:
-    """Yield the corpus's non-blank lines in batches (UTF-8 is checked line by line).
+def _line_batches(
+    paths: list[Path], text_field: str, skip_bad_lines: bool, stats: ReadStats | None
+) -> Iterator[list[str]]:
+    """Yield the corpus's non-blank lines in batches (see `corpus_lines`).
 
     Raises:
-        UserError: a line is not valid UTF-8 (naming file and line) or the corpus has no text.
+        UserError: a bad line (naming file and line; see `read_documents`) or no text at all.
     """
-    lines = (line for path in paths for line in read_lines(path) if line)
+    lines = (line for line in corpus_lines(paths, text_field, skip_bad_lines, stats) if line)
     seen_text = False
     while batch := list(itertools.islice(lines, _TRAIN_BATCH_LINES)):
         seen_text = True

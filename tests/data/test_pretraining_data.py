@@ -189,7 +189,7 @@ def test_reading_errors(tmp_path):
     folder = tmp_path / "empty"
     folder.mkdir()
     (folder / "data.csv").write_text("a,b", encoding="utf-8")
-    with pytest.raises(UserError, match=r"empty: folder holds no text files"):
+    with pytest.raises(UserError, match=r"empty: folder holds no corpus files"):
         list(read_documents([folder]))
     blank = tmp_path / "blank.txt"
     blank.write_text("\n  \n\n", encoding="utf-8")

@@ -14,6 +14,7 @@ import pytest
 import torch
 import transformers
 
+from bertology.data.corpus import ReadStats
 from bertology.data.tokenizer import (
     MIN_VOCAB_SIZE,
     SPECIAL_TOKENS,
@@ -439,7 +440,7 @@ def test_training_on_a_missing_path(tmp_path):
 
 def test_training_on_a_folder_without_text_files(tmp_path):
     (tmp_path / "notes.md").write_text("hello\n", encoding="utf-8")
-    with pytest.raises(UserError, match=r"folder holds no text files"):
+    with pytest.raises(UserError, match=r"folder holds no corpus files"):
         train_tokenizer([tmp_path], vocab_size=1000)
 
 
@@ -453,8 +454,33 @@ def test_training_on_an_empty_corpus(tmp_path):
 def test_training_on_a_file_that_is_not_utf8(tmp_path):
     corpus = tmp_path / "latin1.txt"
     corpus.write_bytes(b"first line\nsecond line\ncaf\xe9 au lait\n")
-    with pytest.raises(UserError, match=r"latin1\.txt:3: not valid UTF-8"):
+    with pytest.raises(UserError, match=r"latin1\.txt:3: not valid UTF-8.*--skip-bad-lines skips such lines"):
         train_tokenizer([corpus], vocab_size=1000)
+
+
+def test_training_skips_bad_lines_and_counts_them_once(tmp_path):
+    """skip_bad_lines drops the line from both passes over the corpus, and it is counted once."""
+    good = [f"line {i} of lobsters and crustaceans, number {i % 7}" for i in range(60)]
+    (tmp_path / "clean.txt").write_text("\n".join(good) + "\n", encoding="utf-8")
+    (tmp_path / "bad.txt").write_bytes(("\n".join(good[:30]) + "\ncaf\xe9 fran\xe7ais\n").encode("latin-1")
+                                       + ("\n".join(good[30:]) + "\n").encode("utf-8"))
+    with pytest.raises(UserError, match=r"bad\.txt:31: not valid UTF-8"):
+        train_tokenizer([tmp_path / "bad.txt"], vocab_size=MIN_VOCAB_SIZE + 50)
+    stats = ReadStats()
+    skipped = train_tokenizer([tmp_path / "bad.txt"], vocab_size=MIN_VOCAB_SIZE + 50, skip_bad_lines=True,
+                              stats=stats)
+    assert (stats.files, stats.skipped_lines) == (1, 1)
+    clean = train_tokenizer([tmp_path / "clean.txt"], vocab_size=MIN_VOCAB_SIZE + 50)
+    assert skipped.convert_ids_to_tokens(list(range(skipped.vocab_size))) == clean.convert_ids_to_tokens(
+        list(range(clean.vocab_size)))
+
+
+def test_words_over_100_characters_become_unk_as_in_transformers():
+    """MAX_INPUT_CHARS_PER_WORD is transformers' 100, not the 200 of Google's tokenization.py:
+    a word of 150 characters is [UNK] here (Google's would split it)."""
+    tokenizer = Tokenizer([*SPECIAL_TOKENS, "a", "##a"])
+    assert tokenizer.tokenize("a" * 100) == ["a"] + ["##a"] * 99
+    assert tokenizer.tokenize("a" * 150) == ["[UNK]"]
 
 
 def test_training_with_too_small_a_vocab(tmp_path):
