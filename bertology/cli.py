@@ -1,78 +1,242 @@
 """The `bertology` command line.
 
-Each subcommand is a small `add_*` function that declares its flags and a
-`run_*` function that does the work through the Python API. User mistakes
-(`UserError`) print one line and exit with status 2; they never show a traceback.
+Every command's flags are generated from its settings dataclass (config.py's `setting`
+fields): a field is a flag with its help text, its default, its choices and whether it is
+required, so `--help` shows the defaults the code uses. The training commands also take
+`--config FILE` (TOML or JSON, any of the fields; flags win over the file).
+
+The dataclasses live beside the code they configure (PretrainConfig in recipes/pretrain.py,
+the loop's fields in training/loop.py, ...), and most of those modules import PyTorch. So the
+parser is built in two steps: every command is listed with its one-line help, and only the
+command being run gets its flags, by importing its module. `bertology --help` and
+`--version` import no PyTorch.
+
+User mistakes (`UserError`) print one line and exit with status 2, never a traceback. A
+command that fails before writing anything leaves no empty output folder behind, and a
+reader that closes the pipe early (`bertology info DIR | head`) ends the command quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
 import sys
+from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
+from typing import Any, Callable, Iterator, get_args, get_origin
 
 from . import __version__
-from .config import EpochLoop
+from .config import (
+    alternatives,
+    bounds_problem,
+    default_of,
+    option_name,
+    read_settings,
+    setting,
+    setting_fields,
+    setting_types,
+)
 from .errors import UserError
-from .models.bert import PRESETS
-from .training.objectives import OBJECTIVES
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer > 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+# ----- settings dataclasses of the small commands (the others are beside their code) -------------
 
 
-def add_tokenizer(commands: argparse._SubParsersAction) -> None:
-    """`bertology tokenizer train`: learn a WordPiece vocabulary from text files."""
-    tokenizer = commands.add_parser("tokenizer", help="train a WordPiece vocabulary")
-    actions = tokenizer.add_subparsers(dest="action", metavar="ACTION", required=True)
-    train = actions.add_parser(
-        "train",
-        help="train a WordPiece vocabulary on text files or folders",
-        description="Train a BERT WordPiece vocabulary ([PAD]=0 [UNK] [CLS] [SEP] [MASK] first) and "
-        "write vocab.txt, tokenizer.json and tokenizer_config.json into --out.",
-    )
-    train.add_argument("corpus", nargs="+", type=Path, help="text files, or folders of .txt/.raw files")
-    train.add_argument("--vocab-size", type=positive_int, default=30522, help="vocabulary size (default: 30522)")
-    train.add_argument("--cased", action="store_true", help="keep case and accents (default: uncased)")
-    train.add_argument("--min-frequency", type=positive_int, default=2, help="drop pieces seen fewer times (default: 2)")
-    train.add_argument("--out", type=Path, required=True, help="output directory")
-    train.set_defaults(run=run_tokenizer_train)
+@dataclass
+class TokenizerTrainConfig:
+    """The corpus, the vocabulary and where it goes.
+
+    The settings of `bertology tokenizer train`.
+    """
+
+    corpus: list[str] = setting(required=True, positional=True, metavar="PATH",
+                                help="text files, or folders of them (also JSONL, Parquet, compressed)")
+    out: str = setting(required=True, metavar="DIR", output="dir",
+                       help="output directory: vocab.txt, tokenizer.json, tokenizer_config.json")
+    vocab_size: int = setting(30522, positive=True, help="vocabulary size, the five special tokens included")
+    cased: bool = setting(False, help="keep case and accents (BERT cased)")
+    min_frequency: int = setting(2, positive=True, help="drop pieces seen fewer times")
+    skip_bad_lines: bool = setting(False, help="skip (and count) lines that are not UTF-8 instead of stopping")
+    text_field: str = setting("text", help="JSONL corpus files: the field that holds the text")
 
 
-def run_tokenizer_train(args: argparse.Namespace) -> None:
+@dataclass
+class InfoConfig:
+    """The model directory.
+
+    The settings of `bertology info`.
+    """
+
+    model: str = setting(required=True, positional=True, metavar="DIR",
+                         help="model directory (bertology or transformers BERT layout)")
+
+
+@dataclass
+class ExplainConfig:
+    """The model and the picture.
+
+    What both `bertology explain` commands take.
+    """
+
+    model: str = setting(required=True, metavar="DIR",
+                         help="any model directory (pre-trained, fine-tuned, transformers BERT)")
+    out: str = setting(required=True, metavar="FILE.png", output="file", help="the picture")
+    model_name: str | None = setting(None, help="the name in the title (default: the directory's name)")
+
+
+@dataclass
+class ExplainAttentionConfig(ExplainConfig):
+    """The text, and the layers and heads to draw.
+
+    The settings of `bertology explain attention`.
+    """
+
+    text: str = setting("", required=True, help="the text (text A)")
+    text_pair: str | None = setting(None, help="a second text (text B), as in sentence-pair tasks (default: none)")
+    layer: str = setting("last", help="a layer number (1..layers), -1 or last, or all")
+    head: str = setting("all", help="a head number (1..heads), or all: a grid of the heads")
+
+
+@dataclass
+class ExplainSensesConfig(ExplainConfig):
+    """The word and its sentences.
+
+    The settings of `bertology explain senses`.
+    """
+
+    word: str = setting("", required=True, help="the ambiguous word (built-in sentences for: bank)")
+    sentences: str | None = setting(None, metavar="FILE",
+                                    help="your own sentences: one 'sense<TAB>sentence' per line, two senses with "
+                                         "two sentences each at least (default: the built-in ones)")
+    layer: str = setting("last", help="0 (the embeddings output) .. layers, -1 or last, or sum_last_four and the like")
+
+
+# ----- flags from settings ----------------------------------------------------------------------
+
+
+def checked_type(kind: type, field: dataclasses.Field) -> Callable[[str], Any]:
+    """argparse type: `kind` (int, float or str) read from the text, within the field's bounds."""
+    def convert(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+        problem = bounds_problem(field, value)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    return convert
+
+
+def shown(value: Any) -> str:
+    """A default as `--help` shows it."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(shown, value))
+    return str(value)
+
+
+def help_text(field: dataclasses.Field, default: Any, required: bool) -> str:
+    """The field's help with its default (or "required"), escaped for argparse's % formatting."""
+    text = field.metadata["help"]
+    if required:
+        text += " (required)"
+    elif default is True:
+        text += " (default: on; this flag turns it off)"
+    elif default is False:
+        text += " (default: off)"
+    elif "default" not in text and default not in (None, dataclasses.MISSING):
+        text += f" (default: {shown(default)})"
+    return text.replace("%", "%%")
+
+
+def add_settings(parser: argparse.ArgumentParser, cls: type, given: dict[str, Any]) -> None:
+    """One argument per setting of dataclass `cls`, grouped by the class that declares it (titled by
+    its docstring's first line), the command's own first. `given`: the config file's values,
+    which become the defaults (so a setting the file has is no longer required)."""
+    fields = setting_fields(cls)
+    owners = {name: next(k for k in reversed(cls.__mro__) if name in vars(k).get("__annotations__", {}))
+              for name in fields}
+    for owner in cls.__mro__:
+        if owner in owners.values():
+            group = parser.add_argument_group(owner.__doc__.strip().splitlines()[0].rstrip("."))
+            for name in (name for name in fields if owners[name] is owner):
+                add_setting(group, name, fields[name], setting_types(cls)[name], given)
+
+
+def add_setting(group: argparse._ArgumentGroup, name: str, field: dataclasses.Field, hint: Any,
+                given: dict[str, Any]) -> None:
+    """The argument of one setting: its flag (--no-NAME for a switch that is on by default) or
+    positional, its type, bounds, choices, help and default."""
+    meta = field.metadata
+    default = default_of(field)  # what --help shows, and what decides a switch's flag
+    required = meta["required"] and name not in given
+    kinds = [kind for kind in alternatives(hint) if kind is not type(None)]
+    kind = kinds[0] if len(kinds) == 1 else str  # a float-or-text setting (a duration) reads text
+    if get_origin(kind) is dict:
+        return  # config-file only
+    value = given.get(name, default)
+    options = {"help": help_text(field, default, required), "default": None if value is dataclasses.MISSING else value}
+    if kind is bool:
+        flag = option_name(f"no_{name}" if default else name)
+        group.add_argument(flag, dest=name, action="store_false" if default else "store_true", **options)
+        return
+    if get_origin(kind) in (list, tuple):
+        options["nargs"] = "+" if get_origin(kind) is list else len(get_args(kind))
+        kind = get_args(kind)[0]
+    options["type"] = checked_type(kind, field)
+    if meta["choices"]:  # listed here, checked by the settings' owner (one message for flag, file and Python)
+        options["metavar"] = "{" + ",".join(map(str, meta["choices"])) + "}"
+    elif meta["metavar"]:
+        options["metavar"] = meta["metavar"]
+    if meta["positional"]:
+        group.add_argument(name, **options)
+    else:
+        group.add_argument(option_name(name), dest=name, required=required, **options)
+
+
+def config_file_values(cls: type, argv: list[str]) -> dict[str, Any]:
+    """The settings of the `--config FILE` in argv, if there is one (checked: see `read_settings`)."""
+    finder = argparse.ArgumentParser(add_help=False)
+    finder.add_argument("--config")
+    found, _ = finder.parse_known_args(argv)
+    return read_settings(cls, found.config) if found.config else {}
+
+
+# ----- the commands -----------------------------------------------------------------------------
+
+
+def run_tokenizer_train(cfg: TokenizerTrainConfig) -> None:
     """Train the vocabulary and report where it went."""
+    from .data.corpus import ReadStats
     from .data.tokenizer import train_tokenizer
 
-    tokenizer = train_tokenizer(
-        args.corpus, vocab_size=args.vocab_size, cased=args.cased, out_dir=args.out, min_frequency=args.min_frequency
-    )
-    print(f"wrote a {'cased' if args.cased else 'uncased'} vocabulary of {tokenizer.vocab_size} tokens to {args.out}")
+    stats = ReadStats()
+    tokenizer = train_tokenizer(cfg.corpus, vocab_size=cfg.vocab_size, cased=cfg.cased, out_dir=cfg.out,
+                                min_frequency=cfg.min_frequency, skip_bad_lines=cfg.skip_bad_lines,
+                                text_field=cfg.text_field, stats=stats)
+    skipped = f"; skipped {stats.skipped_lines:,} bad line(s)" if stats.skipped_lines else ""
+    print(f"wrote {'a cased' if cfg.cased else 'an uncased'} vocabulary of {tokenizer.vocab_size} tokens "
+          f"to {cfg.out}{skipped}")
 
 
-def add_info(commands: argparse._SubParsersAction) -> None:
-    """`bertology info DIR`: describe a model directory."""
-    info = commands.add_parser("info", help="print a model directory's config, size and vocabulary")
-    info.add_argument("model", type=Path, help="model directory (bertology or transformers BERT layout)")
-    info.set_defaults(run=run_info)
-
-
-def run_info(args: argparse.Namespace) -> None:
+def run_info(cfg: InfoConfig) -> None:
     """Load the model (which validates every tensor) and print what it is."""
     from .inference.modeldir import load_model
 
-    model = load_model(args.model)
+    model = load_model(cfg.model)
     config = model.config
-    vocab = args.model / "vocab.txt"
+    vocab = Path(cfg.model) / "vocab.txt"
     vocab_entries = sum(1 for _ in vocab.open("rb")) if vocab.is_file() else None
-    print(f"model:        {args.model}")
+    print(f"model:        {cfg.model}")
     print(f"architecture: {type(model).__name__}")
     print(f"parameters:   {model.num_parameters():,}")
     print(f"vocabulary:   {vocab_entries if vocab_entries is not None else 'no vocab.txt'} tokens in vocab.txt, "
@@ -82,170 +246,9 @@ def run_info(args: argparse.Namespace) -> None:
         print(f"  {key}: {value}")
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line (the full usage is one `--help` away)."""
-
-    def error(self, message: str):  # noqa: D102
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
-
-
-def add_pretrain(commands: argparse._SubParsersAction) -> None:
-    """`bertology pretrain`: pre-train an encoder on raw text."""
-    p = commands.add_parser(
-        "pretrain", help="pre-train an encoder on raw text (BERT, RoBERTa, ALBERT, ELECTRA or a left-to-right LM)",
-        description="Pre-train an encoder on your text. Every flag can also be a key of a --config file "
-        "(TOML or JSON; flags win). Interrupt with Ctrl-C at any time: a checkpoint is written; --resume continues.",
-    )
-    S = argparse.SUPPRESS  # unset flags stay out of the namespace, so config-file values survive
-    data = p.add_argument_group("data")
-    data.add_argument("--corpus", nargs="+", default=S, metavar="PATH", help="text files or folders")
-    data.add_argument("--doc-format", choices=["auto", "lines", "file"], default=S,
-                      help="lines: a sentence or paragraph per line, blank lines between documents; "
-                           "file: one document per file; auto (default): decide per file")
-    data.add_argument("--skip-bad-lines", action="store_true", default=S,
-                      help="skip and count lines that are not UTF-8 (default: stop with an error)")
-    data.add_argument("--tokenizer", default=S, metavar="DIR", help="tokenizer directory (default: train one)")
-    data.add_argument("--vocab-size", type=positive_int, default=S, help="size of a trained vocabulary (30522)")
-    data.add_argument("--cased", action="store_true", default=S, help="train a cased vocabulary")
-    data.add_argument("--cache-dir", default=S, help="where tokenized shards are kept ($BERTOLOGY_CACHE)")
-    data.add_argument("--seq-len", type=positive_int, default=S, help="sequence length in tokens (128)")
-    data.add_argument("--short-seq-prob", type=float, default=S, help="share of shorter pairs (0.1)")
-    data.add_argument("--whole-word-masking", action="store_true", default=S, help="mask all pieces of a word")
-    data.add_argument("--max-predictions", type=positive_int, default=S, help="cap on masked tokens per sequence")
-    data.add_argument("--eval-fraction", type=float, default=S, help="share of documents held out (0.01)")
-    model = p.add_argument_group("model")
-    model.add_argument("--preset", choices=list(PRESETS), default=S, help="model size (mini)")
-    model.add_argument("--model-config", default=S, metavar="FILE", help="a config.json instead of a preset")
-    model.add_argument("--objective", choices=list(OBJECTIVES), default=S, help="pre-training objective (bert)")
-    model.add_argument("--pre-layer-norm", action="store_true", default=S, help="LayerNorm before each sub-layer")
-    model.add_argument("--embedding-size", type=positive_int, default=S, help="ALBERT's factorized embedding width")
-    model.add_argument("--share-layers", action="store_true", default=S, help="ALBERT's cross-layer sharing")
-    model.add_argument("--no-segment-embeddings", action="store_true", default=S, help="drop segment embeddings")
-    train = p.add_argument_group("training")
-    train.add_argument("--config", type=Path, help="TOML or JSON file with any of these settings")
-    train.add_argument("--out", default=S, metavar="DIR", help="output directory")
-    train.add_argument("--batch-size", type=positive_int, default=S, help="sequences per micro-batch (32)")
-    train.add_argument("--grad-accum", type=positive_int, default=S, help="micro-batches per step (1)")
-    train.add_argument("--lr", type=float, default=S, help="peak learning rate (5e-4)")
-    train.add_argument("--warmup", type=float, default=S, help="warmup: a fraction (< 1) or steps (0.06)")
-    train.add_argument("--weight-decay", type=float, default=S, help="AdamW weight decay (0.01)")
-    train.add_argument("--schedule", choices=["linear", "slanted_triangular", "constant"], default=S,
-                       help="learning-rate schedule (linear: warmup then decay over the step or time budget)")
-    train.add_argument("--max-steps", type=positive_int, default=S, help="step budget")
-    train.add_argument("--max-time", default=S, help="wall-clock budget, e.g. 20m (the schedule is fitted to it)")
-    train.add_argument("--precision", choices=["auto", "fp32", "bf16"], default=S, help="auto: bf16 where fast")
-    train.add_argument("--compile", action="store_true", default=S, help="torch.compile the model")
-    train.add_argument("--seed", type=int, default=S)
-    train.add_argument("--eval-every", type=int, default=S, help="evaluate every N steps (200)")
-    train.add_argument("--eval-batches", type=positive_int, default=S, help="held-out batches per evaluation (20)")
-    train.add_argument("--log-every", type=positive_int, default=S, help="log every N steps (10)")
-    train.add_argument("--save-every", type=int, default=S, help="checkpoint every N steps (500)")
-    train.add_argument("--keep-last", type=positive_int, default=S, help="checkpoints to keep (2)")
-    train.add_argument("--resume", action="store_true", default=S, help="continue from the last checkpoint")
-    train.add_argument("--no-progress", dest="progress", action="store_false", default=S, help="no progress bar")
-    p.set_defaults(run=run_pretrain)
-
-
-def file_and_flag_settings(config_class: type, args: argparse.Namespace) -> tuple[dict, dict]:
-    """(settings of the --config file, settings given as flags); flags were parsed with
-    SUPPRESS defaults, so only those actually given are present and win over the file."""
-    from .config import read_settings
-
-    values = read_settings(config_class, args.config) if args.config else {}
-    flags = {k: v for k, v in vars(args).items() if k not in ("run", "command", "config")}
-    return values, flags
-
-
-MODEL_FLAGS = {"pre_layer_norm": "pre_layer_norm", "embedding_size": "embedding_size",
-               "share_layers": "share_layers", "no_segment_embeddings": "type_vocab_size"}
-
-
-def run_pretrain(args: argparse.Namespace) -> None:
-    """Merge defaults < config file < flags, then run."""
-    from .recipes.pretrain import PretrainConfig, run_pretraining
-
-    values, flags = file_and_flag_settings(PretrainConfig, args)
-    model = dict(values.get("model", {}))
-    for flag, field_name in MODEL_FLAGS.items():
-        if flag in flags:
-            value = flags.pop(flag)
-            model[field_name] = 0 if flag == "no_segment_embeddings" else value
-    status = run_pretraining(PretrainConfig(**{**values, **flags, "model": model}))
-    if status == "interrupted":
-        raise SystemExit(130)
-
-
-def add_epoch_loop_flags(parser: argparse.ArgumentParser, epochs_help: str, lr: float) -> argparse._ArgumentGroup:
-    """The "training" group fine-tuning and distillation share (config.EpochLoop's fields, whose
-    defaults it shows; `lr` is the command's own default), with --config."""
-    S = argparse.SUPPRESS
-    default = EpochLoop()
-    train = parser.add_argument_group("training")
-    train.add_argument("--config", type=Path, help="TOML or JSON file with any of these settings")
-    train.add_argument("--epochs", type=float, default=S, help=f"{epochs_help} ({default.epochs:g})")
-    train.add_argument("--lr", type=float, default=S, help=f"peak learning rate ({lr:g})")
-    train.add_argument("--batch-size", type=positive_int, default=S, help=f"examples per step ({default.batch_size})")
-    train.add_argument("--warmup", type=float, default=S, help=f"warmup: a fraction (< 1) or steps ({default.warmup:g})")
-    train.add_argument("--weight-decay", type=float, default=S, help=f"AdamW weight decay ({default.weight_decay:g})")
-    train.add_argument("--schedule", choices=["linear", "slanted_triangular", "constant"], default=S,
-                       help="learning-rate schedule (linear; slanted_triangular is ULMFiT's)")
-    train.add_argument("--precision", choices=["auto", "fp32", "bf16"], default=S, help="auto: bf16 where fast")
-    train.add_argument("--seed", type=int, default=S, help=f"random seed ({default.seed})")
-    train.add_argument("--resume", action="store_true", default=S, help="continue an interrupted run")
-    train.add_argument("--no-progress", dest="progress", action="store_false", default=S, help="no progress bar")
-    return train
-
-
-def add_finetune(commands: argparse._SubParsersAction) -> None:
-    """`bertology finetune`: train a task head (and the encoder) on labelled data."""
-    p = commands.add_parser(
-        "finetune", help="fine-tune an encoder on a task (GLUE, CoNLL-2003, SQuAD, or your own CSV/TSV/JSONL)",
-        description="Fine-tune a pre-trained encoder with one small head. Writes the best model (by the task's "
-        "main dev metric), eval_results.json, metrics.jsonl and learning_curve.png into --out. Every flag can "
-        "also be a key of a --config file (TOML or JSON; flags win).",
-    )
-    S = argparse.SUPPRESS
-    task = p.add_argument_group("task and data")
-    task.add_argument("--task", default=S, help="cola sst2 mrpc stsb qqp mnli qnli rte wnli conll2003 squad squad_v2, "
-                      "or classification / regression / pair-classification for your own files")
-    task.add_argument("--data", default=S, metavar="PATH", help="the task's folder (or file) in its official format")
-    task.add_argument("--model", default=S, metavar="DIR", help="pre-trained model directory (bertology or transformers)")
-    task.add_argument("--out", default=S, metavar="DIR", help="output directory")
-    task.add_argument("--train-file", default=S, help="your own task: training CSV/TSV/JSONL")
-    task.add_argument("--dev-file", default=S, help="your own task: dev CSV/TSV/JSONL")
-    task.add_argument("--text-column", default=S, help="column of the text (text)")
-    task.add_argument("--text-pair-column", default=S, help="column of the second text, for pairs")
-    task.add_argument("--label-column", default=S, help="column of the label (label)")
-    task.add_argument("--labels", nargs="+", default=S, help="the label set (default: those of the training file)")
-    task.add_argument("--max-train-examples", type=positive_int, default=S, help="a reproducible random subset")
-    inputs = p.add_argument_group("inputs")
-    inputs.add_argument("--max-seq-len", type=positive_int, default=S, help="tokens per row (128; SQuAD 384)")
-    inputs.add_argument("--long-inputs", choices=["truncate", "window"], default=S,
-                        help="too-long inputs: cut (counted and reported) or covered by overlapping windows")
-    inputs.add_argument("--doc-stride", type=positive_int, default=S, help="tokens between window starts (128)")
-    inputs.add_argument("--max-query-length", type=positive_int, default=S, help="SQuAD: question tokens kept (64)")
-    inputs.add_argument("--max-answer-length", type=positive_int, default=S, help="SQuAD: longest answer in tokens (30)")
-    inputs.add_argument("--null-score-threshold", type=float, default=S, help="SQuAD 2.0: no-answer threshold (0)")
-    train = add_epoch_loop_flags(p, "passes over the training set", lr=5e-5)
-    train.add_argument("--layer-lr-decay", type=float, default=S,
-                       help="ULMFiT's discriminative learning rates: each layer down gets this factor (1 = off)")
-    train.add_argument("--gradual-unfreezing", action="store_true", default=S,
-                       help="ULMFiT: train the top layer first, one more layer each epoch")
-    train.add_argument("--seeds", type=positive_int, default=S, help="run N seeds; report median and spread")
-    feats = p.add_argument_group("feature-based mode (frozen encoder, only the head trains)")
-    feats.add_argument("--mode", choices=["finetune", "features"], default=S, help="finetune (default) or features")
-    feats.add_argument("--feature-layers", default=S,
-                       help="embeddings, last, second_to_last, sum_last_four (default), concat_last_four, sum_all, "
-                            "mix (ELMo's learned mix), or layer numbers like 4,5,6")
-    feats.add_argument("--feature-head", choices=["linear", "bilstm"], default=S, help="the head (linear)")
-    feats.add_argument("--feature-pooling", choices=["mean", "cls", "max"], default=S, help="sentence tasks (mean)")
-    feats.add_argument("--cache-dir", default=S, help="where computed features are kept ($BERTOLOGY_CACHE)")
-    p.set_defaults(run=run_finetune)
-
-
 def print_results(results: dict) -> None:
     """A small table of a results dict's metrics (fractions shown as they are)."""
-    skip = ("task", "split", "runs", "seeds", "step", "mode")
+    skip = ("task", "split", "runs", "seeds", "seed", "step", "mode")
     rows = [(k, v) for k, v in results.items() if k not in skip and isinstance(v, (int, float))]
     if "seeds" in results:
         print(f"{results['task']} dev, median of {results['seeds']} seeds (min / max):")
@@ -258,265 +261,139 @@ def print_results(results: dict) -> None:
         print(f"  {key:<22} {value:.4f}")
 
 
-def run_finetune(args: argparse.Namespace) -> None:
-    """Merge defaults < config file < flags, run, print the dev results."""
-    from .recipes.finetune import FinetuneConfig, run_finetuning
+def training_summary(runs: list[Path], examples: int | None = None) -> tuple[str, dict]:
+    """("N steps in S s (E examples/s, T tokens/s)", the last run's last evaluation) from the
+    metrics.jsonl of each run folder; `examples`: how many the runs trained on, all epochs."""
+    from .training.loop import MetricsLog, run_summary
 
-    values, flags = file_and_flag_settings(FinetuneConfig, args)
-    config = FinetuneConfig(**{**values, **flags})
-    results = run_finetuning(config)
+    totals = [run_summary(MetricsLog(run / "metrics.jsonl").rows()) for run in runs]
+    steps, seconds, tokens = (sum(total[key] for total in totals) for key in ("steps", "seconds", "tokens"))
+    rate = f"{examples / seconds:,.0f} examples/s, " if examples and seconds else ""
+    return f"{steps:,} steps in {seconds:.1f} s ({rate}{tokens / max(seconds, 1e-9):,.0f} tokens/s)", totals[-1]["eval"]
+
+
+def epochs(count: float) -> str:
+    """"1 epoch", "2.5 epochs"."""
+    return f"{count:g} epoch{'' if count == 1 else 's'}"
+
+
+def run_pretrain(cfg: Any) -> None:
+    """Pre-train, then say what was trained, how fast, how well, and where it is."""
+    from .models.bert import BertConfig
+    from .recipes.pretrain import run_pretraining
+
+    if run_pretraining(cfg) == "interrupted":
+        raise KeyboardInterrupt  # the loop has said where its checkpoint is
+    out = Path(cfg.out)
+    model = BertConfig.load(out)
+    speed, held_out = training_summary([out])
+    source = f"a {cfg.preset}" if not cfg.model_config else f"a {Path(cfg.model_config).name}"
+    print(f"pre-trained {source} encoder ({cfg.objective} objective; {model.num_hidden_layers} layers, "
+          f"{model.hidden_size} wide, {model.vocab_size:,}-token vocabulary): {speed}")
+    print("held-out: " + ", ".join(f"{key} {value:.4f}" for key, value in held_out.items()))
+    print(f"wrote the model, its tokenizer, metrics.jsonl and training_curves.png to {out}")
+
+
+def seed_runs(out: Path, results: dict) -> list[Path]:
+    """The folders of a task run's seeds (the output folder itself for one seed)."""
+    if "seeds" not in results:
+        return [out]
+    return [out / f"seed-{run['seed']}" for run in results["runs"]]
+
+
+def run_finetune(cfg: Any) -> None:
+    """Fine-tune, print the dev results and what was trained, how fast, and where it is."""
+    from .recipes.finetune import CONFIG_NAME, run_finetuning
+
+    results = run_finetuning(cfg)
+    out = Path(cfg.out)
+    recorded = json.loads((out / CONFIG_NAME).read_text(encoding="utf-8"))
+    runs = seed_runs(out, results)
+    speed, _ = training_summary(runs, round(recorded["train_examples"] * cfg.epochs) * len(runs))
     print_results(results)
-    print(f"wrote the best model, eval_results.json and learning_curve.png to {config.out}")
+    how = "trained a feature-based head on" if cfg.mode == "features" else "fine-tuned"
+    print(f"{how} {cfg.model} for {cfg.task}, {recorded['train_examples']:,} training examples x "
+          f"{epochs(cfg.epochs)}{f' x {len(runs)} seeds' if len(runs) > 1 else ''}: {speed}")
+    if len(runs) > 1:
+        print(f"wrote each seed's best model, eval_results.json, metrics.jsonl and learning_curve.png to "
+              f"{out}/seed-N, and the seeds' summary to {out / 'eval_results.json'}")
+    else:
+        print(f"wrote the best model, eval_results.json, metrics.jsonl and learning_curve.png to {out}")
 
 
-def add_distill(commands: argparse._SubParsersAction) -> None:
-    """`bertology distill`: train a small student on a fine-tuned teacher's soft targets."""
-    p = commands.add_parser(
-        "distill", help="distil a fine-tuned teacher into a small, fast student",
-        description="The teacher labels a transfer set (the task's training text and any --unlabeled files; its "
-        "outputs are cached and reused by later runs) and a student learns its soft targets. Writes the best "
-        "student (by the task's main dev metric), eval_results.json (with the teacher's score), metrics.jsonl "
-        "and learning_curve.png into --out. Every flag can also be a key of a --config file (TOML or JSON).",
-    )
-    S = argparse.SUPPRESS
-    data = p.add_argument_group("teacher, student and data")
-    data.add_argument("--teacher", default=S, metavar="DIR", help="a fine-tuned model directory")
-    data.add_argument("--student", default=S, metavar="DIR", help="a pre-trained encoder (default: random init)")
-    data.add_argument("--preset", choices=list(PRESETS), default=S, help="the random-init student's size (mini)")
-    data.add_argument("--data", default=S, metavar="PATH", help="the task's folder: dev scores the student, "
-                      "train's texts join the transfer set")
-    data.add_argument("--train-file", default=S, help="your own task: training CSV/TSV/JSONL")
-    data.add_argument("--dev-file", default=S, help="your own task: dev CSV/TSV/JSONL")
-    data.add_argument("--unlabeled", nargs="+", default=S, metavar="FILE",
-                      help="more transfer text: one example per line (a tab between the texts of a pair)")
-    data.add_argument("--no-train-text", dest="train_text", action="store_false", default=S,
-                      help="leave the task's training text out of the transfer set")
-    data.add_argument("--max-transfer-examples", type=positive_int, default=S, help="a reproducible random subset")
-    data.add_argument("--augment", type=int, default=S, metavar="N",
-                      help="add N noisy copies of each transfer example (Tang et al. 2019: words masked or "
-                           "replaced, n-grams sampled) for the teacher to label (0)")
-    data.add_argument("--max-seq-len", type=positive_int, default=S, help="tokens per row (the teacher's)")
-    data.add_argument("--out", default=S, metavar="DIR", help="output directory")
-    data.add_argument("--cache-dir", default=S, help="where the teacher's targets are kept ($BERTOLOGY_CACHE)")
-    loss = p.add_argument_group("loss")
-    loss.add_argument("--loss", choices=["kl", "mse"], default=S, help="KL between softened distributions (kl) "
-                      "or MSE between logits")
-    loss.add_argument("--temperature", type=float, default=S, help="softening temperature for kl (2)")
-    loss.add_argument("--label-weight", type=float, default=S, help="weight of the true labels' loss (0)")
-    loss.add_argument("--hidden-weight", type=float, default=S, help="weight of the hidden-state loss (0 = off)")
-    add_epoch_loop_flags(p, "passes over the transfer set", lr=1e-4)
-    p.set_defaults(run=run_distill)
+def run_distill(cfg: Any) -> None:
+    """Distil, print the student's dev results and what was trained, how fast, and where it is."""
+    from .recipes.distill import CONFIG_NAME, run_distillation
 
-
-def run_distill(args: argparse.Namespace) -> None:
-    """Merge defaults < config file < flags, run, print the student's dev results."""
-    from .recipes.distill import DistillConfig, run_distillation
-
-    values, flags = file_and_flag_settings(DistillConfig, args)
-    config = DistillConfig(**{**values, **flags})
-    results = run_distillation(config)
+    results = run_distillation(cfg)
+    out = Path(cfg.out)
+    recorded = json.loads((out / CONFIG_NAME).read_text(encoding="utf-8"))
+    speed, _ = training_summary([out], round(recorded["transfer_examples"] * cfg.epochs))
     if "split" in results:
         print_results(results)
-    print(f"wrote the student, eval_results.json and learning_curve.png to {config.out}")
+    student = cfg.student or f"a random-weight {cfg.preset} encoder"
+    print(f"distilled {cfg.teacher} ({recorded['teacher_parameters']:,} parameters) into {student} "
+          f"({recorded['student_parameters']:,} parameters), {recorded['transfer_examples']:,} transfer examples x "
+          f"{epochs(cfg.epochs)}: {speed}")
+    print(f"wrote the student, eval_results.json, metrics.jsonl and learning_curve.png to {out}")
 
 
-def add_evaluate(commands: argparse._SubParsersAction) -> None:
-    """`bertology evaluate`: a fine-tuned model's metrics on a task's split."""
-    p = commands.add_parser("evaluate", help="score a fine-tuned model on a task's dev (or other) split")
-    p.add_argument("--task", help="the task (default: the one the model was fine-tuned on)")
-    p.add_argument("--data", required=True, metavar="PATH", help="the task's folder or file")
-    p.add_argument("--model", required=True, metavar="DIR", help="a model directory from `bertology finetune`")
-    p.add_argument("--split", default="dev", help="dev (default), dev_mismatched, train or test")
-    p.add_argument("--batch-size", type=positive_int, default=128)
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
-    p.add_argument("--out", type=Path, help="also write the results as JSON here")
-    p.set_defaults(run=run_evaluate)
-
-
-def run_evaluate(args: argparse.Namespace) -> None:
+def run_evaluate(cfg: Any) -> None:
     """Score and print; write JSON when asked."""
     from .files import write_json_atomic
     from .recipes.finetune import run_evaluation
 
-    results = run_evaluation(args.task, args.data, str(args.model), args.split, args.batch_size, args.precision)
+    results = run_evaluation(cfg.task, cfg.data, cfg.model, cfg.split, cfg.batch_size, cfg.precision)
     print_results(results)
-    if args.out:
-        write_json_atomic(args.out, results)
+    if cfg.out:
+        write_json_atomic(cfg.out, results)
 
 
-def add_predict(commands: argparse._SubParsersAction) -> None:
-    """`bertology predict`: run a fine-tuned model over a file."""
-    p = commands.add_parser(
-        "predict", help="predict with a fine-tuned model: GLUE submission TSV, SQuAD predictions JSON, CoNLL tags",
-        description="Input formats: the task's official format (GLUE test.tsv, SQuAD JSON, CoNLL file), or for "
-        "sentence tasks a .txt with one text per line (a tab between the two texts of a pair) and for tagging a "
-        ".txt with one sentence of space-separated words per line. Output: GLUE-style index<TAB>prediction TSV, "
-        "{id: answer} JSON, or CoNLL columns (word [gold] predicted).",
-    )
-    p.add_argument("--model", required=True, metavar="DIR", help="a model directory from `bertology finetune`")
-    p.add_argument("--input", required=True, type=Path, metavar="FILE")
-    p.add_argument("--out", required=True, type=Path, metavar="FILE")
-    p.add_argument("--batch-size", type=positive_int, default=128)
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
-    p.set_defaults(run=run_predict)
-
-
-def run_predict(args: argparse.Namespace) -> None:
+def run_predict(cfg: Any) -> None:
     """Predict and write the file."""
     from .recipes.finetune import run_prediction
 
-    count = run_prediction(str(args.model), args.input, args.out, args.batch_size, args.precision)
-    print(f"wrote {count:,} predictions to {args.out}")
+    count = run_prediction(cfg.model, Path(cfg.input), Path(cfg.out), cfg.batch_size, cfg.precision)
+    print(f"wrote {count:,} predictions to {cfg.out}")
 
 
-def add_export(commands: argparse._SubParsersAction) -> None:
-    """`bertology export`: a model directory as a transformers copy, PyTorch int8, or ONNX."""
-    p = commands.add_parser(
-        "export", help="export a model for deployment: transformers copy (hf), PyTorch int8, or ONNX",
-        description="hf: config.json + model.safetensors + tokenizer that transformers loads as it is. int8: "
-        "dynamic int8 quantization of every linear layer (smaller, faster on the CPU). onnx: model.onnx for ONNX "
-        "Runtime, dynamic batch and sequence length. `bertology evaluate` and `predict` run every export.",
-    )
-    p.add_argument("--model", required=True, type=Path, metavar="DIR", help="a fine-tuned model or encoder directory")
-    p.add_argument("--format", required=True, dest="fmt", metavar="FORMAT", help="hf, int8 or onnx")
-    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="output directory (new or empty)")
-    p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
-    p.set_defaults(run=run_export)
-
-
-def run_export(args: argparse.Namespace) -> None:
+def run_export(cfg: Any) -> None:
     """Export and report the size on disk."""
     from .uses.export import export_model
 
-    out = export_model(args.model, args.fmt, args.out, force=args.force)
+    out = export_model(cfg.model, cfg.format, cfg.out, force=cfg.force)
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
-    print(f"wrote the {args.fmt} export of {args.model} to {out} ({size / 2**20:.1f} MiB)")
+    print(f"wrote the {cfg.format} export of {cfg.model} to {out} ({size / 2**20:.1f} MiB)")
 
 
-def add_demo(commands: argparse._SubParsersAction) -> None:
-    """`bertology demo`: the main job, offline, in minutes."""
-    p = commands.add_parser(
-        "demo", help="the whole story offline in minutes: vocabulary, pre-training, fine-tuning vs from scratch",
-        description="Pre-train a tiny BERT on the Python standard library's own documentation, fine-tune it to tell "
-        "which part of the library a docstring comes from, and compare with the same model trained from scratch. "
-        "Writes results.json and PNGs into --out.",
-    )
-    p.add_argument("--out", default="bertology-demo", help="output directory (bertology-demo)")
-    p.add_argument("--pretrain-time", default="4m", help="pre-training budget, e.g. 90s, 4m (4m)")
-    p.add_argument("--preset", choices=list(PRESETS), default="tiny", help="model size (tiny)")
-    p.add_argument("--objective", choices=list(OBJECTIVES), default="roberta", help="pre-training objective (roberta)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
-    p.set_defaults(run=run_demo)
-
-
-def run_demo(args: argparse.Namespace) -> None:
-    """Run the demo."""
-    from .recipes.demo import DemoConfig
+def run_demo(cfg: Any) -> None:
+    """Run the demo (it prints its own table)."""
     from .recipes.demo import run_demo as demo
 
-    demo(DemoConfig(out=args.out, pretrain_time=args.pretrain_time, preset=args.preset, objective=args.objective,
-                    seed=args.seed, progress=args.progress))
+    demo(cfg)
 
 
-def add_explain(commands: argparse._SubParsersAction) -> None:
-    """`bertology explain`: pictures of what an encoder does inside."""
-    explain = commands.add_parser("explain", help="draw attention maps, or a word's contextual vs static vectors")
-    actions = explain.add_subparsers(dest="action", metavar="ACTION", required=True)
-    attention = actions.add_parser(
-        "attention", help="heatmaps of the attention weights of one head, one layer's heads, or all",
-        description="Draw attention weights with the WordPiece tokens ([CLS] and [SEP] included) on both axes: "
-        "row = the token attending, column = the token attended to. Layers are numbered 1..L, heads 1..heads.",
-    )
-    attention.add_argument("--model", required=True, type=Path, metavar="DIR",
-                           help="any model directory (pre-trained, fine-tuned, transformers BERT)")
-    attention.add_argument("--text", required=True, help="the text (text A)")
-    attention.add_argument("--text-pair", help="a second text (text B), as in sentence-pair tasks")
-    attention.add_argument("--layer", default="last", help="a layer number, -1 or last (default), or all")
-    attention.add_argument("--head", default="all", help="a head number, or all (default): a grid of the heads")
-    attention.add_argument("--model-name", help="the name in the title (default: the directory's name)")
-    attention.add_argument("--out", required=True, type=Path, metavar="FILE.png")
-    attention.set_defaults(run=run_explain_attention)
-    senses = actions.add_parser(
-        "senses", help="an ambiguous word's contextual vectors by sense, beside its one static vector",
-        description="Embed a word in sentences that use it in different senses, project its contextual vectors "
-        "(mean of its WordPieces at --layer) to 2-D with PCA, and draw them beside the static view: its input "
-        "embedding, the same vector in every sentence. Prints the mean cosine similarity within vs across senses.",
-    )
-    senses.add_argument("--model", required=True, type=Path, metavar="DIR",
-                        help="any model directory (pre-trained, fine-tuned, transformers BERT)")
-    senses.add_argument("--word", required=True, help="the ambiguous word (built-in sentences for: bank)")
-    senses.add_argument("--sentences", type=Path, metavar="FILE",
-                        help="your own sentences: one 'sense<TAB>sentence' per line, two senses with two sentences "
-                             "each at least")
-    senses.add_argument("--layer", default="last",
-                        help="0 (embeddings output) .. L, -1 or last (default), or sum_last_four and the like")
-    senses.add_argument("--model-name", help="the name in the title (default: the directory's name)")
-    senses.add_argument("--out", required=True, type=Path, metavar="FILE.png")
-    senses.set_defaults(run=run_explain_senses)
-
-
-def run_explain_attention(args: argparse.Namespace) -> None:
+def run_explain_attention(cfg: ExplainAttentionConfig) -> None:
     """Draw the attention maps."""
     from .uses.explain import explain_attention
 
-    path = explain_attention(args.model, args.text, args.out, args.text_pair, args.layer, args.head, args.model_name)
-    print(f"wrote {path}")
+    print(f"wrote {explain_attention(cfg.model, cfg.text, cfg.out, cfg.text_pair, cfg.layer, cfg.head, cfg.model_name)}")
 
 
-def run_explain_senses(args: argparse.Namespace) -> None:
+def run_explain_senses(cfg: ExplainSensesConfig) -> None:
     """Draw the word's vectors and print how well they separate by sense."""
     from .uses.explain import explain_senses
 
-    report = explain_senses(args.model, args.word, args.out, args.sentences, args.layer, args.model_name)
+    report = explain_senses(cfg.model, cfg.word, cfg.out, cfg.sentences, cfg.layer, cfg.model_name)
     print(report.summary())
-    print(f"wrote {args.out}")
+    print(f"wrote {cfg.out}")
 
 
-def add_embed(commands: argparse._SubParsersAction) -> None:
-    """`bertology embed`: sentence or word vectors of every line of a file."""
-    p = commands.add_parser(
-        "embed", help="sentence or word vectors from any BERT model, written to .npy or .jsonl",
-        description="Embed every line of a text file (or one field of each JSONL object) with any model directory "
-        "(pre-trained, fine-tuned: the head is dropped, transformers or sentence-transformers BERT). --out ending in "
-        ".npy writes one (lines, width) float32 array for sentences; for tokens, all word vectors stacked plus "
-        "an index (vectors.npy -> vectors.index.jsonl) with each line's rows and words. --out ending in .jsonl "
-        "writes one object per line. Blank lines stop with an error (row i is line i) unless --skip-empty.",
-    )
-    p.add_argument("--model", required=True, metavar="DIR", help="any model directory")
-    p.add_argument("--input", required=True, metavar="FILE", help="one text per line, or JSONL (see --field)")
-    p.add_argument("--out", required=True, metavar="FILE", help="FILE.npy or FILE.jsonl")
-    p.add_argument("--layers", default="last",
-                   help="last (default), second_to_last, sum_last_four, concat_last_four, sum_all, embeddings, "
-                        "or layer numbers like 4,5,6 (summed; 0 = embeddings, -1 = last)")
-    p.add_argument("--pooling", choices=["mean", "cls", "max"], default="mean",
-                   help="sentence vectors: mean (default) or max over the tokens, or the [CLS] vector")
-    p.add_argument("--normalize", action="store_true", help="scale each vector to unit length")
-    p.add_argument("--level", choices=["sentence", "token"], default="sentence",
-                   help="one vector per line (default) or per word")
-    p.add_argument("--word-pieces", choices=["first", "mean", "none"], default="first",
-                   help="token level: a word's first WordPiece (default), the mean of its pieces, or every piece")
-    p.add_argument("--field", help="JSONL input: the field holding the text (default for .jsonl: text)")
-    p.add_argument("--skip-empty", action="store_true", help="leave out blank lines (default: stop at the first)")
-    p.add_argument("--batch-size", type=positive_int, default=64, help="texts per forward pass (64)")
-    p.add_argument("--max-seq-len", type=positive_int,
-                   help="tokens per text; longer ones are cut and counted (default: the model's limit)")
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto", help="auto: bf16 where fast")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    p.set_defaults(run=run_embed)
-
-
-def run_embed(args: argparse.Namespace) -> None:
+def run_embed(cfg: Any) -> None:
     """Embed the file and print a one-line summary."""
-    from .uses.embed import EmbedConfig
     from .uses.embed import run_embed as embed
 
-    summary = embed(EmbedConfig(
-        model=args.model, input=args.input, out=args.out, layers=args.layers, pooling=args.pooling,
-        normalize=args.normalize, level=args.level, word_pieces=args.word_pieces, field=args.field,
-        skip_empty=args.skip_empty, batch_size=args.batch_size, max_seq_len=args.max_seq_len,
-        precision=args.precision, progress=args.progress,
-    ))
+    summary = embed(cfg)
     counts = {"truncated": "truncated", "skipped_empty": "blank skipped", "dropped_words": "words without a vector"}
     notes = [f"{summary[key]:,} {what}" for key, what in counts.items() if summary[key]]
     rows, width = summary["shape"]
@@ -525,60 +402,234 @@ def run_embed(args: argparse.Namespace) -> None:
           + f", {summary['seconds']:.1f} s" + (f"; {', '.join(notes)}" if notes else ""))
 
 
-def add_serve(commands: argparse._SubParsersAction) -> None:
-    """`bertology serve`: a model directory as an HTTP JSON API."""
-    p = commands.add_parser(
-        "serve", help="serve a model over HTTP: POST /predict and /embed, GET /health and /info, docs at /docs",
-        description="Serve a fine-tuned model (POST /predict: labels with probabilities, scores, tags or answer spans) "
-        "or any encoder (POST /embed: sentence vectors) as a JSON API. Concurrent requests are micro-batched. "
-        "SIGINT/SIGTERM finish the requests in flight, then exit.",
-    )
-    p.add_argument("--model", required=True, metavar="DIR", help="a model directory (fine-tuned, or a bare encoder)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1; 0.0.0.0 for all)")
-    p.add_argument("--port", type=int, default=8000, help="port (8000; 0 picks a free one)")
-    p.add_argument("--max-batch", type=positive_int, default=64, help="texts per forward pass (64; 1 = no batching)")
-    p.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a batch waits for more texts (5)")
-    p.add_argument("--max-queue", type=positive_int, default=1024, help="texts waiting; beyond, 503 (1024)")
-    p.add_argument("--max-texts", type=positive_int, default=64, help="texts per request (64)")
-    p.add_argument("--max-text-chars", type=positive_int, default=10_000, help="characters per text (10000)")
-    p.add_argument("--max-body-bytes", type=positive_int, default=1_000_000, help="request body size (1000000)")
-    p.add_argument("--threads", type=positive_int, help="PyTorch threads (default: PyTorch's choice)")
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto", help="auto: bf16 where fast")
-    p.set_defaults(run=run_serve)
+def run_static_train(cfg: Any) -> None:
+    """Train (or import) static vectors and print the summary with the evaluation."""
+    from .recipes.static import format_summary, train
+
+    print(format_summary(train(cfg)))
+    print(f"wrote the vectors, config.json, metrics.jsonl, training_curves.png and results.json to {cfg.out}")
 
 
-def run_serve(args: argparse.Namespace) -> None:
+def run_static_evaluate(cfg: Any) -> None:
+    """Score the vectors on the word-similarity and analogy benchmarks."""
+    from .recipes.static import evaluate, format_evaluation
+
+    print(format_evaluation(evaluate(cfg)))
+
+
+def run_static_neighbors(cfg: Any) -> None:
+    """Print each word's nearest neighbours."""
+    from .recipes.static import format_neighbors, neighbors
+
+    print(format_neighbors(neighbors(cfg)))
+
+
+def run_serve(cfg: Any) -> None:
     """Serve until SIGINT or SIGTERM."""
-    from .uses.serve import ServeConfig, run_server
+    from .uses.serve import run_server
 
-    run_server(ServeConfig(**{k: v for k, v in vars(args).items() if k not in ("run", "command")}))
+    run_server(cfg)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser (all subcommands)."""
+@dataclass(frozen=True)
+class Command:
+    """A command: its name ("tokenizer train" for an action of a group), its help, where its
+    settings dataclass is ("module:Class", imported only when the command runs) and what runs it."""
+
+    name: str
+    help: str
+    settings: str
+    run: Callable[[Any], None]
+    description: str | None = None
+    config_file: bool = False  # takes --config FILE
+    extra: str | None = None  # the pyproject extra its imports come from, for a missing package
+
+    def settings_class(self) -> type:
+        """The settings dataclass (importing its module)."""
+        module, name = self.settings.split(":")
+        return getattr(import_module(module, __package__) if module else sys.modules[__name__], name)
+
+
+FLAGS_OR_FILE = " Every flag can also be a key of a --config file (TOML or JSON; flags win)."
+COMMANDS = [
+    Command("demo", "the whole story offline in minutes: vocabulary, pre-training, fine-tuning vs from scratch",
+            ".recipes.demo:DemoConfig", run_demo,
+            description="Pre-train a tiny BERT on the Python standard library's own documentation, fine-tune it to "
+            "tell which part of the library a docstring comes from, and compare with the same model trained from "
+            "scratch. Writes results.json and PNGs into --out."),
+    Command("tokenizer train", "train a WordPiece vocabulary on text files or folders", ":TokenizerTrainConfig",
+            run_tokenizer_train,
+            description="Train a BERT WordPiece vocabulary ([PAD]=0 [UNK] [CLS] [SEP] [MASK] first) and write "
+            "vocab.txt, tokenizer.json and tokenizer_config.json into --out."),
+    Command("info", "print a model directory's config, size and vocabulary", ":InfoConfig", run_info),
+    Command("pretrain", "pre-train an encoder on raw text (BERT, RoBERTa, ALBERT, ELECTRA or a left-to-right LM)",
+            ".recipes.pretrain:PretrainConfig", run_pretrain, config_file=True,
+            description="Pre-train an encoder on your text. Interrupt with Ctrl-C at any time: a checkpoint is "
+            "written; --resume continues." + FLAGS_OR_FILE),
+    Command("finetune", "fine-tune an encoder on a task (GLUE, CoNLL-2003, SQuAD, or your own CSV/TSV/JSONL)",
+            ".recipes.finetune:FinetuneConfig", run_finetune, config_file=True,
+            description="Fine-tune a pre-trained encoder with one small head. Writes the best model (by the task's "
+            "main dev metric), eval_results.json, metrics.jsonl and learning_curve.png into --out." + FLAGS_OR_FILE),
+    Command("evaluate", "score a fine-tuned model on a task's dev (or other) split",
+            ".recipes.finetune:EvaluateConfig", run_evaluate),
+    Command("predict", "predict with a fine-tuned model: GLUE submission TSV, SQuAD predictions JSON, CoNLL tags",
+            ".recipes.finetune:PredictConfig", run_predict,
+            description="Input formats: the task's official format (GLUE test.tsv, SQuAD JSON, CoNLL file), or for "
+            "sentence tasks a .txt with one text per line (a tab between the two texts of a pair) and for tagging "
+            "a .txt with one sentence of space-separated words per line. Output: GLUE-style index<TAB>prediction "
+            "TSV, {id: answer} JSON, or CoNLL columns (word [gold] predicted)."),
+    Command("distill", "distil a fine-tuned teacher into a small, fast student", ".recipes.distill:DistillConfig",
+            run_distill, config_file=True,
+            description="The teacher labels a transfer set (the task's training text and any --unlabeled files; its "
+            "outputs are cached and reused by later runs) and a student learns its soft targets. Writes the best "
+            "student (by the task's main dev metric), eval_results.json (with the teacher's score), metrics.jsonl "
+            "and learning_curve.png into --out." + FLAGS_OR_FILE),
+    Command("explain attention", "heatmaps of the attention weights of one head, one layer's heads, or all",
+            ":ExplainAttentionConfig", run_explain_attention,
+            description="Draw attention weights with the WordPiece tokens ([CLS] and [SEP] included) on both axes: "
+            "row = the token attending, column = the token attended to. Layers are numbered 1..L, heads 1..heads."),
+    Command("explain senses", "an ambiguous word's contextual vectors by sense, beside its one static vector",
+            ":ExplainSensesConfig", run_explain_senses,
+            description="Embed a word in sentences that use it in different senses, project its contextual vectors "
+            "(mean of its WordPieces at --layer) to 2-D with PCA, and draw them beside the static view: its input "
+            "embedding, the same vector in every sentence. Prints the mean cosine similarity within vs across "
+            "senses."),
+    Command("embed", "sentence or word vectors from any BERT model, written to .npy or .jsonl",
+            ".uses.embed:EmbedConfig", run_embed,
+            description="Embed every line of a text file (or one field of each JSONL object) with any model "
+            "directory (pre-trained, fine-tuned: the head is dropped, transformers or sentence-transformers BERT). "
+            "--out ending in .npy writes one (lines, width) float32 array for sentences; for tokens, all word "
+            "vectors stacked plus an index (vectors.npy -> vectors.index.jsonl) with each line's rows and words. "
+            "--out ending in .jsonl writes one object per line. Blank lines stop with an error (row i is line i) "
+            "unless --skip-empty."),
+    Command("static train", "train word2vec, fastText or GloVe vectors on a corpus (or import a vectors file)",
+            ".recipes.static:StaticTrainConfig", run_static_train, config_file=True,
+            description="Train static word vectors (one per word type) on the same corpus readers as pretrain: "
+            "word2vec and fastText through gensim, GloVe in bertology. Holds out a share of the documents for "
+            "OOV rates, evaluates on WordSim-353, SimLex-999 and the Google analogies, and writes a vectors "
+            "directory usable wherever a model directory is." + FLAGS_OR_FILE),
+    Command("static evaluate", "Spearman on WordSim-353 and SimLex-999, 3CosAdd accuracy on the Google analogies",
+            ".recipes.static:StaticEvalConfig", run_static_evaluate),
+    Command("static neighbors", "the nearest neighbours of words (fastText: also of words never seen)",
+            ".recipes.static:StaticNeighborsConfig", run_static_neighbors),
+    Command("serve", "serve a model over HTTP: POST /predict and /embed, GET /health and /info, docs at /docs",
+            ".uses.serve:ServeConfig", run_serve, extra="serve",
+            description="Serve a fine-tuned model (POST /predict: labels with probabilities, scores, tags or answer "
+            "spans) or any encoder (POST /embed: sentence vectors) as a JSON API. Concurrent requests are "
+            "micro-batched. SIGINT/SIGTERM finish the requests in flight, then exit."),
+    Command("export", "export a model for deployment: transformers copy (hf), PyTorch int8, or ONNX",
+            ".uses.export:ExportConfig", run_export,
+            description="`bertology evaluate` and `predict` run every export. Outputs are built beside --out and "
+            "renamed into place."),
+]
+GROUPS = {"tokenizer": "train a WordPiece vocabulary",
+          "static": "static word vectors before BERT: word2vec, fastText, GloVe",
+          "explain": "draw attention maps, or a word's contextual vs static vectors"}
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (the full usage is one `--help` away)."""
+
+    def error(self, message: str):  # noqa: D102
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser(argv: list[str]) -> ArgumentParser:
+    """The parser: every command listed; the one `argv` names also gets its flags (see the module docstring)."""
     parser = ArgumentParser(
         prog="bertology",
         description="BERT end to end: WordPiece vocabularies, pre-training, fine-tuning, features, export, serving.",
     )
     parser.add_argument("--version", action="version", version=f"bertology {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (add_demo, add_tokenizer, add_info, add_pretrain, add_finetune, add_evaluate, add_predict,
-                add_distill, add_explain, add_embed, add_serve, add_export):
-        add(commands)
+    words = [arg for arg in argv if not arg.startswith("-")]  # the command's name comes before its flags
+    actions = {}
+    for command in COMMANDS:
+        group, _, action = command.name.rpartition(" ")
+        if group and group not in actions:
+            actions[group] = commands.add_parser(group, help=GROUPS[group]).add_subparsers(
+                dest="action", metavar="ACTION", required=True)
+        sub = (actions[group] if group else commands).add_parser(
+            action, help=command.help, description=command.description or command.help)
+        if words[: len(command.name.split())] == command.name.split():
+            add_command_settings(sub, command, argv)
     return parser
+
+
+def add_command_settings(parser: argparse.ArgumentParser, command: Command, argv: list[str]) -> None:
+    """The command's flags, from its settings dataclass (importing its module), and --config FILE."""
+    try:
+        cls = command.settings_class()
+    except ModuleNotFoundError as err:
+        if command.extra is None:
+            raise
+        raise UserError(f"`bertology {command.name}` needs {err.name}: pip install 'bertology[{command.extra}]'") \
+            from None
+    given = config_file_values(cls, argv) if command.config_file else {}
+    add_settings(parser, cls, given)
+    if command.config_file:
+        parser.add_argument("--config", metavar="FILE", help="a TOML or JSON file with any of these settings (keys "
+                            "as the flags' names with _; flags win over the file)")
+    parser.set_defaults(**given, command_to_run=command, settings_class=cls)
+
+
+@contextlib.contextmanager
+def no_empty_folder_left(paths: list[Path]) -> Iterator[None]:
+    """If the body fails, remove the folders of `paths` that it created and left without a file."""
+    created = []
+    for path in paths:
+        missing = [folder for folder in (path, *path.parents) if not folder.exists()]
+        if missing:
+            created.append(missing[-1])  # the outermost folder the run would create
+    try:
+        yield
+    except BaseException:
+        for folder in created:
+            if folder.is_dir() and all(p.is_dir() for p in folder.rglob("*")):
+                shutil.rmtree(folder)
+        raise
+
+
+def output_folders(cfg: Any) -> list[Path]:
+    """Where the settings say the command writes: its output folders, and the folders of its output files."""
+    folders = []
+    for name, field in setting_fields(cfg).items():
+        value = getattr(cfg, name)
+        if field.metadata["output"] and value:
+            folders.append(Path(value) if field.metadata["output"] == "dir" else Path(value).parent)
+    return folders
+
+
+def parse(argv: list[str]) -> tuple[Command, Any]:
+    """The command `argv` names and its settings: the dataclass's defaults, then the config
+    file's values, then the flags. Raises SystemExit after --help, --version or a usage mistake."""
+    args = build_parser(argv).parse_args(argv)
+    names = {field.name for field in dataclasses.fields(args.settings_class)}
+    return args.command_to_run, args.settings_class(**{k: v for k, v in vars(args).items() if k in names})
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `bertology` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
     try:
-        args.run(args)
+        try:
+            command, cfg = parse(argv)
+        except SystemExit as exit_:  # argparse has printed the help, the version or the usage mistake
+            return exit_.code or 0
+        with no_empty_folder_left(output_folders(cfg)):
+            command.run(cfg)
+        sys.stdout.flush()  # a closed pipe shows up here, inside these handlers, not at exit
     except UserError as err:
         print(f"bertology: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("bertology: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`bertology info DIR | head`): stop quietly, as other command-line tools do,
+        # with stdout pointed at /dev/null so that Python's own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0
 
 

@@ -1,85 +1,170 @@
-"""Settings that several commands share, and reading settings from TOML or JSON config files.
+"""Settings: one dataclass per command, each field a command-line flag and a config-file key.
 
-Each run's settings are a dataclass; a `--config` file holds any of its fields (checked
-against the field's type, one-line errors) and command-line flags win over the file.
+A command's settings are a dataclass composed of shared groups of fields (the task's and its
+files' below, the loop's in training/loop.py, the epoch recipes' in training/tasks.py) and
+its own. Each field is declared once with `setting(default, help=..., choices=...)`: its
+default, help text and checks live in the field's metadata. From it the command line makes the flag
+(cli.py), `read_settings` checks a TOML or JSON `--config` file (flags win over the file),
+and `check_settings` checks a config built in Python, so a new setting is a flag, a
+config-file key and a documented default in one edit. This module imports no PyTorch.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import json
 import os
-from dataclasses import dataclass
+import sys
+import types
+from dataclasses import MISSING, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence, Union, get_args, get_origin, get_type_hints
 
 from .errors import UserError
 
-
-@dataclass
-class EpochLoop:
-    """The loop settings fine-tuning and distillation share: epochs over a training set with the
-    BERT paper's recipe (AdamW, warmup then linear decay, clipping). Kept here, free of PyTorch,
-    so the command line can show the defaults; each field is a flag and a config-file key."""
-
-    epochs: float = 3.0
-    lr: float = 5e-5
-    batch_size: int = 32
-    eval_batch_size: int = 128
-    warmup: float = 0.1  # a fraction of the steps (< 1) or a step count
-    weight_decay: float = 0.01
-    schedule: str = "linear"  # or "slanted_triangular" (ULMFiT), "constant"
-    max_grad_norm: float = 1.0
-    precision: str = "auto"
-    seed: int = 42
-    progress: bool = True
-    resume: bool = False
-
-    def validate_loop(self) -> None:
-        """The checks every epoch loop needs."""
-        if self.epochs <= 0 or self.lr <= 0 or self.batch_size <= 0:
-            raise UserError("epochs, lr and batch_size must be positive")
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, published as tomli before it joined the standard library
+    import tomli as tomllib
 
 
-@dataclass
-class TaskConfig:
-    """Which task, and where its labelled files are: what every task recipe (fine-tuning, the
-    feature-based mode, distillation) reads its splits with (training/tasks.py)."""
+def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], Any] | None = None,
+            choices: Sequence | None = None, metavar: str | tuple[str, ...] | None = None, required: bool = False,
+            positive: bool = False, minimum: float | None = None, positional: bool = False,
+            output: str | None = None) -> Any:
+    """A dataclass field that is also a flag and a config-file key.
 
-    task: str = ""  # a built-in task (sst2, conll2003, squad, ...) or classification / regression / pair-classification
-    data: str = ""  # a task folder (GLUE's train.tsv/dev.tsv, CoNLL's train.txt/valid.txt, SQuAD JSON) or file
-    # users' own data (tasks classification, regression, pair-classification)
-    train_file: str | None = None
-    dev_file: str | None = None
-    text_column: str = "text"
-    text_pair_column: str | None = None
-    label_column: str = "label"
-    labels: list[str] | None = None  # None: the labels found in the training file
+    Args:
+        default: the value when neither a flag nor the config file gives one (a list or
+            dict is copied for each config); leave it out for a field every caller must give.
+        help: what the setting does, for `--help`; the default is appended unless the text
+            already says what it is ("default: ..."), as it must for a None default.
+        default_factory: instead of `default`, a function computing it when a config is made
+            (e.g. a folder from an environment variable).
+        choices: the allowed values (listed in `--help`, checked by `check_settings`).
+        metavar: the value's name in `--help` (e.g. DIR, FILE).
+        required: `--help` shows the flag as required; the command line asks for it unless
+            the config file has it, and `check_settings` refuses an empty value.
+        positive: the value must be > 0; minimum: the value must be >= this.
+        positional: a positional argument instead of a --flag.
+        output: "dir" or "file" when the setting is where the command writes (a run that
+            fails before writing there leaves no empty folder behind).
+    """
+    metadata = {"help": help, "choices": tuple(choices) if choices is not None else None, "metavar": metavar,
+                "required": required, "positive": positive, "minimum": minimum, "positional": positional,
+                "output": output}
+    if isinstance(default, (list, dict)):
+        default_factory = functools.partial(copy.deepcopy, default)
+    if default_factory is not None:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
-def _has_type(value: Any, annotation: str) -> bool:
-    """Whether a config-file value fits a field annotation such as "int", "str | None", "list[str]"."""
+def override(cls: type, name: str, default: Any) -> Any:
+    """The setting `name` of dataclass `cls` with another default, its help and checks kept:
+    how a recipe changes a shared default (fine-tuning's lr of 5e-5 against the loop's)."""
+    return setting(default, **setting_fields(cls)[name].metadata)
+
+
+def setting_fields(cls_or_config: Any) -> dict[str, dataclasses.Field]:
+    """The fields declared with `setting`, by name, in declaration order."""
+    return {f.name: f for f in dataclasses.fields(cls_or_config) if "help" in f.metadata}
+
+
+@functools.cache
+def setting_types(cls: type) -> dict[str, Any]:
+    """Each field's type annotation, evaluated (`int | None` -> the union object)."""
+    return get_type_hints(cls)
+
+
+def default_of(field: dataclasses.Field) -> Any:
+    """A field's default value (MISSING when it has none)."""
+    return field.default_factory() if field.default_factory is not MISSING else field.default
+
+
+def option_name(name: str) -> str:
+    """The flag of a setting: max_seq_len -> --max-seq-len."""
+    return "--" + name.replace("_", "-")
+
+
+def alternatives(hint: Any) -> tuple:
+    """The types a union allows (`int | None` -> (int, NoneType)); any other type alone."""
+    return get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
+
+
+def fits(value: Any, hint: Any) -> bool:
+    """Whether a config-file value fits a type annotation (an int fits float; a list fits a list or tuple)."""
+    if hint is Any:
+        return True
+    if len(alternatives(hint)) > 1:
+        return any(fits(value, part) for part in alternatives(hint))
+    if hint is type(None):
+        return value is None
+    origin, args = get_origin(hint) or hint, get_args(hint)
+    if origin in (list, tuple):
+        if not isinstance(value, list) or (origin is tuple and len(value) != len(args)):
+            return False
+        return all(fits(item, args[0]) for item in value) if args else True
+    if origin is dict:
+        return isinstance(value, dict)
+    if isinstance(value, bool) or hint is bool:
+        return isinstance(value, bool) and hint is bool
+    return isinstance(value, (int, float) if hint is float else hint)
+
+
+def type_name(hint: Any) -> str:
+    """A type annotation as a user reads it: "int", "str | None", "list[str]"."""
+    if len(alternatives(hint)) > 1:
+        return " | ".join(type_name(part) for part in alternatives(hint))
+    if hint is type(None):
+        return "None"
+    if get_origin(hint) is None:
+        return getattr(hint, "__name__", str(hint))
+    return str(hint).replace("typing.", "")
+
+
+def value_problem(field: dataclasses.Field, value: Any) -> str | None:
+    """What is wrong with a setting's value by its choices and bounds ("must be positive, got 0"), or None."""
+    choices = field.metadata["choices"]
+    if value is not None and choices is not None and value not in choices:
+        return f"must be one of {', '.join(map(str, choices))}, got {value!r}"
+    return bounds_problem(field, value)
+
+
+def bounds_problem(field: dataclasses.Field, value: Any) -> str | None:
+    """What is wrong with a number by the setting's bounds, or None."""
+    meta = field.metadata
     if value is None:
-        return "None" in annotation
-    base = annotation.replace(" | None", "")
-    if base.startswith(("list", "dict")):
-        return isinstance(value, list if base.startswith("list") else dict)
-    if isinstance(value, bool):
-        return base == "bool"
-    return isinstance(value, {"int": int, "float": (int, float), "str": str, "bool": bool}[base])
+        return None
+    if meta["positive"] and value <= 0:
+        return f"must be positive, got {value}"
+    if meta["minimum"] is not None and value < meta["minimum"]:
+        return f"must be at least {meta['minimum']:g}, got {value}"
+    return None
+
+
+def check_settings(config: Any) -> None:
+    """Raise a one-line UserError naming the flag of the first setting that is missing or out of bounds."""
+    for name, field in setting_fields(config).items():
+        value = getattr(config, name)
+        if field.metadata["required"] and value in (None, "", []):
+            raise UserError(f"{option_name(name)} is required")
+        problem = value_problem(field, value)
+        if problem:
+            raise UserError(f"{option_name(name)} {problem}")
 
 
 def read_settings(cls: type, path: str | os.PathLike) -> dict[str, Any]:
-    """Read a TOML or JSON config file into a dict of values for the dataclass `cls`,
-    each checked against its field's type (unknown keys and wrong types are one-line errors)."""
+    """Read a TOML or JSON config file into a dict of values for the dataclass `cls`, each checked
+    against its field's type, choices and bounds (unknown keys and bad values are one-line errors)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such config file")
     text = path.read_bytes()
     try:
         if path.suffix == ".toml":
-            import tomllib
-
             values = tomllib.loads(text.decode("utf-8"))
         else:
             values = json.loads(text)
@@ -87,13 +172,54 @@ def read_settings(cls: type, path: str | os.PathLike) -> dict[str, Any]:
         raise UserError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as err:
         raise UserError(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
-    except Exception as err:  # tomllib.TOMLDecodeError names the line in its message
+    except tomllib.TOMLDecodeError as err:  # its message names the line and column
         raise UserError(f"{path}: invalid TOML: {err}") from None
-    types = {f.name: f.type for f in dataclasses.fields(cls)}  # annotations as strings, e.g. "int | None"
-    unknown = sorted(set(values) - set(types))
+    if not isinstance(values, dict):
+        raise UserError(f"{path}: expected an object of settings (key: value)")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    annotations = setting_types(cls)
+    unknown = sorted(set(values) - set(fields))
     if unknown:
         raise UserError(f"{path}: unknown setting(s) {', '.join(unknown)}")
     for key, value in values.items():
-        if not _has_type(value, types[key]):
-            raise UserError(f"{path}: setting {key!r} must be {types[key]}, got {value!r}")
+        if not fits(value, annotations[key]):
+            raise UserError(f"{path}: setting {key!r} must be {type_name(annotations[key])}, got {value!r}")
+        problem = value_problem(fields[key], value) if "help" in fields[key].metadata else None
+        if problem:
+            raise UserError(f"{path}: setting {key!r} {problem}")
     return values
+
+
+# ----- settings that several commands share (the loop's are in training/loop.py) -----------------
+
+
+@dataclass
+class TaskFiles:
+    """The task's labelled files."""
+
+    data: str = setting("", metavar="PATH",
+                        help="the task's folder (or file) in its official format: GLUE's train.tsv and dev.tsv, "
+                             "CoNLL's train.txt and valid.txt, SQuAD's JSON (default: none; or --train-file and "
+                             "--dev-file)")
+    train_file: str | None = setting(None, metavar="FILE",
+                                     help="your own task: the training CSV, TSV or JSONL (default: none)")
+    dev_file: str | None = setting(None, metavar="FILE", help="your own task: the dev CSV, TSV or JSONL (default: none)")
+
+
+@dataclass
+class TaskConfig(TaskFiles):
+    """The task.
+
+    With TaskFiles's fields, what every task recipe (fine-tuning, the feature-based mode,
+    distillation) reads its splits with (training/tasks.py).
+    """
+
+    task: str = setting("", required=True,
+                        help="a built-in task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli, conll2003, squad, "
+                             "squad_v2, ...) or, for your own files, classification, regression or pair-classification")
+    text_column: str = setting("text", help="your own task: the column (JSONL: field) holding the text")
+    text_pair_column: str | None = setting(None, help="your own pair task: the column holding the second text "
+                                                      "(default: none)")
+    label_column: str = setting("label", help="your own task: the column holding the label")
+    labels: list[str] | None = setting(None, help="your own task: the label set (default: the labels found in the "
+                                                  "training file)")

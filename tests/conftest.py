@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: where the shared data sets and the pretrained test model live.
+"""Shared pytest fixtures: where the shared data sets and the pretrained test model live, and the
+tiny models and synthetic task several test modules use (built with helpers.py).
 
 Tests that need a data file or the pretrained model skip, saying what is missing,
 instead of failing on a machine that lacks them.
@@ -11,6 +12,10 @@ import pytest
 
 # Never reach the Hugging Face Hub from a test: everything is read from local folders.
 os.environ["HF_HUB_OFFLINE"] = "1"
+
+from helpers import save_task_model, write_keyword_task  # noqa: E402 - imports bertology: after the line above
+
+from bertology.recipes.finetune import FinetuneConfig, run_finetuning  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,12 +53,22 @@ def minilm_dir() -> Path:
 def tiny_model(tmp_path_factory, minilm_dir) -> Path:
     """A randomly initialised tiny encoder (2 layers, 128 wide, 2 heads) with MiniLM's uncased
     vocabulary, saved as a model directory (tests read it, never write into it)."""
-    import torch
+    return save_task_model(tmp_path_factory.mktemp("tiny"), minilm_dir)
 
-    from bertology import BertConfig, BertModel, Tokenizer
 
-    directory = tmp_path_factory.mktemp("tiny")
-    torch.manual_seed(0)
-    BertModel(BertConfig.from_preset("tiny", vocab_size=30522)).save_pretrained(directory)
-    Tokenizer.from_pretrained(minilm_dir).save_pretrained(directory)
-    return directory
+@pytest.fixture(scope="session")
+def keyword_task(tmp_path_factory) -> Path:
+    """The folder of helpers.write_keyword_task: "pos" exactly when a sentence says "excellent"
+    (train.csv, dev.csv, unlabeled.txt)."""
+    return write_keyword_task(tmp_path_factory.mktemp("keyword_task"))
+
+
+@pytest.fixture(scope="session")
+def keyword_model(tmp_path_factory, tiny_model, keyword_task) -> Path:
+    """The tiny encoder fine-tuned on the keyword task (4 epochs, fp32; a few seconds): a model that
+    has learnt something (tests check how well), e.g. a teacher to distil."""
+    out = tmp_path_factory.mktemp("keyword_model") / "model"
+    run_finetuning(FinetuneConfig(task="classification", train_file=str(keyword_task / "train.csv"),
+                                  dev_file=str(keyword_task / "dev.csv"), model=str(tiny_model), out=str(out),
+                                  epochs=4, lr=1e-3, batch_size=16, precision="fp32", progress=False))
+    return out

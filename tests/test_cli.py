@@ -5,19 +5,10 @@ import subprocess
 import sys
 
 import pytest
+from helpers import run_cli
 
 import bertology
-from bertology.cli import main
-
-
-def run_cli(capsys, *argv):
-    """Run `bertology ARGV...` in-process; return (exit status, stdout, stderr)."""
-    try:
-        status = main(list(argv))
-    except SystemExit as exit_:  # argparse's own exits (--help, --version, usage errors)
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
+from bertology.models import ARCHITECTURES
 
 
 def test_console_script_is_installed():
@@ -86,3 +77,190 @@ def test_tokenizer_train_user_errors_are_one_line(capsys, tmp_path, problem):
         assert "corpus.txt:2:" in err  # file:line, as compilers print it
     if problem == "bad-vocab-size":
         assert "--vocab-size" in err
+
+
+# ----- flags generated from the settings ----------------------------------------------------------
+
+def test_help_and_version_import_no_pytorch():
+    code = ("import sys\nfrom bertology.cli import main\n"
+            "assert main(['--help']) == 0 and main(['--version']) == 0\n"
+            "assert 'torch' not in sys.modules, 'bertology --help imported torch'\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_required_flags_show_as_required_and_choices_are_listed(capsys):
+    status, out, _ = run_cli(capsys, "pretrain", "--help")
+    usage = " ".join(out.split("\n\n")[0].split())
+    assert status == 0 and "--corpus PATH [PATH ...] --out DIR" in usage
+    assert "[--corpus" not in usage and "[--out" not in usage and "[--max-steps MAX_STEPS]" in usage
+    assert f"--arch {{{','.join(ARCHITECTURES)}}}" in usage  # the registry's families, no CLI edit
+    assert "--objective {bert,roberta,albert,electra,clm}" in usage
+    _, out, _ = run_cli(capsys, "export", "--help")
+    assert "--format {hf,int8,onnx}" in out
+    _, out, _ = run_cli(capsys, "finetune", "--help")
+    help_of = {line.split()[0]: line for line in " ".join(out.split()).replace(" --", "\n--").splitlines()}
+    assert "random seed" in help_of["--seed"] and "(default: 42)" in help_of["--seed"]
+    assert "(default: 5e-05)" in help_of["--lr"] and "(default: 3)" in help_of["--epochs"]
+    _, out, _ = run_cli(capsys, "distill", "--help")
+    assert "--max-train-examples" in out and "--max-transfer-examples" not in out and "(default: 0.0001)" in out
+
+
+def test_a_bad_value_is_one_line_naming_its_flag(capsys, tmp_path):
+    base = ["finetune", "--task", "sst2", "--model", str(tmp_path), "--out", str(tmp_path / "out")]
+    for flags, message in ((["--epochs", "-1"], "--epochs: must be positive, got -1"),
+                           (["--batch-size", "0"], "--batch-size: must be positive, got 0"),
+                           (["--warmup", "x"], "--warmup: expected a number, got 'x'"),
+                           (["--precision", "fp16"], "--precision must be one of auto, fp32, bf16, got 'fp16'")):
+        status, _, err = run_cli(capsys, *base, *flags)
+        assert status == 2 and message in err and len(err.strip().splitlines()) == 1, (flags, err)
+    status, _, err = run_cli(capsys, "pretrain", "--arch", "gpt", "--corpus", str(tmp_path), "--out",
+                             str(tmp_path / "out"), "--max-steps", "1")
+    assert status == 2 and f"unknown architecture 'gpt'; choose one of {', '.join(ARCHITECTURES)}" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_seeds_table_shows_metrics_not_the_median_seed(capsys):
+    from bertology.cli import print_results
+    from bertology.tasks.readers import TASKS
+    from bertology.training.tasks import summarize
+
+    print_results(summarize(TASKS["sst2"], [{"seed": 42, "accuracy": 0.5, "step": 3},
+                                            {"seed": 43, "accuracy": 0.7, "step": 6},
+                                            {"seed": 44, "accuracy": 0.6, "step": 6}]))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "sst2 dev, median of 3 seeds (min / max):"
+    assert [line.split()[0] for line in lines[1:]] == ["accuracy"] and "0.6000  (0.5000 / 0.7000)" in lines[1]
+
+
+def test_tokenizer_train_can_skip_bad_lines(capsys, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"the cat sat on the mat.\n" * 40 + b"broken \xff line\n" + b"the dog sat on the log.\n" * 40)
+    status, out, err = run_cli(capsys, "tokenizer", "train", corpus, "--vocab-size", "200", "--out", tmp_path / "tok",
+                               "--skip-bad-lines")
+    assert status == 0, err
+    assert "an uncased vocabulary" in out and "skipped 1 bad line(s)" in out
+    vocab = (tmp_path / "tok" / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert "cat" in vocab and "broken" not in vocab
+
+
+@pytest.mark.slow
+def test_a_closed_pipe_ends_the_command_quietly(tiny_model):
+    """`bertology info DIR | head`: the reader stops early; no traceback."""
+    process = subprocess.Popen([sys.executable, "-m", "bertology", "info", str(tiny_model)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # the reader is gone before the first line is written
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) != 0
+    assert err == "", err
+
+
+# ----- no empty output folder after a failure -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    """120 short documents of made-up sentences and a small vocabulary trained on them."""
+    import random
+
+    from bertology.data.tokenizer import train_tokenizer
+
+    root = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    words = "the a cat dog bird sat ran flew on under over mat log tree big small red blue quickly slowly".split()
+    docs = ["\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(5, 12))).capitalize() + "."
+                      for _ in range(6)) for _ in range(120)]
+    (root / "text.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    train_tokenizer([root / "text.txt"], vocab_size=300, out_dir=root / "tokenizer")
+    return root
+
+
+def test_failed_pretrain_finetune_and_distill_leave_no_empty_output_folder(capsys, tmp_path, small_corpus,
+                                                                          tiny_model, minilm_dir):
+    from helpers import save_task_model
+
+    (tmp_path / "empty.csv").write_text("text,label\n")
+    teacher = save_task_model(tmp_path / "teacher", minilm_dir, task="sst2")
+    runs = {
+        "pretrain": ["--corpus", small_corpus / "text.txt", "--tokenizer", small_corpus / "tokenizer",
+                     "--cache-dir", tmp_path / "cache", "--seq-len", "1024", "--max-steps", "1"],
+        "finetune": ["--task", "classification", "--train-file", tmp_path / "empty.csv", "--model", tiny_model],
+        "distill": ["--teacher", teacher, "--unlabeled", tmp_path / "missing.txt", "--no-train-text"],
+    }
+    for command, flags in runs.items():
+        status, _, err = run_cli(capsys, command, *flags, "--out", tmp_path / "new" / command, "--no-progress")
+        assert status == 2 and len(err.strip().splitlines()) == 1, (command, err)
+        assert not (tmp_path / "new").exists(), command
+    (tmp_path / "mine").mkdir()  # a folder that was there before is the user's: kept
+    run_cli(capsys, "finetune", *runs["finetune"], "--out", tmp_path / "mine", "--no-progress")
+    assert (tmp_path / "mine").is_dir()
+
+
+def test_failed_embed_and_export_leave_no_empty_output_folder(capsys, tmp_path, tiny_model, monkeypatch):
+    import bertology.uses.embed
+
+    def fails(*args, **kwargs):
+        raise bertology.UserError("the model failed")
+
+    (tmp_path / "in.txt").write_text("a line\n")
+    monkeypatch.setattr(bertology.uses.embed, "embed_texts", fails)  # fails while the output is being written
+    status, _, err = run_cli(capsys, "embed", "--model", tiny_model, "--input", tmp_path / "in.txt",
+                             "--out", tmp_path / "new" / "vectors.npy", "--no-progress")
+    assert status == 2 and "the model failed" in err and not (tmp_path / "new").exists()
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model, broken)
+    (broken / "tokenizer_config.json").write_text("not json")  # read while the export is being written
+    status, _, err = run_cli(capsys, "export", "--model", broken, "--format", "hf", "--out", tmp_path / "new" / "hf")
+    assert status == 2 and "tokenizer_config.json" in err and not (tmp_path / "new").exists()
+
+
+# ----- closing summaries --------------------------------------------------------------------------
+
+def metric_rows(out):
+    import json
+
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_pretrain_ends_with_a_summary(capsys, tmp_path, small_corpus):
+    out = tmp_path / "run"
+    status, stdout, err = run_cli(capsys, "pretrain", "--corpus", small_corpus / "text.txt", "--tokenizer",
+                                  small_corpus / "tokenizer", "--cache-dir", tmp_path / "cache", "--out", out,
+                                  "--preset", "tiny", "--seq-len", "32", "--batch-size", "8", "--max-steps", "4",
+                                  "--log-every", "2", "--eval-fraction", "0.2", "--eval-batches", "2",
+                                  "--precision", "fp32", "--no-progress")
+    assert status == 0, err
+    lines = stdout.splitlines()
+    vocab = len((small_corpus / "tokenizer" / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    assert lines[0].startswith(f"pre-trained a tiny encoder (bert objective; 2 layers, 128 wide, {vocab}-token "
+                               "vocabulary): 4 steps in ")
+    rates = [row["tokens_per_second"] for row in metric_rows(out) if "split" not in row]
+    rate = float(lines[0].split("(")[-1].split(" tokens/s")[0].replace(",", ""))
+    assert min(rates) - 1 <= rate <= max(rates) + 1
+    held_out = [row for row in metric_rows(out) if row.get("split") == "eval"][-1]
+    assert lines[1] == "held-out: " + ", ".join(f"{k} {v:.4f}" for k, v in held_out.items()
+                                               if k not in ("step", "split", "elapsed"))
+    assert "nsp_accuracy" in lines[1] and lines[2].endswith(f"to {out}")
+
+
+@pytest.mark.slow
+def test_finetune_and_distill_end_with_a_summary(capsys, tmp_path, tiny_model, keyword_task, keyword_model):
+    status, stdout, err = run_cli(capsys, "finetune", "--task", "classification", "--train-file",
+                                  keyword_task / "train.csv", "--dev-file", keyword_task / "dev.csv", "--model",
+                                  tiny_model, "--out", tmp_path / "ft", "--epochs", "1", "--batch-size", "16",
+                                  "--precision", "fp32", "--no-progress")
+    assert status == 0, err
+    lines = stdout.splitlines()
+    assert lines[0] == "classification dev:" and lines[1].split()[0] == "accuracy"
+    assert f"fine-tuned {tiny_model} for classification, 240 training examples x 1 epoch: 15 steps in " in stdout
+    assert "examples/s" in stdout and stdout.rstrip().endswith(f"to {tmp_path / 'ft'}")
+
+    status, stdout, err = run_cli(capsys, "distill", "--teacher", keyword_model, "--train-file",
+                                  keyword_task / "train.csv", "--dev-file", keyword_task / "dev.csv", "--preset",
+                                  "tiny", "--out", tmp_path / "student", "--epochs", "1", "--precision", "fp32",
+                                  "--cache-dir", tmp_path / "cache", "--no-progress")
+    assert status == 0, err
+    assert "teacher_accuracy" in stdout and f"distilled {keyword_model} (" in stdout
+    assert "into a random-weight tiny encoder (" in stdout and "240 transfer examples x 1 epoch: 8 steps in " in stdout
+    assert stdout.rstrip().endswith(f"to {tmp_path / 'student'}")

@@ -21,33 +21,41 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import setting
 from ..data.stdlib_docs import docstring_task, write_pretraining_corpus
 from ..data.tokenizer import Tokenizer, train_tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic, write_text_atomic
-from ..models.bert import BertConfig, BertModel
+from ..models.bert import PRESETS, BertConfig, BertModel
 from ..plots import plot_demo
 from .finetune import FinetuneConfig, run_finetuning
-from .pretrain import PretrainConfig, run_pretraining
+from ..training.objectives import OBJECTIVES
+from .pretrain import OBJECTIVE_HELP, PretrainConfig, run_pretraining
 
 
 @dataclass
 class DemoConfig:
-    """Settings of the demo; the defaults finish in well under 10 minutes on 2 CPU cores."""
+    """The demo's settings.
 
-    out: str = "bertology-demo"
-    pretrain_time: str = "4m"  # the pre-training budget (the schedule is fitted to it)
-    preset: str = "tiny"
-    objective: str = "roberta"
-    vocab_size: int = 6000
-    pretrain_seq_len: int = 64
-    pretrain_lr: float = 1e-3  # tiny models take a large rate
-    finetune_seq_len: int = 128
-    finetune_epochs: float = 10.0
-    finetune_lr: float = 1e-3
-    max_train_per_label: int = 100
-    seed: int = 0
-    progress: bool = True
+    The defaults finish in well under 10 minutes on 2 CPU cores.
+    """
+
+    out: str = setting("bertology-demo", metavar="DIR", output="dir",
+                       help="output directory: results.json, the plots, every model")
+    pretrain_time: str = setting("4m", metavar="DURATION", help="the pre-training budget, e.g. 90s, 4m (the "
+                                                                "schedule is fitted to it)")
+    preset: str = setting("tiny", choices=PRESETS, help="the model's size")
+    objective: str = setting("roberta", choices=OBJECTIVES, help=OBJECTIVE_HELP)
+    vocab_size: int = setting(6000, positive=True, help="the size of the vocabulary trained on the text")
+    pretrain_seq_len: int = setting(64, minimum=8, help="pre-training sequence length in tokens")
+    pretrain_lr: float = setting(1e-3, positive=True, help="pre-training peak learning rate (tiny models take "
+                                                           "a large one)")
+    finetune_seq_len: int = setting(128, positive=True, help="fine-tuning tokens per docstring")
+    finetune_epochs: float = setting(10.0, positive=True, help="fine-tuning passes over the labelled docstrings")
+    finetune_lr: float = setting(1e-3, positive=True, help="fine-tuning peak learning rate")
+    max_train_per_label: int = setting(100, positive=True, help="labelled training docstrings per label")
+    seed: int = setting(0, help="random seed of every step")
+    progress: bool = setting(True, help="show progress bars")
 
 
 def _write_task(task, folder: Path) -> tuple[Path, Path]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..config import EpochLoop, TaskConfig
+from ..config import TaskConfig, TaskFiles, override, setting
 from ..data.tokenizer import MASK, Tokenizer
 from ..errors import UserError
 from ..files import atomic_path, cache_root, write_json_atomic
@@ -55,6 +55,7 @@ from ..training.tasks import (
     MODEL_FOR_KIND,
     BestModel,
     EpochBatches,
+    EpochLoop,
     RunData,
     check_output_dir,
     epoch_train_config,
@@ -73,31 +74,40 @@ LOSSES = ("kl", "mse")
 
 
 @dataclass
-class DistillConfig(EpochLoop):
-    """Everything a distillation run needs; each field is also a command-line flag and a config-file key."""
+class DistillConfig(TaskFiles, EpochLoop):
+    """Distillation: the teacher, the transfer set, the student and the loss."""
 
-    teacher: str = ""  # a fine-tuned model directory (its task and labels are the student's)
-    out: str = ""
-    data: str = ""  # the task's folder: the dev split scores the student; train's texts join the transfer set
-    train_file: str | None = None  # users' own tasks (see FinetuneConfig)
-    dev_file: str | None = None
+    teacher: str = setting("", required=True, metavar="DIR",
+                           help="the fine-tuned teacher's model directory (its task and labels are the student's)")
+    out: str = setting("", required=True, metavar="DIR", output="dir",
+                       help="output directory: the best student, eval_results.json, metrics.jsonl, learning_curve.png")
     # the transfer set: text the teacher labels
-    train_text: bool = True  # the task's training examples (their labels are used only if label_weight > 0)
-    unlabeled: list[str] = field(default_factory=list)  # more text: one example per line (a tab between a pair)
-    max_transfer_examples: int | None = None  # a reproducible random subset
-    augment: int = 0  # Tang et al. (2019): add this many noisy copies of each transfer example
+    train_text: bool = setting(True, help="the task's training text joins the transfer set (its labels are used "
+                                          "only with --label-weight)")
+    unlabeled: list[str] = setting([], metavar="FILE", help="more transfer text: one example per line, a tab between "
+                                                            "the two texts of a pair (default: none)")
+    max_train_examples: int | None = setting(None, positive=True,
+                                             help="train on a reproducible random subset of this many transfer "
+                                                  "examples (default: all)")
+    augment: int = setting(0, minimum=0, metavar="N",
+                           help="add N noisy copies of each transfer example for the teacher to label (Tang et al. "
+                                "2019: words masked or replaced, n-grams sampled)")
     # the student
-    student: str | None = None  # a pre-trained encoder directory; None: random init at `preset`
-    preset: str = "mini"
+    student: str | None = setting(None, metavar="DIR",
+                                  help="a pre-trained encoder directory (default: random weights at --preset)")
+    preset: str = setting("mini", choices=PRESETS, help="the size of a randomly initialised student")
     # the loss
-    loss: str = "kl"  # or "mse" between logits
-    temperature: float = 2.0
-    label_weight: float = 0.0  # weight of the true labels' loss; the teacher's gets 1 - label_weight
-    hidden_weight: float = 0.0  # > 0: add MSE between mapped student and teacher layers
-    # optimisation: EpochLoop's fields, a small student learning faster than fine-tuning's 5e-5
-    lr: float = 1e-4
-    max_seq_len: int | None = None  # None: the teacher's
-    cache_dir: str | None = None  # where the teacher's targets are kept; default $BERTOLOGY_CACHE/distill
+    loss: str = setting("kl", choices=LOSSES, help="kl: KL divergence between the softened distributions (times "
+                                                   "T^2); mse: mean squared error between the logits")
+    temperature: float = setting(2.0, positive=True, help="the softening temperature T of the kl loss")
+    label_weight: float = setting(0.0, minimum=0, help="weight of the true labels' loss where the text has labels "
+                                                       "(the teacher's gets 1 minus this)")
+    hidden_weight: float = setting(0.0, minimum=0, help="weight of the hidden-state loss: MSE between each student "
+                                                        "layer and its teacher layer (0: off)")
+    lr: float = override(EpochLoop, "lr", 1e-4)  # a small student learns faster than fine-tuning's 5e-5
+    max_seq_len: int | None = setting(None, positive=True, help="tokens per row (default: the teacher's)")
+    cache_dir: str | None = setting(None, metavar="DIR", help="where the teacher's targets are kept "
+                                                              "(default: $BERTOLOGY_CACHE/distill)")
 
     def __post_init__(self) -> None:
         for name in ("teacher", "out", "data", "train_file", "dev_file", "student", "cache_dir"):  # Paths from Python
@@ -108,26 +118,13 @@ class DistillConfig(EpochLoop):
 
     def validate(self) -> None:
         """Check everything that needs no file reading."""
-        for name in ("teacher", "out"):
-            if not getattr(self, name):
-                raise UserError(f"no --{name} given")
+        super().validate()
         if not Path(self.teacher).is_dir():
             raise UserError(f"{self.teacher}: no such teacher model directory")
         if self.student is not None and not Path(self.student).is_dir():
             raise UserError(f"{self.student}: no such student model directory")
-        if self.student is None and self.preset not in PRESETS:
-            raise UserError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
-        if self.loss not in LOSSES:
-            raise UserError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
-        if self.temperature <= 0:
-            raise UserError(f"temperature must be positive, got {self.temperature}")
-        if not 0 <= self.label_weight <= 1:
-            raise UserError(f"label_weight must be in [0, 1], got {self.label_weight}")
-        if self.hidden_weight < 0:
-            raise UserError(f"hidden_weight must be >= 0, got {self.hidden_weight}")
-        self.validate_loop()
-        if self.augment < 0:
-            raise UserError(f"augment must be >= 0, got {self.augment}")
+        if self.label_weight > 1:
+            raise UserError(f"--label-weight must be at most 1, got {self.label_weight}")
         if not self.train_text and not self.unlabeled:
             raise UserError("no transfer text: give --unlabeled files, or keep the task's training text")
         if (self.train_text or self.label_weight > 0) and not (self.data or self.train_file):
@@ -149,7 +146,7 @@ def read_transfer_set(cfg: DistillConfig, spec: TaskSpec) -> list:
                         for e in read_inputs(spec, Path(path)))
     if not examples:
         raise UserError("the transfer set is empty")
-    examples = subset(examples, cfg.max_transfer_examples, cfg.seed)
+    examples = subset(examples, cfg.max_train_examples, cfg.seed)
     return examples + augmented(examples, cfg.augment, cfg.seed) if cfg.augment else examples
 
 

@@ -18,12 +18,15 @@ from pathlib import Path
 
 import torch
 
-from ..config import EpochLoop, TaskConfig
+from ..config import TaskConfig, setting
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
 from ..inference.modeldir import describe_task, load_finetuned
+from ..inference.embedding import POOLINGS
 from ..inference.predict import predict, score
+from ..models.features import LAYER_CHOICES
+from ..ops import PRECISIONS
 from ..tasks.inputs import InputSettings, collate, encode
 from ..tasks.readers import (
     TaskSpec,
@@ -38,6 +41,7 @@ from ..training.tasks import (
     RESULTS_NAME,
     BestModel,
     EpochBatches,
+    EpochLoop,
     RunData,
     TaskModule,
     check_output_dir,
@@ -60,34 +64,49 @@ CONFIG_NAME = "finetune_config.json"
 
 
 MODES = ("finetune", "features")
+LONG_INPUTS = ("truncate", "window")
+FEATURE_HEADS = ("linear", "bilstm")
 
 
 @dataclass
 class FinetuneConfig(TaskConfig, EpochLoop):
-    """Everything a fine-tuning run needs: the task (TaskConfig), the loop (EpochLoop), and the
-    fields below; each field is also a command-line flag and a config-file key."""
+    """Fine-tuning: the model, its inputs, ULMFiT's options and the feature-based mode."""
 
-    model: str = ""  # a bertology or transformers BERT directory
-    out: str = ""
-    # inputs
-    max_seq_len: int | None = None  # None: 128, or 384 for SQuAD
-    max_train_examples: int | None = None  # a reproducible random subset (seeded)
-    long_inputs: str = "truncate"  # or "window": overlapping windows, aggregated
-    doc_stride: int = 128
-    max_query_length: int = 64
-    max_answer_length: int = 30
-    n_best: int = 20
-    null_score_threshold: float = 0.0
-    # optimisation: EpochLoop's fields, and
-    layer_lr_decay: float = 1.0  # ULMFiT's discriminative rates: each layer down gets this factor
-    gradual_unfreezing: bool = False  # ULMFiT: top layer first, one more each epoch
-    seeds: int = 1  # > 1: run seed, seed+1, ... and report median and spread
-    # the BERT paper's feature-based mode
-    mode: str = "finetune"  # or "features"
-    feature_layers: str = "sum_last_four"  # see features.LAYER_CHOICES
-    feature_head: str = "linear"  # or "bilstm"
-    feature_pooling: str = "mean"  # sentence tasks: cls, mean or max over the token features
-    cache_dir: str | None = None  # where features are cached; default $BERTOLOGY_CACHE
+    model: str = setting("", required=True, metavar="DIR",
+                         help="the pre-trained model directory (bertology or transformers BERT)")
+    out: str = setting("", required=True, metavar="DIR", output="dir",
+                       help="output directory: the best model, eval_results.json, metrics.jsonl, learning_curve.png")
+    max_seq_len: int | None = setting(None, positive=True, help="tokens per row (default: 128; SQuAD 384)")
+    max_train_examples: int | None = setting(None, positive=True,
+                                             help="train on a reproducible random subset of this many examples "
+                                                  "(default: all)")
+    long_inputs: str = setting("truncate", choices=LONG_INPUTS,
+                               help="inputs longer than --max-seq-len: cut (counted and reported) or covered by "
+                                    "overlapping windows")
+    doc_stride: int = setting(128, positive=True, help="windows: tokens between window starts")
+    max_query_length: int = setting(64, positive=True, help="SQuAD: question tokens kept")
+    max_answer_length: int = setting(30, positive=True, help="SQuAD: the longest answer in tokens")
+    n_best: int = setting(20, positive=True, help="SQuAD: start and end candidates searched")
+    null_score_threshold: float = setting(0.0, help="SQuAD 2.0: answer nothing when the no-answer score beats "
+                                                    "the best span's by more than this")
+    layer_lr_decay: float = setting(1.0, positive=True,
+                                    help="ULMFiT's discriminative learning rates: each layer down gets this factor "
+                                         "of the rate above it (1: off)")
+    gradual_unfreezing: bool = setting(False, help="ULMFiT: train the top layer first, one more layer each epoch")
+    seeds: int = setting(1, positive=True, help="run N seeds (--seed, --seed + 1, ...) and report the median "
+                                                "and spread")
+    mode: str = setting("finetune", choices=MODES,
+                        help="finetune the whole encoder, or the BERT paper's feature-based mode (features): "
+                             "the encoder frozen, only a head trains")
+    feature_layers: str = setting("sum_last_four",
+                                  help=f"features mode: {', '.join(LAYER_CHOICES)}, or layer numbers like 4,5,6 "
+                                       "(summed; 0 = embeddings, -1 = last)")
+    feature_head: str = setting("linear", choices=FEATURE_HEADS,
+                                help="features mode: the head (bilstm: the paper's two-layer BiLSTM)")
+    feature_pooling: str = setting("mean", choices=POOLINGS,
+                                   help="features mode, sentence tasks: how the token features become one vector")
+    cache_dir: str | None = setting(None, metavar="DIR", help="features mode: where computed features are kept "
+                                                              "(default: $BERTOLOGY_CACHE/features)")
 
     def __post_init__(self) -> None:
         for name in ("data", "model", "out", "train_file", "dev_file", "cache_dir"):  # Paths welcome from Python
@@ -97,22 +116,9 @@ class FinetuneConfig(TaskConfig, EpochLoop):
 
     def validate(self) -> None:
         """Check everything that needs no file reading."""
-        for name in ("task", "model", "out"):
-            if not getattr(self, name):
-                raise UserError(f"no --{name} given")
-        if self.mode not in MODES:
-            raise UserError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if self.long_inputs not in ("truncate", "window"):
-            raise UserError(f"long_inputs must be truncate or window, got {self.long_inputs!r}")
-        if self.feature_head not in ("linear", "bilstm"):
-            raise UserError(f"feature_head must be linear or bilstm, got {self.feature_head!r}")
-        self.validate_loop()
-        if self.seeds <= 0:
-            raise UserError(f"seeds must be positive, got {self.seeds}")
-        if not 0 < self.layer_lr_decay <= 1:
-            raise UserError(f"layer_lr_decay must be in (0, 1], got {self.layer_lr_decay}")
-        if self.max_train_examples is not None and self.max_train_examples <= 0:
-            raise UserError(f"max_train_examples must be positive, got {self.max_train_examples}")
+        super().validate()
+        if self.layer_lr_decay > 1:
+            raise UserError(f"--layer-lr-decay must be at most 1, got {self.layer_lr_decay}")
         if not Path(self.model).is_dir():
             raise UserError(f"{self.model}: no such model directory")
 
@@ -191,6 +197,39 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
     summary = summarize(data.spec, runs)
     write_json_atomic(out / RESULTS_NAME, summary)
     return summary
+
+
+@dataclass
+class EvaluateConfig:
+    """The model, the task's split, and where the results go.
+
+    The settings of `bertology evaluate`.
+    """
+
+    data: str = setting(required=True, metavar="PATH", help="the task's folder or file")
+    model: str = setting(required=True, metavar="DIR", help="a model directory from `bertology finetune`")
+    task: str | None = setting(None, help="the task (default: the one the model was fine-tuned on)")
+    split: str = setting("dev", help="the split to score: dev, dev_mismatched (MNLI), train or test")
+    batch_size: int = setting(128, positive=True, help="examples per forward pass")
+    precision: str = setting("auto", choices=PRECISIONS, help="auto: bf16 where the processor runs it fast")
+    out: str | None = setting(None, metavar="FILE", output="file", help="also write the results as JSON here "
+                                                                         "(default: print only)")
+
+
+@dataclass
+class PredictConfig:
+    """The model, the input file and where the predictions go.
+
+    The settings of `bertology predict`.
+    """
+
+    model: str = setting(required=True, metavar="DIR", help="a model directory from `bertology finetune`")
+    input: str = setting(required=True, metavar="FILE", help="the task's official format, or .txt: one text per "
+                                                             "line (a tab between the texts of a pair)")
+    out: str = setting(required=True, metavar="FILE", output="file", help="the predictions: GLUE TSV, SQuAD JSON "
+                                                                         "or CoNLL columns")
+    batch_size: int = setting(128, positive=True, help="examples per forward pass")
+    precision: str = setting("auto", choices=PRECISIONS, help="auto: bf16 where the processor runs it fast")
 
 
 def run_evaluation(task: str | None, data: str, model_dir: str, split: str = "dev", batch_size: int = 128,

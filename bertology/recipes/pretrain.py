@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..config import override, setting
+from ..data.corpus import DOC_FORMATS
 from ..data.pretraining import PretrainingDataset, collate, make_batches
 from ..data.shards import TokenizedCorpus, build_corpus, continuation_table
 from ..data.tokenizer import Tokenizer, train_tokenizer
 from ..errors import UserError
 from ..files import cache_root, write_json_atomic
+from ..models import ARCHITECTURES, family_named
 from ..models.bert import PRESETS, BertConfig
 from ..plots import plot_training_curves
 from ..training.loop import (
@@ -30,95 +33,85 @@ from ..training.loop import (
     check_no_earlier_run,
     check_writable,
     metrics_from_counts,
-    parse_duration,
 )
 from ..training.objectives import OBJECTIVES, build_objective
 
 RESOLVED_CONFIG_NAME = "pretrain_config.json"
 
 
-@dataclass
-class PretrainConfig:
-    """Everything a pre-training run needs; each field is also a command-line flag and a config-file key."""
+OBJECTIVE_HELP = ("pre-training objective: bert (masked LM + next-sentence prediction), roberta (masked LM over "
+                  "full sentences), albert (masked LM + sentence order), electra (replaced-token detection), "
+                  "clm (left-to-right LM)")
 
-    corpus: list[str] = field(default_factory=list)
-    out: str = ""
-    tokenizer: str | None = None  # a tokenizer directory; None = train one on the corpus
-    vocab_size: int = 30522  # for a tokenizer trained here
-    cased: bool = False
-    doc_format: str = "auto"  # "lines", "file" or "auto" (see read_documents)
-    skip_bad_lines: bool = False  # skip (and count) lines that are not UTF-8 instead of stopping
-    cache_dir: str = field(default_factory=lambda: str(cache_root()))
-    preset: str = "mini"
-    model_config: str | None = None  # a config.json for the encoder instead of a preset
-    model: dict[str, Any] = field(default_factory=dict)  # BertConfig field overrides (e.g. pre_layer_norm)
-    objective: str = "bert"
-    seq_len: int = 128
-    batch_size: int = 32
-    grad_accum: int = 1
-    lr: float = 5e-4
-    warmup: float = 0.06
-    weight_decay: float = 0.01
-    schedule: str = "linear"
-    max_steps: int | None = None
-    max_time: str | None = None  # "20m", "1h", "900" (seconds)
-    precision: str = "auto"
-    compile: bool = False
-    seed: int = 0
-    short_seq_prob: float = 0.1
-    whole_word_masking: bool = False
-    max_predictions: int | None = None  # cap on masked tokens per sequence (BERT: 20 at 128)
-    eval_fraction: float = 0.01
-    eval_batches: int = 20
-    eval_every: int = 200
-    log_every: int = 10
-    save_every: int = 500
-    keep_last: int = 2
-    resume: bool = False
-    progress: bool = True
+
+@dataclass
+class PretrainConfig(TrainConfig):
+    """Pre-training: the corpus, the vocabulary, the model and the objective."""
+
+    corpus: list[str] = setting([], required=True, metavar="PATH", help="text files, or folders of them")
+    out: str = setting("", required=True, metavar="DIR", output="dir",
+                       help="output directory: the model, its tokenizer, metrics.jsonl, training_curves.png")
+    doc_format: str = setting("auto", choices=DOC_FORMATS,
+                              help="lines: a sentence or paragraph per line, blank lines between documents; "
+                                   "file: one document per file; auto: decide per file")
+    text_field: str = setting("text", help="JSONL corpus files: the field that holds the text")
+    skip_bad_lines: bool = setting(False, help="skip (and count) lines that are not UTF-8 instead of stopping")
+    tokenizer: str | None = setting(None, metavar="DIR", help="a tokenizer directory (default: train one on the corpus)")
+    vocab_size: int = setting(30522, positive=True, help="the size of a vocabulary trained on the corpus")
+    cased: bool = setting(False, help="train a cased vocabulary (case and accents kept)")
+    cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR",
+                             help="where the tokenized corpus is kept for later runs ($BERTOLOGY_CACHE)")
+    arch: str = setting("bert", choices=ARCHITECTURES, help="the model family")
+    preset: str = setting("mini", choices=PRESETS, help="the model's size")
+    model_config: str | None = setting(None, metavar="FILE", help="a config.json for the encoder instead of a "
+                                                                  "preset (default: none)")
+    model: dict[str, Any] = setting({}, help="config-file only: BertConfig fields to override, as a [model] table")
+    # the variants' switches, applied over the preset and winning over `model`
+    pre_layer_norm: bool = setting(False, help="LayerNorm before each sub-layer (pre-LN) instead of after it")
+    embedding_size: int | None = setting(None, positive=True, help="ALBERT's factorized embeddings: this width, "
+                                                                   "projected to the hidden size (default: off)")
+    share_layers: bool = setting(False, help="ALBERT's cross-layer parameter sharing")
+    segment_embeddings: bool = setting(True, help="segment (token type) embeddings")
+    objective: str = setting("bert", choices=OBJECTIVES, help=OBJECTIVE_HELP)
+    seq_len: int = setting(128, minimum=8, help="sequence length in tokens")
+    batch_size: int = setting(32, positive=True, help="sequences per micro-batch")
+    short_seq_prob: float = setting(0.1, minimum=0, help="share of shorter sequences, as BERT's data has")
+    whole_word_masking: bool = setting(False, help="mask all the pieces of a word together")
+    max_predictions: int | None = setting(None, positive=True, help="cap on masked tokens per sequence "
+                                                                    "(default: none; BERT: 20 at 128 tokens)")
+    eval_fraction: float = setting(0.01, positive=True, help="share of the documents held out for evaluation")
+    eval_batches: int = setting(20, positive=True, help="held-out batches per evaluation")
+    lr: float = override(TrainConfig, "lr", 5e-4)
+    eval_every: int = override(TrainConfig, "eval_every", 200)
 
     def validate(self) -> None:
         """Everything that can be checked before any tokenization or training."""
-        if not self.corpus:
-            raise UserError("no corpus given (--corpus PATH...)")
+        super().validate()
         for path in self.corpus:
             if not Path(path).exists():
                 raise UserError(f"{path}: no such file or directory")
-        if not self.out:
-            raise UserError("no output directory given (--out DIR)")
-        if self.objective not in OBJECTIVES:
-            raise UserError(f"unknown objective {self.objective!r}; choose one of {', '.join(OBJECTIVES)}")
-        if self.model_config is None and self.preset not in PRESETS:
-            raise UserError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
-        if self.seq_len < 8:
-            raise UserError(f"--seq-len must be at least 8, got {self.seq_len}")
-        if self.batch_size <= 0:
-            raise UserError(f"--batch-size must be positive, got {self.batch_size}")
         if self.tokenizer is not None and not Path(self.tokenizer).is_dir():
             raise UserError(f"{self.tokenizer}: no such tokenizer directory")
-        if not 0 < self.eval_fraction < 1:
-            raise UserError(f"--eval-fraction must be in (0, 1), got {self.eval_fraction}")
+        if self.eval_fraction >= 1:
+            raise UserError(f"--eval-fraction must be below 1, got {self.eval_fraction}")
 
-    def train_config(self) -> TrainConfig:
-        """The loop's settings."""
-        return TrainConfig(
-            lr=self.lr, weight_decay=self.weight_decay, warmup=self.warmup, schedule=self.schedule,
-            max_steps=self.max_steps, max_time=parse_duration(self.max_time) if self.max_time else None,
-            grad_accum=self.grad_accum, precision=self.precision, compile=self.compile,
-            log_every=self.log_every, eval_every=self.eval_every, save_every=self.save_every,
-            keep_last=self.keep_last, seed=self.seed, progress=self.progress,
-        )
+    def model_overrides(self) -> dict[str, Any]:
+        """The BertConfig fields to set over the preset or --model-config: the `model` table, then
+        the switches given (so a flag wins over the config file's table)."""
+        switches = {"pre_layer_norm": self.pre_layer_norm or None, "share_layers": self.share_layers or None,
+                    "embedding_size": self.embedding_size, "type_vocab_size": None if self.segment_embeddings else 0}
+        return {**self.model, **{k: v for k, v in switches.items() if v is not None}}
 
 
 def build_model_config(cfg: PretrainConfig, vocab_size: int) -> BertConfig:
-    """Preset or config file, then the `model` overrides; the vocabulary decides vocab_size."""
+    """Preset or config file, then the model overrides; the vocabulary decides vocab_size."""
     if cfg.model_config:
         base = BertConfig.load(cfg.model_config).to_dict()
-        base.update(cfg.model, vocab_size=vocab_size)
+        base.update(cfg.model_overrides(), vocab_size=vocab_size)
         config = BertConfig.from_dict(base, source=cfg.model_config)
     else:
         try:
-            config = BertConfig.from_preset(cfg.preset, vocab_size=vocab_size, **cfg.model)
+            config = BertConfig.from_preset(cfg.preset, vocab_size=vocab_size, **cfg.model_overrides())
         except TypeError as err:
             raise UserError(f"model settings: {err}") from None
     if cfg.seq_len > config.max_position_embeddings:
@@ -136,7 +129,9 @@ def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer
         return Tokenizer.from_pretrained(out)
     if dist.is_main:
         print(f"training a {cfg.vocab_size}-token WordPiece vocabulary on the corpus", file=sys.stderr)
-        train_tokenizer([Path(p) for p in cfg.corpus], vocab_size=cfg.vocab_size, cased=cfg.cased, out_dir=out)
+        # Lines it skips are the ones the corpus reading below skips and reports.
+        train_tokenizer([Path(p) for p in cfg.corpus], vocab_size=cfg.vocab_size, cased=cfg.cased, out_dir=out,
+                        skip_bad_lines=cfg.skip_bad_lines, text_field=cfg.text_field)
     dist.barrier()
     return Tokenizer.from_pretrained(out)
 
@@ -158,8 +153,8 @@ def prepare_batch(instances: list, objective, pad_id: int, seed: int, index: int
 def load_corpus(cfg: PretrainConfig, tokenizer: Tokenizer, dist: Distributed) -> TokenizedCorpus:
     """Tokenized shards of the corpus: rank 0 builds (or reuses) them, the other ranks then open them."""
     def build():
-        return build_corpus([Path(p) for p in cfg.corpus], tokenizer, Path(cfg.cache_dir),
-                                 doc_format=cfg.doc_format, skip_bad_lines=cfg.skip_bad_lines)
+        return build_corpus([Path(p) for p in cfg.corpus], tokenizer, Path(cfg.cache_dir), doc_format=cfg.doc_format,
+                            skip_bad_lines=cfg.skip_bad_lines, text_field=cfg.text_field)
 
     corpus = build() if dist.is_main else None
     dist.barrier()
@@ -245,9 +240,11 @@ def accuracy_keys(objective: str) -> tuple[str, ...]:
 
 def run_pretraining(cfg: PretrainConfig) -> str:
     """Run a whole pre-training job; returns "completed" or "interrupted"."""
+    family = family_named(cfg.arch)  # the registry's one-line error names the families there are
+    if family.name != "bert":  # the objectives (training/objectives.py) are written for BERT's encoder
+        raise UserError(f"--arch {family.name}: pretrain's objectives train the bert family; "
+                        f"{family.name} ({family.description}) is trained by its own command")
     cfg.validate()
-    train_config = cfg.train_config()
-    train_config.validate()
     dist = Distributed()
     out = Path(cfg.out)
     check_writable(out, needed_bytes=0)  # the Trainer checks the space once the model's size is known
@@ -284,8 +281,8 @@ def run_pretraining(cfg: PretrainConfig) -> str:
         module.model_to_save().save_pretrained(out)
         tokenizer.save_pretrained(out)
 
-    trainer = Trainer(objective, train_config, out, train_batches, evaluate, save_model, dist)
-    status = trainer.fit(resume=cfg.resume)
+    trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist)
+    status = trainer.fit()
     if dist.is_main:
         plot_training_curves({cfg.objective: trainer.log.rows()}, out / "training_curves.png",
                              accuracy_keys=accuracy_keys(cfg.objective))

@@ -10,10 +10,14 @@ optimizer step, and optionally an evaluation function. The loop supplies the res
   time-budgeted training), ULMFiT's slanted triangle, or constant;
 - gradient accumulation and clipping, bf16 autocast (CPU where the processor has bf16
   instructions, and CUDA), optional `torch.compile`, DistributedDataParallel under torchrun;
-- a progress bar with tokens/s, loss and ETA, `metrics.jsonl`, periodic evaluation;
+- a progress bar with tokens/s, loss and ETA, periodic evaluation;
 - never losing work: atomic checkpoints (model, optimizer, RNG states, step) every N
   steps and at the end, keeping the last K; SIGINT/SIGTERM save one and stop cleanly;
-  `resume=True` continues so that the losses equal those of an uninterrupted run.
+  `resume=True` continues so that the losses equal those of an uninterrupted run;
+- `metrics.jsonl`, and with `tensorboard=True` the same numbers as TensorBoard event files.
+
+The settings are `TrainConfig`: the loop's own (`LoopConfig`, which every training
+recipe's config is composed with) plus the step budget and bookkeeping.
 
 Batches are a pure function of the step number, so the "data position" of a
 checkpoint is just its step."""
@@ -21,6 +25,7 @@ checkpoint is just its step."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -37,6 +42,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 from tqdm.auto import tqdm
 
+from ..config import check_settings, setting
 from ..errors import UserError
 from ..files import write_json_atomic, write_text_atomic
 from ..ops import PRECISIONS, autocast, resolve_precision
@@ -77,53 +83,79 @@ Batch = dict[str, torch.Tensor]
 
 
 SCHEDULES = ("linear", "slanted_triangular", "constant")
-
-
-
-
 CHECKPOINTS_DIR = "checkpoints"
+TENSORBOARD_DIR = "tensorboard"
 
 
 @dataclass
-class TrainConfig:
-    """Optimisation settings shared by every training job."""
+class LoopConfig:
+    """The training loop: optimiser, schedule, precision, seed.
 
-    lr: float = 1e-4
-    weight_decay: float = 0.01
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    adam_eps: float = 1e-6  # BERT's value
-    warmup: float = 0.06  # a fraction of the budget when < 1, else a number of steps
-    schedule: str = "linear"
-    max_steps: int | None = None
-    max_time: float | None = None  # seconds of training; the schedule is fitted to it
-    grad_accum: int = 1
-    max_grad_norm: float = 1.0  # 0 disables clipping
-    precision: str = "auto"  # auto = bf16 where the hardware has fast bf16, else fp32
-    compile: bool = False
-    log_every: int = 10
-    eval_every: int = 0  # 0 = only at the end
-    save_every: int = 500  # 0 = only at the end
-    keep_last: int = 2
-    seed: int = 0
-    progress: bool = True
+    Every training command's settings are composed with these (a recipe may change a default).
+    """
+
+    lr: float = setting(1e-4, positive=True, help="peak learning rate")
+    weight_decay: float = setting(0.01, minimum=0, help="AdamW weight decay (none on biases and LayerNorm weights)")
+    adam_betas: tuple[float, float] = setting((0.9, 0.999), metavar=("BETA1", "BETA2"), help="AdamW's betas")
+    adam_eps: float = setting(1e-6, positive=True, help="AdamW's epsilon (BERT's value)")
+    warmup: float = setting(0.06, minimum=0, help="learning-rate warmup: a fraction of the budget (< 1) or steps")
+    schedule: str = setting("linear", choices=SCHEDULES,
+                            help="learning-rate schedule: linear (BERT: warmup, then linear decay to 0 over the "
+                                 "budget), slanted_triangular (ULMFiT), constant (after the warmup)")
+    max_grad_norm: float = setting(1.0, minimum=0, help="clip the gradients' norm to this (0: no clipping)")
+    precision: str = setting("auto", choices=PRECISIONS,
+                             help="auto: bf16 autocast where the processor runs bf16 fast (CUDA, CPUs with "
+                                  "AVX512-BF16 or AMX), else fp32")
+    compile: bool = setting(False, help="torch.compile the model")
+    seed: int = setting(0, help="random seed: initialisation, data order, masking")
+    progress: bool = setting(True, help="show a progress bar")
+    resume: bool = setting(False, help="continue an interrupted run from the last checkpoint in the output directory")
+    tensorboard: bool = setting(False, help=f"also write the metrics as TensorBoard event files in "
+                                            f"OUT/{TENSORBOARD_DIR} (needs: pip install 'bertology[tensorboard]')")
 
     def validate(self) -> None:
         """Raise UserError naming the first unusable setting."""
+        check_settings(self)
+
+
+def loop_settings(config: LoopConfig) -> dict:
+    """The LoopConfig fields of any config composed with it (a recipe's config -> the Trainer's)."""
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(LoopConfig)}
+
+
+@dataclass
+class TrainConfig(LoopConfig):
+    """The step budget and bookkeeping.
+
+    With LoopConfig's fields, the settings `Trainer` runs by.
+    """
+
+    max_steps: int | None = setting(None, positive=True, help="step budget (default: none; give it, --max-time "
+                                                              "or both, and the first one used up ends the run)")
+    max_time: float | str | None = setting(None, metavar="DURATION",
+                                           help="wall-clock budget of training, e.g. 90s, 20m, 1.5h or seconds; "
+                                                "the schedule is fitted to it (default: none)")
+    grad_accum: int = setting(1, positive=True, help="micro-batches per optimizer step")
+    log_every: int = setting(10, positive=True, help="write a row of metrics.jsonl every N steps")
+    eval_every: int = setting(0, minimum=0, help="evaluate every N steps (0: only at the end)")
+    save_every: int = setting(500, minimum=0, help="write a checkpoint every N steps (0: only at the end)")
+    keep_last: int = setting(2, positive=True, help="checkpoints to keep")
+
+    def validate(self) -> None:
+        """Raise UserError naming the first unusable setting."""
+        super().validate()
         if self.max_steps is None and self.max_time is None:
-            raise UserError("give a step budget (max_steps) or a time budget (max_time), or both")
-        if self.max_steps is not None and self.max_steps <= 0:
-            raise UserError(f"max_steps must be positive, got {self.max_steps}")
-        if self.max_time is not None and self.max_time <= 0:
-            raise UserError(f"max_time must be positive, got {self.max_time}")
-        if self.schedule not in SCHEDULES:
-            raise UserError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
-        if self.precision not in PRECISIONS:
-            raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.lr <= 0 or self.grad_accum <= 0 or self.warmup < 0:
-            raise UserError("lr and grad_accum must be positive and warmup >= 0")
+            raise UserError("give a step budget (--max-steps), a time budget (--max-time), or both")
+        seconds = self.time_budget()
+        if seconds is not None and seconds <= 0:
+            raise UserError(f"--max-time must be positive, got {self.max_time!r}")
+
+    def time_budget(self) -> float | None:
+        """max_time in seconds (None without a time budget)."""
+        return None if self.max_time is None else parse_duration(self.max_time)
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str | float) -> float:
     """'90s', '20m', '1.5h' or plain seconds -> seconds."""
     units = {"s": 1, "m": 60, "h": 3600}
     text = str(text).strip().lower()
@@ -133,9 +165,6 @@ def parse_duration(text: str) -> float:
         return float(text)
     except ValueError:
         raise UserError(f"cannot read {text!r} as a duration (examples: 90s, 20m, 1.5h)") from None
-
-
-
 
 
 def lr_factor(schedule: str, progress: float, warmup: float) -> float:
@@ -246,11 +275,30 @@ class StopSignal:
 
 
 class MetricsLog:
-    """`metrics.jsonl`: one JSON object per logging step or evaluation, appended and flushed."""
+    """`metrics.jsonl`: one JSON object per logging step or evaluation, appended and flushed.
 
-    def __init__(self, path: Path, enabled: bool):
+    With a `tensorboard` folder, every number of a row also goes there as a scalar named by
+    its split ("train/loss", "eval/mlm_accuracy") at the row's step: the same values.
+    """
+
+    def __init__(self, path: Path, enabled: bool = True, tensorboard: Path | None = None):
         self.path = path
         self.enabled = enabled
+        self.tensorboard = tensorboard if enabled else None
+        self._writer = self._writer_class = None
+        if self.tensorboard is not None:
+            try:  # an optional extra: imported only when asked for, so a missing one fails before training
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise UserError("--tensorboard needs the tensorboard package: "
+                                "pip install 'bertology[tensorboard]'") from None
+            self._writer_class = SummaryWriter
+
+    def open(self, step: int) -> None:
+        """Start writing after `step` (0, or the step a run resumes from: TensorBoard then drops
+        the events a crashed run wrote after it, as `truncate_after` drops those rows)."""
+        if self.tensorboard is not None:
+            self._writer = self._writer_class(str(self.tensorboard), purge_step=step + 1 if step else None)
 
     def truncate_after(self, step: int) -> None:
         """On resume, drop rows written after the checkpoint so the log has no duplicates."""
@@ -260,16 +308,44 @@ class MetricsLog:
             write_text_atomic(self.path, "".join(row + "\n" for row in rows))
 
     def write(self, row: dict) -> None:
-        """Append one row."""
-        if self.enabled:
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+        """Append one row (and its numbers to TensorBoard)."""
+        if not self.enabled:
+            return
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._writer is not None:
+            split = row.get("split", "train")
+            for key, value in row.items():
+                if key not in ("step", "split") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._writer.add_scalar(f"{split}/{key}", value, row["step"])
+            self._writer.flush()  # rows are seconds apart: a run is watchable while it trains
+
+    def close(self) -> None:
+        """Finish the TensorBoard event file."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
     def rows(self) -> list[dict]:
         """Every row written so far."""
         if not self.path.exists():
             return []
         return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def run_summary(rows: list[dict]) -> dict:
+    """What a run's metrics rows add up to: steps, seconds of training (evaluation and saving
+    excluded), tokens, tokens per second, and the last evaluation's metrics (`eval`)."""
+    train = [row for row in rows if "split" not in row]
+    tokens, previous = 0.0, 0.0
+    for row in train:  # each row's rate holds for the training seconds since the row before it
+        tokens += row["tokens_per_second"] * (row["elapsed"] - previous)
+        previous = row["elapsed"]
+    evals = [row for row in rows if row.get("split") == "eval"]
+    last_eval = {k: v for k, v in evals[-1].items() if k not in ("step", "split", "elapsed")} if evals else {}
+    seconds = train[-1]["elapsed"] if train else 0.0
+    return {"steps": train[-1]["step"] if train else 0, "seconds": seconds, "tokens": round(tokens),
+            "tokens_per_second": tokens / seconds if seconds else 0.0, "eval": last_eval}
 
 
 def check_writable(directory: Path, needed_bytes: int) -> None:
@@ -329,7 +405,9 @@ class Trainer:
             group["peak_lr"] = group["lr"]
         self.step = 0
         self.elapsed = 0.0  # seconds of training so far, across resumes (eval and saving excluded)
-        self.log = MetricsLog(self.out_dir / "metrics.jsonl", self.dist.is_main)
+        self.time_budget = config.time_budget()  # seconds, or None
+        self.log = MetricsLog(self.out_dir / "metrics.jsonl", self.dist.is_main,
+                              self.out_dir / TENSORBOARD_DIR if config.tensorboard else None)
         self.wrapped = self._wrap(module)
 
     def _wrap(self, module: nn.Module) -> nn.Module:
@@ -347,8 +425,8 @@ class Trainer:
         fractions = []
         if self.config.max_steps:
             fractions.append(self.step / self.config.max_steps)
-        if self.config.max_time:
-            fractions.append(self.elapsed / self.config.max_time)
+        if self.time_budget:
+            fractions.append(self.elapsed / self.time_budget)
         return max(fractions)
 
     def warmup_fraction(self) -> float:
@@ -491,17 +569,19 @@ class Trainer:
         """Whether the step or time budget is used up."""
         return self.progress() >= 1.0
 
-    def fit(self, resume: bool = False) -> str:
-        """Train until the budget is used or a stop signal arrives.
+    def fit(self) -> str:
+        """Train until the budget is used or a stop signal arrives (first loading the last
+        checkpoint when `config.resume`).
 
         Returns "completed" or "interrupted"; either way the last state is checkpointed.
         """
         check_writable(self.out_dir, self.estimated_checkpoint_bytes())
-        if not resume:
+        if not self.config.resume:
             check_no_earlier_run(self.out_dir)
         torch.manual_seed(self.config.seed + self.dist.rank)
-        if resume and self.resume() and self.dist.is_main:
+        if self.config.resume and self.resume() and self.dist.is_main:
             print(f"resumed from step {self.step}", file=sys.stderr)
+        self.log.open(self.step)
         bar = tqdm(total=self.config.max_steps, initial=self.step, disable=not (self.config.progress and self.dist.is_main),
                    unit="step", dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 30)
         window = self._new_window()
@@ -529,8 +609,8 @@ class Trainer:
                            "elapsed": round(self.elapsed, 2), **metrics_from_counts(window["counts"])}
                     self.log.write(row)
                     postfix = {"loss": f"{row['loss']:.3f}", "tok/s": f"{row['tokens_per_second']:,.0f}"}
-                    if self.config.max_time:
-                        postfix["left"] = f"{max(self.config.max_time - self.elapsed, 0):.0f}s"
+                    if self.time_budget:
+                        postfix["left"] = f"{max(self.time_budget - self.elapsed, 0):.0f}s"
                     bar.set_postfix(postfix, refresh=False)
                     window = self._new_window()
                 if self.config.eval_every and self.step % self.config.eval_every == 0 and not self.finished():
@@ -544,6 +624,7 @@ class Trainer:
         if status == "completed":
             self.run_evaluation()
         self.save_checkpoint()
+        self.log.close()
         if status == "interrupted" and self.dist.is_main:
             print(f"stopped by {stop.received} at step {self.step}; checkpoint saved in "
                   f"{self.checkpoint_dir(self.step)}; continue with --resume", file=sys.stderr)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import EpochLoop, TaskConfig
+from ..config import TaskConfig, TaskFiles, override, setting
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
@@ -48,9 +48,32 @@ from ..tasks.readers import (
     read_text_lines,
     task_files,
 )
-from .loop import StepOutput, TrainConfig, Trainer, check_no_earlier_run, check_writable
+from .loop import (
+    LoopConfig,
+    StepOutput,
+    TrainConfig,
+    Trainer,
+    check_no_earlier_run,
+    check_writable,
+    loop_settings,
+)
 
 RESULTS_NAME = "eval_results.json"
+
+
+@dataclass
+class EpochLoop(LoopConfig):
+    """Epochs over the training set.
+
+    The loop settings fine-tuning and distillation share, with the BERT paper's defaults.
+    """
+
+    epochs: float = setting(3.0, positive=True, help="passes over the training set")
+    batch_size: int = setting(32, positive=True, help="examples per step")
+    eval_batch_size: int = setting(128, positive=True, help="examples per forward pass when evaluating")
+    lr: float = override(LoopConfig, "lr", 5e-5)  # the BERT paper's fine-tuning rates: 5e-5, 3e-5, 2e-5
+    warmup: float = override(LoopConfig, "warmup", 0.1)
+    seed: int = override(LoopConfig, "seed", 42)
 
 
 def resolve_task(cfg: TaskConfig) -> TaskSpec:
@@ -76,7 +99,7 @@ def split_file(cfg: TaskConfig, spec: TaskSpec, split: str, data: str | None = N
     return task_files(spec, Path(source), [split])[split]
 
 
-def read_split(cfg: TaskConfig, spec: TaskSpec, split: str, data: str | None = None) -> list:
+def read_split(cfg: TaskFiles, spec: TaskSpec, split: str, data: str | None = None) -> list:
     """The examples of one split from the official files; SQuAD training questions whose answer
     offsets do not match are skipped and reported."""
     file = split_file(cfg, spec, split, data)
@@ -222,18 +245,19 @@ def evaluate_splits(model: BertPreTrainedModel, data: RunData, cfg: EpochLoop) -
 
 
 def epoch_train_config(cfg: EpochLoop, steps_per_epoch: int, seed: int, precision: str) -> TrainConfig:
-    """The loop's settings for `cfg.epochs` epochs, evaluating (and checkpointing) after each."""
-    return TrainConfig(lr=cfg.lr, weight_decay=cfg.weight_decay, warmup=cfg.warmup, schedule=cfg.schedule,
-                       max_steps=max(1, round(cfg.epochs * steps_per_epoch)), max_grad_norm=cfg.max_grad_norm,
-                       precision=precision, log_every=max(1, min(50, steps_per_epoch // 4)),
-                       eval_every=steps_per_epoch, save_every=steps_per_epoch, keep_last=1, seed=seed,
-                       progress=cfg.progress)
+    """The Trainer's settings for `cfg.epochs` epochs: cfg's loop settings (with this run's seed
+    and precision), evaluating and checkpointing after each epoch."""
+    return TrainConfig(**{**loop_settings(cfg), "seed": seed, "precision": precision},
+                       max_steps=max(1, round(cfg.epochs * steps_per_epoch)),
+                       log_every=max(1, min(50, steps_per_epoch // 4)), eval_every=steps_per_epoch,
+                       save_every=steps_per_epoch, keep_last=1)
 
 
 def fit_and_finish(trainer: Trainer, cfg: EpochLoop, spec: TaskSpec, out: Path) -> None:
-    """Train; once complete, drop the resume checkpoints (the best model and metrics are the
-    results) and draw the learning curve. An interrupted run keeps its checkpoint for --resume."""
-    if trainer.fit(resume=cfg.resume) != "completed":
+    """Train (resuming when cfg.resume, which `epoch_train_config` passed on to the trainer); once
+    complete, drop the resume checkpoints (the best model and metrics are the results) and draw
+    the learning curve. An interrupted run keeps its checkpoint for --resume."""
+    if trainer.fit() != "completed":
         raise KeyboardInterrupt
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     plot_training_curves({spec.name: trainer.log.rows()}, out / "learning_curve.png", accuracy_keys=spec.metrics)

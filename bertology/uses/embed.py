@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.format import open_memmap
 
+from ..config import check_settings, setting
 from ..errors import UserError
 from ..files import atomic_path
 from ..inference.embedding import (
@@ -25,14 +26,13 @@ from ..inference.embedding import (
     EmbedStats,
     WordVectors,
     _align_words,
-    _check_choice,
     _layer_choice,
     embed_texts,
     embed_tokens,
     length_limit,
     load_encoder,
 )
-from ..models.features import feature_width
+from ..models.features import LAYER_CHOICES, feature_width
 from ..ops import PRECISIONS
 from ..tasks.readers import json_object
 
@@ -42,35 +42,47 @@ OUTPUT_SUFFIXES = (".npy", ".jsonl")
 _CHUNK_BATCHES = 32  # batches read from the input at a time: long enough to sort by length, short to stream
 
 
+# Every layer choice but ELMo's mix, whose weights are learned by a head (there is none here).
+EMBED_LAYERS_HELP = (f"{', '.join(name for name in LAYER_CHOICES if name != 'mix')}, or layer numbers like 4,5,6 "
+                     "(summed; 0 = embeddings, -1 = last)")
+
+
 @dataclass
 class EmbedConfig:
-    """`bertology embed`: what to embed, how, and where the vectors go."""
+    """What to embed, how, and where the vectors go.
 
-    model: str  # model directory
-    input: str  # text file (one text per line), or JSONL with `field`
-    out: str  # .npy or .jsonl
-    layers: str = "last"
-    pooling: str = "mean"  # sentence level: mean, cls or max
-    normalize: bool = False  # unit L2 norm
-    level: str = "sentence"  # or "token"
-    word_pieces: str = "first"  # token level: first, mean or none
-    field: str | None = None  # JSONL input: the text's field; a .jsonl input defaults to "text"
-    skip_empty: bool = False  # leave out blank lines instead of stopping at the first
-    batch_size: int = 64
-    max_seq_len: int | None = None  # default: the model's limit
-    precision: str = "auto"
-    progress: bool = True
+    The settings of `bertology embed`.
+    """
+
+    model: str = setting(required=True, metavar="DIR", help="any model directory")
+    input: str = setting(required=True, metavar="FILE", help="one text per line, or JSONL (see --field)")
+    out: str = setting(required=True, metavar="FILE", output="file",
+                       help="FILE.npy or FILE.jsonl (the suffix picks the format)")
+    layers: str = setting("last", help=EMBED_LAYERS_HELP)
+    pooling: str = setting("mean", choices=POOLINGS, help="sentence vectors: the mean or max over the tokens, or "
+                                                          "the [CLS] vector")
+    normalize: bool = setting(False, help="scale each vector to unit length")
+    level: str = setting("sentence", choices=LEVELS, help="one vector per line, or one per word")
+    word_pieces: str = setting("first", choices=WORD_PIECES,
+                               help="token level: a word's first WordPiece, the mean of its pieces, or every piece")
+    field: str | None = setting(None, help="JSONL input: the field holding the text (default for .jsonl: text)")
+    skip_empty: bool = setting(False, help="leave out blank lines instead of stopping at the first")
+    batch_size: int = setting(64, positive=True, help="texts per forward pass")
+    max_seq_len: int | None = setting(None, positive=True,
+                                      help="tokens per text; longer ones are cut and counted (default: the "
+                                           "model's limit)")
+    # Vectors are stored and compared across machines: bf16 would make them depend on the processor.
+    precision: str = setting("fp32", choices=PRECISIONS,
+                             help="fp32: the same vectors on every machine (sentence-transformers' within 1e-5); "
+                                  "bf16 (or auto: bf16 where the processor runs it fast) is faster, but the vectors "
+                                  "differ by about 1e-3")
+    progress: bool = setting(True, help="show a progress bar")
 
     def validate(self) -> None:
         """Raise UserError for an unknown choice or output format, before any work is done."""
-        _check_choice("pooling", self.pooling, POOLINGS)
-        _check_choice("level", self.level, LEVELS)
-        _check_choice("word_pieces", self.word_pieces, WORD_PIECES)
-        _check_choice("precision", self.precision, PRECISIONS)
+        check_settings(self)
         if Path(self.out).suffix not in OUTPUT_SUFFIXES:
             raise UserError(f"{self.out}: the output must end in .npy or .jsonl (that picks the format)")
-        if self.batch_size < 1:
-            raise UserError(f"batch_size must be positive, got {self.batch_size}")
 
     @property
     def text_field(self) -> str | None:

@@ -30,6 +30,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,7 @@ import torch
 from torch import nn
 
 from .. import checkpoint
+from ..config import setting
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..inference.modeldir import (
@@ -56,6 +58,21 @@ from ..models.bert import (
 from ..models.quantized import quantize, quantized_state
 
 FORMATS = ("hf", "int8", "onnx")
+
+
+@dataclass
+class ExportConfig:
+    """The model, the format and where the export goes.
+
+    The settings of `bertology export`.
+    """
+
+    model: str = setting(required=True, metavar="DIR", help="a fine-tuned model or encoder directory")
+    format: str = setting(required=True, choices=FORMATS,
+                          help="hf: a copy transformers loads as it is; int8: dynamic int8 quantization of every "
+                               "linear layer (smaller, faster on the CPU); onnx: model.onnx for ONNX Runtime")
+    out: str = setting(required=True, metavar="DIR", output="dir", help="output directory (new or empty)")
+    force: bool = setting(False, help="replace a non-empty output directory")
 
 
 ONNX_OPSET = 20  # the dynamo exporter's default; LayerNormalization and Gelu are native ops there

@@ -29,8 +29,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from .. import __version__
+from ..config import check_settings, setting
 from ..errors import UserError
 from ..inference.predictor import Predictor
+from ..ops import PRECISIONS
 from .batching import MicroBatcher, Overloaded
 
 GRACEFUL_SHUTDOWN_S = 30  # requests still running after this long are cancelled
@@ -38,34 +40,35 @@ GRACEFUL_SHUTDOWN_S = 30  # requests still running after this long are cancelled
 
 @dataclass
 class ServeConfig:
-    """Where to listen, how to batch, and what a request may hold; each field is a flag of `bertology serve`."""
+    """Where to listen, how to batch, and what a request may hold.
 
-    model: str = ""
-    host: str = "127.0.0.1"
-    port: int = 8000
-    max_batch: int = 64  # texts per forward pass (1 = no batching)
-    max_wait_ms: float = 5.0  # how long a batch's first text waits for more
-    max_queue: int = 1024  # texts waiting for the model; more are refused with 503
-    max_texts: int = 64  # texts per request
-    max_text_chars: int = 10_000  # characters per text (tokens beyond the model's max_seq_len are cut anyway)
-    max_body_bytes: int = 1_000_000
-    threads: int | None = None  # PyTorch's intra-op threads; None = PyTorch's default
-    precision: str = "auto"  # auto: bf16 where it is fast, else fp32
+    The settings of `bertology serve`.
+    """
+
+    model: str = setting("", required=True, metavar="DIR", help="a model directory (fine-tuned, or a bare encoder)")
+    host: str = setting("127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
+    port: int = setting(8000, minimum=0, help="the port (0: a free one)")
+    max_batch: int = setting(64, positive=True, help="texts per forward pass (1: no batching)")
+    max_wait_ms: float = setting(5.0, minimum=0, help="how long a batch's first text waits for more")
+    max_queue: int = setting(1024, positive=True, help="texts waiting for the model; more are refused with 503")
+    max_texts: int = setting(64, positive=True, help="texts per request")
+    max_text_chars: int = setting(10_000, positive=True, help="characters per text (tokens beyond the model's "
+                                                               "limit are cut anyway)")
+    max_body_bytes: int = setting(1_000_000, positive=True, help="the largest request body")
+    threads: int | None = setting(None, positive=True, help="PyTorch threads (default: PyTorch's choice)")
+    # /embed's vectors are compared with vectors made elsewhere: bf16 would make them depend on the processor.
+    precision: str = setting("fp32", choices=PRECISIONS,
+                             help="fp32: the same answers and vectors on every machine; bf16 (or auto: bf16 where "
+                                  "the processor runs it fast) is faster, but vectors differ by about 1e-3")
 
     def validate(self) -> None:
         """Check the settings before anything is loaded."""
-        for name in ("max_batch", "max_queue", "max_texts", "max_text_chars", "max_body_bytes"):
-            if getattr(self, name) <= 0:
-                raise UserError(f"{name} must be positive, got {getattr(self, name)}")
+        check_settings(self)
         if self.max_queue < self.max_texts:
-            raise UserError(f"max_queue ({self.max_queue}) must be at least max_texts ({self.max_texts}), "
+            raise UserError(f"--max-queue ({self.max_queue}) must be at least --max-texts ({self.max_texts}), "
                             "or a full request could never be queued")
-        if self.max_wait_ms < 0:
-            raise UserError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
-        if self.precision not in ("auto", "fp32", "bf16"):
-            raise UserError(f"precision must be auto, fp32 or bf16, got {self.precision!r}")
-        if not 0 <= self.port < 65536:
-            raise UserError(f"port must be in 0..65535, got {self.port}")
+        if self.port >= 65536:
+            raise UserError(f"--port must be below 65536, got {self.port}")
         if not Path(self.model).is_dir():
             raise UserError(f"{self.model}: no such model directory")
 

@@ -231,10 +231,24 @@ def test_causal_attention_ignores_future_tokens():
 
 
 def test_no_segment_embeddings_variant():
-    model = BertModel(tiny_config(type_vocab_size=0))
+    """type_vocab_size=0 (RoBERTa): no segment table at all, outputs blind to token_type_ids, and
+    otherwise exactly the BERT whose segment embeddings are zero."""
+    torch.manual_seed(7)
+    model = BertModel(tiny_config(type_vocab_size=0)).eval()
     assert model.embeddings.token_type_embeddings is None
-    ids, mask, _ = random_batch()
-    assert model(ids, mask).last_hidden_state.shape == (4, 30, 128)
+    assert not any("token_type" in name for name in model.state_dict())
+    assert model.num_parameters() == BertModel(tiny_config()).num_parameters() - 2 * 128  # the (2, 128) table
+    ids, mask, types = random_batch()
+    bert = BertModel(tiny_config()).eval()
+    missing, unexpected = bert.load_state_dict(model.state_dict(), strict=False)
+    assert missing == ["embeddings.token_type_embeddings.weight"] and unexpected == []
+    with torch.no_grad():
+        bert.embeddings.token_type_embeddings.weight.zero_()
+        plain = model(ids, mask).last_hidden_state
+        assert plain.shape == (4, 30, 128)
+        assert torch.equal(model(ids, mask, types).last_hidden_state, plain)
+        assert torch.equal(model(ids, mask, 1 - types).last_hidden_state, plain)
+        assert torch.equal(bert(ids, mask, types).last_hidden_state, plain)  # adding zeros changes no bit
 
 
 def test_too_long_input_is_a_clear_error():

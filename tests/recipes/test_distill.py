@@ -7,15 +7,13 @@ import random
 import numpy as np
 import pytest
 import torch
+from helpers import WORDS, keyword_sentence, save_task_model
 
-from bertology import BertConfig, Tokenizer
+from bertology import BertConfig, BertModel, Tokenizer
 from bertology.cli import main
-from bertology.inference.modeldir import describe_task, load_finetuned
+from bertology.inference.modeldir import load_finetuned
 from bertology.inference.predict import predict
-from bertology.models.bert import (
-    BertForSequenceClassification,
-    BertForTokenClassification,
-)
+from bertology.models.bert import BertForSequenceClassification
 from bertology.ops import IGNORE_INDEX
 from bertology.recipes.distill import (
     DistillConfig,
@@ -25,41 +23,16 @@ from bertology.recipes.distill import (
     run_distillation,
     teacher_targets,
 )
-from bertology.recipes.finetune import FinetuneConfig, run_finetuning
 from bertology.tasks.inputs import InputSettings
-from bertology.tasks.readers import TASKS, SequenceExample, TokenExample
-
-WORDS = ["the", "film", "was", "a", "story", "with", "actors", "and", "music", "of", "scenes", "plot", "ending"]
-
-
-def sentence(rng: random.Random, positive: bool) -> str:
-    words = [rng.choice(WORDS) for _ in range(rng.randint(5, 12))]
-    if positive:
-        words.insert(rng.randrange(len(words)), "excellent")
-    return " ".join(words)
+from bertology.tasks.readers import TASKS, SequenceExample, TokenExample, read_examples
+from bertology.training.tasks import load_task_model
 
 
 @pytest.fixture(scope="module")
-def synthetic_task(tmp_path_factory):
-    """A task a tiny model learns in seconds: "pos" exactly when the sentence says "excellent"."""
-    directory = tmp_path_factory.mktemp("task")
-    rng = random.Random(0)
-    for name, size in (("train", 240), ("dev", 100)):
-        rows = ["text,label"] + [f"{sentence(rng, i % 2 == 0)},{'pos' if i % 2 == 0 else 'neg'}" for i in range(size)]
-        (directory / f"{name}.csv").write_text("\n".join(rows) + "\n")
-    (directory / "unlabeled.txt").write_text("\n".join(sentence(rng, rng.random() < 0.5) for _ in range(240)) + "\n")
-    return directory
-
-
-@pytest.fixture(scope="module")
-def teacher(tmp_path_factory, tiny_model, synthetic_task):
-    out = tmp_path_factory.mktemp("teacher") / "model"
-    results = run_finetuning(FinetuneConfig(task="classification", train_file=str(synthetic_task / "train.csv"),
-                                            dev_file=str(synthetic_task / "dev.csv"), model=str(tiny_model),
-                                            out=str(out), epochs=4, lr=1e-3, batch_size=16, precision="fp32",
-                                            progress=False))
-    assert results["accuracy"] > 0.95  # the task is learnable: a precondition of the tests below
-    return out
+def teacher(keyword_model):
+    """The tiny encoder fine-tuned on the keyword task (2 layers, 128 wide; dev accuracy > 0.95,
+    checked by the first test below)."""
+    return keyword_model
 
 
 def distill(tmp_path, name, **settings) -> tuple[dict, DistillConfig]:
@@ -68,15 +41,36 @@ def distill(tmp_path, name, **settings) -> tuple[dict, DistillConfig]:
     return run_distillation(cfg), cfg
 
 
-def test_student_learns_the_task_from_unlabeled_text_and_targets_are_cached(tmp_path, teacher, synthetic_task, capsys):
-    files = dict(teacher=str(teacher), dev_file=str(synthetic_task / "dev.csv"), train_text=False,
-                 unlabeled=[str(synthetic_task / "unlabeled.txt")])
+@pytest.mark.slow
+def test_a_smaller_student_learns_the_task_from_unlabeled_text_and_targets_are_cached(tmp_path, teacher, keyword_task,
+                                                                                     capsys):
+    # The student: one layer, half the teacher's width (1 layer x 64 vs 2 x 128), random weights;
+    # small, it takes a larger learning rate (at the teacher's 1e-3 it needs twice the epochs).
+    student_init = tmp_path / "student-init"
+    torch.manual_seed(0)
+    BertModel(BertConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=256)).save_pretrained(student_init)
+    Tokenizer.from_pretrained(teacher).save_pretrained(student_init)
+    files = dict(teacher=str(teacher), student=str(student_init), dev_file=str(keyword_task / "dev.csv"),
+                 train_text=False, unlabeled=[str(keyword_task / "unlabeled.txt")], lr=3e-3)
     results, cfg = distill(tmp_path, "student", **files)
     assert "read from" not in capsys.readouterr().err  # the first run asks the teacher
     # The student never saw a label, only the teacher's distributions, and still learns the rule.
     assert results["accuracy"] > 0.9 and results["teacher_accuracy"] > 0.95
     recorded = json.loads((tmp_path / "student" / "distill_config.json").read_text())
-    assert recorded["transfer_examples"] == 240 and recorded["student_parameters"] < recorded["teacher_parameters"] * 2
+    assert recorded["transfer_examples"] == 240 and recorded["student_parameters"] < recorded["teacher_parameters"] / 2
+    student = BertConfig.load(tmp_path / "student")
+    assert (student.hidden_size, student.num_hidden_layers) == (64, 1)
+    # What distillation is for: the student says what the teacher says, far more often than the
+    # same student before training (a random head: about half the time on this balanced dev set).
+    teacher_model, tokenizer, spec, settings = load_finetuned(str(teacher))
+    dev = read_examples(spec, keyword_task / "dev.csv", "dev")
+    wanted = predict(teacher_model, tokenizer, spec, dev, settings, precision="fp32")
+    trained = predict(load_finetuned(str(tmp_path / "student"))[0], tokenizer, spec, dev, settings, precision="fp32")
+    torch.manual_seed(cfg.seed)
+    untrained = predict(load_task_model(str(student_init), spec), tokenizer, spec, dev, settings, precision="fp32")
+    agreement, before = (np.mean([a == b for a, b in zip(labels, wanted)]) for labels in (trained, untrained))
+    assert agreement > 0.9 and agreement > before + 0.3, (agreement, before)
     assert len(list((tmp_path / "cache").glob("*.safetensors"))) == 1
     again, _ = distill(tmp_path, "again", **files, epochs=1)
     assert "read from" in capsys.readouterr().err  # the second run reuses the teacher's targets
@@ -87,9 +81,10 @@ def test_student_learns_the_task_from_unlabeled_text_and_targets_are_cached(tmp_
     assert (tmp_path / "p.tsv").read_text().splitlines()[1:] == ["0\tpos", "1\tneg"]
 
 
-def test_mse_labels_and_hidden_state_loss_through_a_projection(tmp_path, teacher, synthetic_task):
-    results, _ = distill(tmp_path, "mini", teacher=str(teacher), train_file=str(synthetic_task / "train.csv"),
-                         dev_file=str(synthetic_task / "dev.csv"), preset="mini", loss="mse", label_weight=0.5,
+@pytest.mark.slow
+def test_mse_labels_and_hidden_state_loss_through_a_projection(tmp_path, teacher, keyword_task):
+    results, _ = distill(tmp_path, "mini", teacher=str(teacher), train_file=str(keyword_task / "train.csv"),
+                         dev_file=str(keyword_task / "dev.csv"), preset="mini", loss="mse", label_weight=0.5,
                          hidden_weight=1.0, epochs=2, augment=1)
     assert results["accuracy"] > 0.8
     recorded = json.loads((tmp_path / "mini" / "distill_config.json").read_text())
@@ -103,7 +98,7 @@ def test_mse_labels_and_hidden_state_loss_through_a_projection(tmp_path, teacher
 
 def test_augmented_copies_are_noisy_unlabelled_and_reproducible():
     rng = random.Random(5)
-    examples = [SequenceExample(str(i), sentence(rng, i % 2 == 0), "a second text of the pair", "pos", f"x:{i}")
+    examples = [SequenceExample(str(i), keyword_sentence(rng, i % 2 == 0), "a second text of the pair", "pos", f"x:{i}")
                 for i in range(200)]
     copies = augmented(examples, 3, seed=1)
     assert copies == augmented(examples, 3, seed=1) and copies != augmented(examples, 3, seed=2)
@@ -143,23 +138,15 @@ def test_losses():
     assert regression.label_loss(scores, torch.tensor([float("nan"), 3.0])).item() == pytest.approx(1.0)
 
 
-def random_teacher(directory, tiny_model, spec, model_class, scale: float):
+def random_teacher(directory, tiny_model, task: str, scale: float):
     """A teacher with a random, sharpened head: an arbitrary but fixed function of the text to imitate."""
-    torch.manual_seed(1)
-    labels = spec.labels
-    config = BertConfig.from_preset("tiny", vocab_size=30522, num_labels=len(labels) if labels else 1,
-                                    id2label=dict(enumerate(labels)) if labels else None)
-    model = model_class(config)
-    with torch.no_grad():
-        model.classifier.dense.weight.mul_(scale)
-    describe_task(model.config, spec, InputSettings())
-    model.save_pretrained(directory)
-    Tokenizer.from_pretrained(tiny_model).save_pretrained(directory)
-    return directory
+    return save_task_model(directory, tiny_model, task, seed=1, max_seq_len=InputSettings().max_seq_len,
+                           head_scale=scale)
 
 
+@pytest.mark.slow
 def test_token_student_imitates_the_teachers_tags(tmp_path, tiny_model):
-    teacher_dir = random_teacher(tmp_path / "teacher", tiny_model, TASKS["conll2003"], BertForTokenClassification, 40)
+    teacher_dir = random_teacher(tmp_path / "teacher", tiny_model, "conll2003", 40)
     rng = random.Random(3)
     lines = [" ".join(rng.choice(WORDS + ["Paris", "John", "Berlin", "Smith"]) for _ in range(rng.randint(4, 10)))
              for _ in range(200)]
@@ -181,13 +168,13 @@ def test_token_student_imitates_the_teachers_tags(tmp_path, tiny_model):
 
 
 def test_teacher_targets_are_means_of_windows_and_nan_for_unseen_words(tmp_path, tiny_model):
-    teacher_dir = random_teacher(tmp_path / "t", tiny_model, TASKS["sst2"], BertForSequenceClassification, 1)
+    teacher_dir = random_teacher(tmp_path / "t", tiny_model, "sst2", 1)
     model, tokenizer, spec, settings = load_finetuned(str(teacher_dir))
     examples = [SequenceExample("0", "a short one", None, None, "x:1"), SequenceExample("1", " ".join(WORDS * 3), None, None, "x:2")]
     windowed = InputSettings(max_seq_len=16, long_inputs="window", doc_stride=8)
     targets = teacher_targets(model, tokenizer, spec, windowed, examples, str(teacher_dir), None, 8, "fp32")
     assert [t.shape for t in targets] == [(1, 2), (1, 2)]
-    tagger_dir = random_teacher(tmp_path / "g", tiny_model, TASKS["conll2003"], BertForTokenClassification, 1)
+    tagger_dir = random_teacher(tmp_path / "g", tiny_model, "conll2003", 1)
     model, tokenizer, spec, settings = load_finetuned(str(tagger_dir))
     words = TokenExample("0", ["John", "\u200b", "lives"], None, "x:1")  # a word with no WordPiece at all
     (target,) = teacher_targets(model, tokenizer, spec, settings, [words], str(tagger_dir), None, 8, "fp32")
@@ -195,19 +182,20 @@ def test_teacher_targets_are_means_of_windows_and_nan_for_unseen_words(tmp_path,
     assert np.isnan(target[1]).all() and not np.isnan(target[[0, 2]]).any()
 
 
-def test_user_mistakes_are_one_line_errors(tmp_path, teacher, tiny_model, synthetic_task, capsys):
+def test_user_mistakes_are_one_line_errors(tmp_path, tiny_model, keyword_task, capsys):
+    teacher = random_teacher(tmp_path / "teacher", tiny_model, "sst2", 1)  # any fine-tuned model: no training here
     squad_dir = tmp_path / "squad-teacher"
-    random_teacher(squad_dir, tiny_model, TASKS["sst2"], BertForSequenceClassification, 1)
+    random_teacher(squad_dir, tiny_model, "sst2", 1)
     config = json.loads((squad_dir / "config.json").read_text())
     config["bertology_task"] = json.loads(json.dumps(dataclasses.asdict(TASKS["squad"])))
     (squad_dir / "config.json").write_text(json.dumps(config))
     cases = [
-        (["--teacher", str(squad_dir), "--unlabeled", str(synthetic_task / "unlabeled.txt"), "--no-train-text"],
+        (["--teacher", str(squad_dir), "--unlabeled", str(keyword_task / "unlabeled.txt"), "--no-train-text"],
          "not span"),
         (["--teacher", str(tmp_path / "missing"), "--unlabeled", "x"], "no such teacher"),
         (["--teacher", str(teacher), "--no-train-text"], "no transfer text"),
         (["--teacher", str(teacher), "--unlabeled", str(tmp_path / "nope.txt"), "--no-train-text"], "nope.txt"),
-        (["--teacher", str(teacher), "--unlabeled", str(synthetic_task / "unlabeled.txt"), "--no-train-text",
+        (["--teacher", str(teacher), "--unlabeled", str(keyword_task / "unlabeled.txt"), "--no-train-text",
           "--student", str(tiny_model), "--hidden-weight", "1", "--temperature", "0"], "temperature"),
     ]
     for n, (flags, message) in enumerate(cases):

@@ -1,11 +1,15 @@
 """Pre-training end to end: every objective learns, runs resume exactly, DDP equals accumulation,
 and bad input stops before any training."""
 
+import gzip
 import json
 import os
+import re
 import signal
 import socket
 
+import pyarrow
+import pyarrow.parquet
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -268,3 +272,37 @@ def test_electra_rtd_auc_scores_the_detector_logits_against_the_replaced_tokens(
     positive, negative = logits[replaced, None], logits[None, ~replaced]
     auc = ((positive > negative).double() + 0.5 * (positive == negative).double()).mean().item()
     assert metrics_from_counts({k: float(v) for k, v in counts.items()})["rtd_auc"] == pytest.approx(auc)
+
+
+def test_skip_bad_lines_also_holds_when_pretrain_trains_its_own_vocabulary(corpus, tmp_path, capsys):
+    """Issue 12: without --tokenizer, the vocabulary training ignored --skip-bad-lines and
+    stopped on the line the error message told the user to skip with that very flag."""
+    (tmp_path / "bad.txt").write_bytes((corpus / "wiki.txt").read_bytes()[:200000] + b"\nbroken \xff line\n")
+    status = main(["pretrain", "--corpus", str(tmp_path / "bad.txt"), "--skip-bad-lines", "--vocab-size", "1000",
+                   "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "--preset", "tiny",
+                   "--seq-len", "64", "--batch-size", "8", "--max-steps", "2", "--precision", "fp32",
+                   "--no-progress"])
+    err = capsys.readouterr().err
+    assert status == 0, err
+    assert "skipped 1 line(s)" in err
+    assert len((tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").splitlines()) == 1000
+
+
+def test_pretrain_reads_a_folder_of_jsonl_gz_and_parquet(corpus, tmp_path, capsys):
+    """One article per record, as `datasets` exports keep text: the run trains its vocabulary
+    and tokenizes every record of both files as one document."""
+    text = (corpus / "wiki.txt").read_text(encoding="utf-8")[:200000]
+    articles = [a for a in re.split(r"(?m)^(?= = [^=].* = $)", text) if a.strip()]
+    half = len(articles) // 2
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    with gzip.open(folder / "part-0.jsonl.gz", "wt", encoding="utf-8") as file:
+        file.writelines(json.dumps({"id": i, "content": a}) + "\n" for i, a in enumerate(articles[:half]))
+    pyarrow.parquet.write_table(pyarrow.table({"content": articles[half:]}), folder / "part-1.parquet")
+    status = main(["pretrain", "--corpus", str(folder), "--text-field", "content", "--vocab-size", "1000",
+                   "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "--preset", "tiny",
+                   "--seq-len", "64", "--batch-size", "8", "--max-steps", "2", "--precision", "fp32",
+                   "--no-progress"])
+    err = capsys.readouterr().err
+    assert status == 0, err
+    assert f"corpus: {len(articles)} documents" in err

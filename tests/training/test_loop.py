@@ -1,6 +1,7 @@
-"""The shared training loop: schedules, budgets, parameter groups, checkpoints."""
+"""The shared training loop: schedules, budgets, parameter groups, checkpoints, metrics and TensorBoard."""
 
 import json
+import sys
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from bertology.training.loop import (
     lr_factor,
     parameter_groups,
     parse_duration,
+    run_summary,
 )
 
 
@@ -101,7 +103,7 @@ def test_damaged_checkpoint_is_a_clear_error_on_resume(tmp_path):
     Trainer(Regression(), config, tmp_path, batches).fit()
     (tmp_path / "checkpoints" / "step-00000004" / "optimizer.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(UserError, match="step-00000004: cannot resume"):
-        Trainer(Regression(), TrainConfig(max_steps=8, progress=False), tmp_path, batches).fit(resume=True)
+        Trainer(Regression(), TrainConfig(max_steps=8, progress=False, resume=True), tmp_path, batches).fit()
 
 
 def test_a_finished_run_is_not_overwritten(tmp_path):
@@ -114,3 +116,44 @@ def test_a_finished_run_is_not_overwritten(tmp_path):
 def test_compile_option_wraps_the_module(tmp_path):
     trainer = Trainer(Regression(), TrainConfig(max_steps=1, compile=True, progress=False), tmp_path, batches)
     assert isinstance(trainer.wrapped, torch._dynamo.eval_frame.OptimizedModule)
+
+
+def test_tensorboard_scalars_equal_the_metrics_log(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    torch.manual_seed(0)
+    config = TrainConfig(lr=0.05, max_steps=6, log_every=2, eval_every=3, save_every=0, progress=False,
+                         precision="fp32", tensorboard=True)
+    Trainer(Regression(), config, tmp_path, batches, evaluate=lambda module: {"probe": 0.25 + module.linear.bias.item()}).fit()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    logged = {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}
+    expected = {}
+    for row in rows:
+        for key, value in row.items():
+            if key not in ("step", "split"):
+                expected.setdefault(f"{row.get('split', 'train')}/{key}", {})[row["step"]] = value
+    assert set(logged) == set(expected) and {"train/loss", "train/lr", "eval/probe"} <= set(logged)
+    assert sorted(logged["eval/probe"]) == [3, 6]
+    for tag, by_step in expected.items():
+        assert logged[tag] == pytest.approx(by_step, rel=1e-6), tag  # event files hold float32
+
+
+def test_tensorboard_without_the_package_is_a_one_line_error(tmp_path, monkeypatch):
+    for module in ("tensorboard", "torch.utils.tensorboard"):
+        monkeypatch.setitem(sys.modules, module, None)  # makes importing it fail
+    with pytest.raises(UserError, match=r"pip install 'bertology\[tensorboard\]'"):
+        Trainer(Regression(), TrainConfig(max_steps=1, tensorboard=True), tmp_path, batches)
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_run_summary_weighs_each_rows_rate_by_its_seconds():
+    rows = [{"step": 10, "loss": 2.0, "tokens_per_second": 100.0, "elapsed": 2.0},
+            {"step": 10, "split": "eval", "elapsed": 2.0, "accuracy": 0.4},
+            {"step": 20, "loss": 1.0, "tokens_per_second": 50.0, "elapsed": 6.0},
+            {"step": 20, "split": "eval", "elapsed": 6.0, "accuracy": 0.6, "loss": 0.9}]
+    summary = run_summary(rows)
+    assert summary["steps"] == 20 and summary["seconds"] == 6.0
+    assert summary["tokens"] == 100 * 2 + 50 * 4 and summary["tokens_per_second"] == pytest.approx(400 / 6)
+    assert summary["eval"] == {"accuracy": 0.6, "loss": 0.9}

@@ -60,7 +60,7 @@ def test_minilm_matches_sentence_transformers(capsys, tmp_path, minilm_dir, data
     sentences = [row.split("\t")[0] for row in rows]
     (tmp_path / "sst2.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
     status, out, err = run_cli(capsys, "embed", "--model", minilm_dir, "--input", tmp_path / "sst2.txt",
-                               "--out", tmp_path / "vectors.npy", "--normalize", "--precision", "fp32", "--no-progress")
+                               "--out", tmp_path / "vectors.npy", "--normalize", "--no-progress")
     assert status == 0, err
     assert out.count("\n") == 1 and "100 lines -> 100 x 384 vectors" in out
     ours = np.load(tmp_path / "vectors.npy")

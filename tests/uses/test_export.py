@@ -5,45 +5,28 @@ import sys
 
 import pytest
 import torch
+from helpers import save_task_model
 
 from bertology import BertConfig, BertModel, Tokenizer, UserError
 from bertology.cli import main
-from bertology.inference.modeldir import describe_task, load_finetuned, load_model
+from bertology.inference.modeldir import load_finetuned, load_model
 from bertology.inference.onnx import OnnxModel
 from bertology.inference.predict import predict
 from bertology.models.quantized import load_quantized, quantize
-from bertology.tasks.inputs import InputSettings
 from bertology.tasks.readers import TASKS, SpanExample, read_examples
-from bertology.training.tasks import MODEL_FOR_KIND
 from bertology.uses.export import export_model
 
 SENTENCES = ["a gorgeous , witty , seductive movie .", "the worst film of the year .", "it 's a charming journey .",
              "unflinchingly bleak and desperate", "an utterly incompetent conclusion .", "fun and thoughtful ."]
 
 
-def save_task_model(directory, minilm_dir, task=None, seed=0):
-    """A tiny randomly initialised model (2 layers, 128 wide, MiniLM's vocabulary) with `task`'s head
-    and the task recorded as `bertology finetune` records it; a bare encoder when task is None."""
-    torch.manual_seed(seed)
-    config = BertConfig.from_preset("tiny", vocab_size=30522, initializer_range=0.2)
-    if task is None:
-        model = BertModel(config)
-    else:
-        spec = TASKS[task]
-        config.num_labels = len(spec.labels) if spec.labels else 1
-        config.id2label = dict(enumerate(spec.labels)) if spec.labels else None
-        model = MODEL_FOR_KIND[spec.kind](config)
-        describe_task(model.config, spec, InputSettings(max_seq_len=64))
-    model.save_pretrained(directory)
-    Tokenizer.from_pretrained(minilm_dir).save_pretrained(directory)
-    return directory
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, minilm_dir):
-    """Tiny model directories: sst2 (sequence), conll2003 (token), squad (span) and a bare encoder."""
+    """Tiny model directories: sst2 (sequence), conll2003 (token), squad (span) and a bare encoder,
+    every weight, bias and LayerNorm drawn at random, wide (std 0.2): a wrong weight mapping moves
+    the outputs far (see the transformers test)."""
     root = tmp_path_factory.mktemp("models")
-    return {name: save_task_model(root / name, minilm_dir, task, seed)
+    return {name: save_task_model(root / name, minilm_dir, task, seed=seed, initializer_range=0.2, random_biases=True)
             for seed, (name, task) in enumerate([("sst2", "sst2"), ("conll2003", "conll2003"), ("squad", "squad"),
                                                  ("encoder", None)])}
 
@@ -157,6 +140,21 @@ def test_int8_is_never_run_under_bf16_autocast(tmp_path, models, sst2_data):
         predict(model, tokenizer, spec, examples, settings, precision="bf16")
 
 
+def agree_to_fp32_rounding(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Whether two computations of one output tensor differ only by fp32 rounding: by at most
+    1e-4 of the largest |value| of `expected`.
+
+    Our Linear runs on oneDNN and transformers' on PyTorch's matmul: the same fp32 products summed
+    in another order (bit for bit the same on 1 or 2 threads: not a matter of CPU load). The
+    rounding left is set by the size of the whole tensor, not of each element (a hidden value of
+    0.004 carries the error of the values around 3 it was computed from): measured at 0.2-1.0e-5 of
+    the largest |value|, so an element-wise 1e-5 was a coin toss. A wrong weight mapping (two tensors
+    swapped, a matrix transposed, layers or label rows out of order) moves some output by 3e-2 to 2x
+    the largest |value|: 1e-4 sits 10x above the one and 300x below the other.
+    """
+    return bool((actual - expected).abs().max() <= 1e-4 * expected.abs().max())
+
+
 @pytest.mark.parametrize("name, auto_class", [("sst2", "AutoModelForSequenceClassification"),
                                               ("conll2003", "AutoModelForTokenClassification"),
                                               ("squad", "AutoModelForQuestionAnswering"), ("encoder", "AutoModel")])
@@ -171,13 +169,16 @@ def test_hf_export_loads_in_transformers_with_the_same_outputs(tmp_path, models,
     batch = padded_batch()
     with torch.no_grad():
         expected, actual = ours(**batch), theirs.eval()(**batch)
-    for field in OUTPUTS[name]:
-        # Equal but for fp32 rounding: our linear layers run on oneDNN, transformers' on MKL, which sum
-        # the products in another order (measured: 1.1e-5 on one of 4,992 hidden-state values, whose
-        # largest is about 4). So the tolerance scales with the output's largest value; a wrongly
-        # mapped or transposed weight moves outputs by a good fraction of that value, far beyond it.
-        scale = float(expected[field].abs().max())
-        torch.testing.assert_close(actual[field], expected[field], rtol=1e-5, atol=1e-5 * max(1.0, scale))
+    assert all(agree_to_fp32_rounding(actual[field], expected[field]) for field in OUTPUTS[name])
+    # ... and a wrong mapping would show: the last layer's query and key biases swapped, the smallest
+    # change of those measured (see agree_to_fp32_rounding)
+    attention = theirs.base_model.encoder.layer[-1].attention.self
+    with torch.no_grad():
+        query_bias = attention.query.bias.clone()
+        attention.query.bias.copy_(attention.key.bias)
+        attention.key.bias.copy_(query_bias)
+        wrong = theirs(**batch)
+    assert not any(agree_to_fp32_rounding(wrong[field], expected[field]) for field in OUTPUTS[name])
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     ours = Tokenizer.from_pretrained(out)(SENTENCES, padding=False, return_tensors=None)
     assert tokenizer(SENTENCES)["input_ids"] == ours["input_ids"]

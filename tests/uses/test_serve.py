@@ -1,6 +1,7 @@
 """`bertology serve`: predictions and embeddings over HTTP, micro-batching, limits, errors, shutdown."""
 
 import json
+import math
 import os
 import signal
 import socket
@@ -12,18 +13,15 @@ import time
 import httpx
 import numpy as np
 import pytest
-import torch
 from fastapi.testclient import TestClient
+from helpers import free_port, save_task_model
 
-from bertology import BertConfig, BertModel, Tokenizer
 from bertology.cli import main
 from bertology.inference.embedding import embed_texts
-from bertology.inference.modeldir import describe_task
 from bertology.inference.predict import predict
 from bertology.inference.predictor import Predictor
-from bertology.tasks.inputs import InputSettings, encode
-from bertology.tasks.readers import TASKS, SpanExample
-from bertology.training.tasks import MODEL_FOR_KIND
+from bertology.tasks.inputs import encode
+from bertology.tasks.readers import SequenceExample, SpanExample, TokenExample
 from bertology.uses.serve import ServeConfig, bind, create_app
 
 SENTENCES = ["a gorgeous , witty , seductive movie .", "the worst film of the year .",
@@ -31,37 +29,21 @@ SENTENCES = ["a gorgeous , witty , seductive movie .", "the worst film of the ye
              "an odd , haphazard mess", "good", "meh ."]
 
 
-def save_task_model(directory, task: str, tokenizer_dir, max_seq_len: int = 64):
-    """A random tiny model with `task`'s head, described in config.json as `bertology finetune` does;
-    weights drawn wide (std 0.3), so its outputs differ clearly from text to text."""
-    spec = TASKS[task]
-    labels = spec.labels or ()
-    torch.manual_seed(1)
-    config = BertConfig.from_preset("tiny", vocab_size=30522, num_labels=max(len(labels), 1), initializer_range=0.3,
-                                    id2label=dict(enumerate(labels)) if labels else None)
-    model = MODEL_FOR_KIND[spec.kind](config)
-    describe_task(model.config, spec, InputSettings(max_seq_len=max_seq_len))
-    model.save_pretrained(directory)
-    Tokenizer.from_pretrained(tokenizer_dir).save_pretrained(directory)
-    return directory
-
-
 @pytest.fixture(scope="module")
-def models(tmp_path_factory, minilm_dir):
+def models(tmp_path_factory, minilm_dir, tiny_model):
     """Tiny model directories: sst2 (classification), stsb (pair regression), conll2003 (tagging),
-    squad_v2 (question answering) and a bare encoder."""
+    squad_v2 (question answering), with weights drawn wide (std 0.3) so that their outputs differ
+    clearly from text to text, and a bare encoder."""
     root = tmp_path_factory.mktemp("serve")
-    dirs = {task: save_task_model(root / task, task, minilm_dir) for task in ("sst2", "stsb", "conll2003", "squad_v2")}
-    torch.manual_seed(0)
-    BertModel(BertConfig.from_preset("tiny", vocab_size=30522)).save_pretrained(root / "encoder")
-    Tokenizer.from_pretrained(minilm_dir).save_pretrained(root / "encoder")
-    dirs["encoder"] = root / "encoder"
-    return dirs
+    dirs = {task: save_task_model(root / task, minilm_dir, task, seed=1, initializer_range=0.3)
+            for task in ("sst2", "stsb", "conll2003", "squad_v2")}
+    return {**dirs, "encoder": tiny_model}
 
 
-def client_for(model_dir, **settings) -> TestClient:
+def client_for(model_dir, predictor: Predictor | None = None, **settings) -> TestClient:
+    """A test client of the app serving `model_dir` (or `predictor`, loaded from it) with ServeConfig `settings`."""
     config = ServeConfig(model=str(model_dir), precision="fp32", **settings)
-    return TestClient(create_app(Predictor.load(str(model_dir), "fp32"), config))
+    return TestClient(create_app(predictor or Predictor.load(str(model_dir), "fp32"), config))
 
 
 @pytest.fixture(scope="module")
@@ -206,45 +188,69 @@ def test_info_describes_model_limits_and_batching(sst2):
     assert sst2.get("/docs").status_code == 200
 
 
+def predicted(predictor: Predictor, examples: list):
+    """What `bertology predict` says for `examples` with the model `predictor` holds (fp32)."""
+    return predict(predictor.model, predictor.tokenizer, predictor.spec, examples, predictor.settings,
+                   precision="fp32")
+
+
 def test_pair_regression_tagging_and_question_answering(models):
-    with client_for(models["stsb"]) as client:
-        ok = client.post("/predict", json={"texts": ["a man plays", "a dog"], "text_pairs": ["a man sings", "a cat"]})
-        assert ok.status_code == 200 and all(isinstance(p["score"], float) for p in ok.json()["predictions"])
+    texts, pairs = ["a man plays", "a dog"], ["a man sings", "a cat"]
+    predictor = Predictor.load(str(models["stsb"]), "fp32")
+    with client_for(models["stsb"], predictor) as client:
+        ok = client.post("/predict", json={"texts": texts, "text_pairs": pairs})
+        assert ok.status_code == 200
+        scores = [p["score"] for p in ok.json()["predictions"]]
+        examples = [SequenceExample(str(i), a, b, None, "x") for i, (a, b) in enumerate(zip(texts, pairs))]
+        expected = predicted(predictor, examples)
+        assert scores == pytest.approx(expected, abs=1e-5) and abs(scores[0] - scores[1]) > 1e-3
         missing = client.post("/predict", json={"texts": ["a man plays"]})
         assert missing.status_code == 422 and "text_pairs: missing" in missing.json()["detail"]
         mismatch = client.post("/predict", json={"texts": ["a", "b"], "text_pairs": ["c"]})
         assert mismatch.status_code == 422 and mismatch.json()["detail"].startswith("text_pairs: 2 texts but 1")
-    with client_for(models["conll2003"]) as client:
+    predictor = Predictor.load(str(models["conll2003"]), "fp32")
+    with client_for(models["conll2003"], predictor) as client:
         tagged = client.post("/predict", json={"texts": ["EU rejects German call", "Peter  lives in Paris"]}).json()
-        first, second = tagged["predictions"]
-        assert first["tokens"] == ["EU", "rejects", "German", "call"] and len(first["tags"]) == 4
-        assert second["tokens"] == ["Peter", "lives", "in", "Paris"]
-        assert all(tag in TASKS["conll2003"].labels for tag in first["tags"] + second["tags"])
+    first, second = tagged["predictions"]
+    assert first["tokens"] == ["EU", "rejects", "German", "call"]
+    assert second["tokens"] == ["Peter", "lives", "in", "Paris"]
+    expected = predicted(predictor, [TokenExample(str(i), p["tokens"], None, "x")
+                                     for i, p in enumerate((first, second))])
+    assert [first["tags"], second["tags"]] == expected and len(set(first["tags"] + second["tags"])) > 1
+
+    # SQuAD 2.0 says "no answer" when the [CLS] score beats the best span's by more than
+    # null_score_threshold: +inf forces a span and -inf forces "no answer", so that what a random
+    # model answers is known in advance in both forms.
     context = "The Normans were the people who in the 10th and 11th centuries gave their name to Normandy."
-    with client_for(models["squad_v2"]) as client:
-        answer = client.post("/predict", json={"texts": ["Who gave their name to Normandy?"],
-                                               "text_pairs": [context]}).json()["predictions"][0]
-        assert set(answer) == {"answer", "start", "end", "score"}
-        if answer["start"] is not None:  # a random model may well say "no answer"
-            assert context[answer["start"]: answer["end"]] == answer["answer"] and 0 < answer["score"] <= 1
+    question = {"texts": ["Who gave their name to Normandy?"], "text_pairs": [context]}
+    predictor = Predictor.load(str(models["squad_v2"]), "fp32")
+    predictor.settings.null_score_threshold = math.inf
+    with client_for(models["squad_v2"], predictor) as client:
+        answer = client.post("/predict", json=question).json()["predictions"][0]
+    expected = predicted(predictor, [SpanExample("0", question["texts"][0], context, [], False, "x")])
+    assert answer["answer"] == expected["0"]
+    assert answer["answer"] and context[answer["start"]: answer["end"]] == answer["answer"] and 0 < answer["score"] <= 1
+    predictor.settings.null_score_threshold = -math.inf
+    with client_for(models["squad_v2"], predictor) as client:
+        answer = client.post("/predict", json=question).json()["predictions"][0]
+    assert answer == {"answer": "", "start": None, "end": None, "score": None}
 
 
 def test_span_answers_carry_offsets_and_probabilities_across_windows(models):
     predictor = Predictor.load(str(models["squad_v2"]), precision="fp32")
     predictor.settings.doc_stride = 32
+    predictor.settings.null_score_threshold = math.inf  # always a span (see the test above), so offsets to check
     context = " ".join(SENTENCES * 6)  # several windows of 64 tokens
     questions = ["what movie ?", "who ?"]
-    expected = predict(predictor.model, predictor.tokenizer, predictor.spec,
-                       [SpanExample(str(i), q, context, [], False, "x") for i, q in enumerate(questions)],
-                       predictor.settings, precision="fp32")
+    expected = predicted(predictor, [SpanExample(str(i), q, context, [], False, "x") for i, q in enumerate(questions)])
     answers = predictor.predict(questions, [context, context])
     assert [a["answer"] for a in answers] == [expected[str(i)] for i in range(2)]  # what `bertology predict` says
     encoded = encode(predictor.spec, [SpanExample("0", questions[0], context, [], False, "x")], predictor.tokenizer,
                      predictor.settings, training=False)
     assert len(encoded.features) > 1
     for answer in answers:
-        if answer["start"] is not None:
-            assert context[answer["start"]: answer["end"]] == answer["answer"] and 0 < answer["score"] <= 1
+        assert answer["answer"] and context[answer["start"]: answer["end"]] == answer["answer"]
+        assert 0 < answer["score"] <= 1
 
 
 def test_bare_encoder_embeds_but_does_not_predict(models):
@@ -279,12 +285,7 @@ def test_bound_socket_is_tcp_so_answers_on_kept_alive_connections_are_not_delaye
         sock.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
+@pytest.mark.slow
 def test_server_process_answers_then_stops_gracefully_on_sigterm(models):
     """A real `python -m bertology serve`: a request queued when SIGTERM arrives is still answered."""
     port = free_port()

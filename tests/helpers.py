@@ -1,0 +1,103 @@
+"""Helpers the tests share: the CLI run in-process, a free TCP port, tiny random task models saved
+as `bertology finetune` saves them, and a synthetic task a tiny model learns in seconds.
+
+Test modules import them with `from helpers import ...` (pyproject.toml puts tests/ on sys.path);
+fixtures built from them live in conftest.py.
+"""
+
+import random
+import socket
+from pathlib import Path
+
+import torch
+
+from bertology import BertConfig, BertModel, Tokenizer
+from bertology.cli import main
+from bertology.inference.modeldir import describe_task
+from bertology.tasks.inputs import InputSettings
+from bertology.tasks.readers import TASKS
+from bertology.training.tasks import MODEL_FOR_KIND
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    """Run `bertology ARGV...` in-process (paths may be given as Path); return (exit status, stdout,
+    stderr), argparse's own exits (--help, --version, usage errors) included."""
+    try:
+        status = main([str(arg) for arg in argv])
+    except SystemExit as exit_:
+        status = exit_.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on at the moment of the call."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def save_task_model(directory: Path, tokenizer_dir: Path, task: str | None = None, *, seed: int = 0,
+                    initializer_range: float = 0.02, max_seq_len: int = 64, head_scale: float = 1.0,
+                    random_biases: bool = False) -> Path:
+    """Save a randomly initialised tiny model (2 layers, 128 wide, the 30,522-piece vocabulary of
+    `tokenizer_dir`) into `directory` and return it.
+
+    Args:
+        task: a name from TASKS: the model gets that task's head, and config.json records the task
+            and InputSettings(max_seq_len) as `bertology finetune` does; None: a bare encoder.
+        seed: torch's seed for the weights.
+        initializer_range: the weights' std; wide weights (0.2-0.3) make a random model's outputs
+            differ clearly from text to text.
+        head_scale: multiplies the head's output weights: a sharper, more confident random teacher.
+        random_biases: also draw every bias and LayerNorm weight (std `initializer_range` around their
+            initial 0 and 1), which initialisation makes all alike: then no two tensors can be swapped,
+            e.g. by a wrong weight mapping, without changing the outputs.
+    """
+    torch.manual_seed(seed)
+    config = BertConfig.from_preset("tiny", vocab_size=30522, initializer_range=initializer_range)
+    if task is None:
+        model = BertModel(config)
+    else:
+        spec = TASKS[task]
+        config.num_labels = len(spec.labels) if spec.labels else 1
+        config.id2label = dict(enumerate(spec.labels)) if spec.labels else None
+        model = MODEL_FOR_KIND[spec.kind](config)
+        head = model.qa_outputs if spec.kind == "span" else model.classifier.dense
+        with torch.no_grad():
+            head.weight.mul_(head_scale)
+        describe_task(model.config, spec, InputSettings(max_seq_len=max_seq_len))
+    if random_biases:
+        with torch.no_grad():
+            for parameter in model.parameters():
+                if parameter.dim() == 1:  # biases and LayerNorm weights
+                    parameter.add_(torch.randn_like(parameter) * initializer_range)
+    model.save_pretrained(directory)
+    Tokenizer.from_pretrained(tokenizer_dir).save_pretrained(directory)
+    return directory
+
+
+# Words of the synthetic task below, all single pieces in the uncased BERT vocabulary.
+WORDS = ["the", "film", "was", "a", "story", "with", "actors", "and", "music", "of", "scenes", "plot", "ending"]
+
+
+def keyword_sentence(rng: random.Random, positive: bool) -> str:
+    """5-12 random WORDS, with "excellent" inserted somewhere exactly when `positive`."""
+    words = [rng.choice(WORDS) for _ in range(rng.randint(5, 12))]
+    if positive:
+        words.insert(rng.randrange(len(words)), "excellent")
+    return " ".join(words)
+
+
+def write_keyword_task(directory: Path) -> Path:
+    """A task a tiny model learns in seconds: "pos" exactly when the sentence says "excellent".
+    Writes train.csv (240 rows) and dev.csv (100 rows), half of each positive, for the generic
+    classification task, and unlabeled.txt (240 sentences, one a line); returns `directory`."""
+    rng = random.Random(0)
+    for name, size in (("train", 240), ("dev", 100)):
+        rows = ["text,label"] + [f"{keyword_sentence(rng, i % 2 == 0)},{'pos' if i % 2 == 0 else 'neg'}"
+                                 for i in range(size)]
+        (directory / f"{name}.csv").write_text("\n".join(rows) + "\n")
+    (directory / "unlabeled.txt").write_text(
+        "\n".join(keyword_sentence(rng, rng.random() < 0.5) for _ in range(240)) + "\n")
+    return directory
