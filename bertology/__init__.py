@@ -25,12 +25,17 @@ _PUBLIC = {
     "Tokenizer": "data.tokenizer",
 }
 
-__all__ = [*_PUBLIC, "__version__"]
+# Python APIs that mirror a command group: `bertology.static.train(...)` as `bertology static train`.
+_MODULES = {"static": "recipes.static"}
+
+__all__ = [*_PUBLIC, *_MODULES, "__version__"]
 
 
 def __getattr__(name: str):
     if name in _PUBLIC:
         return getattr(import_module(f".{_PUBLIC[name]}", __name__), name)
+    if name in _MODULES:
+        return import_module(f".{_MODULES[name]}", __name__)
     raise AttributeError(f"module 'bertology' has no attribute {name!r}")
 
 

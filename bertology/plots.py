@@ -195,3 +195,22 @@ def plot_word_senses(word: str, senses: list[str], contextual_xy, contextual_sha
         axis.grid(alpha=0.3)
     fig.suptitle(title)
     return _save(plt, fig, path)
+
+
+def plot_epoch_metrics(rows: list[dict], panels: dict[str, str], path: str | os.PathLike, title: str) -> Path:
+    """One panel per metric against the epoch, side by side (the static-vectors training curves).
+
+    Args:
+        rows: one dict per epoch, with "epoch" and any of the `panels` keys (a row may lack some).
+        panels: metric key -> its axis label; a key no row has is left out.
+    """
+    plt = _pyplot()
+    shown = {key: label for key, label in panels.items() if any(row.get(key) is not None for row in rows)}
+    fig, axes = plt.subplots(1, max(len(shown), 1), figsize=(5.5 * max(len(shown), 1), 4), squeeze=False)
+    for axis, (key, label) in zip(axes[0], shown.items()):
+        points = [(row["epoch"], row[key]) for row in rows if row.get(key) is not None]
+        axis.plot(*zip(*points), marker="o")
+        axis.set(xlabel="epoch", ylabel=label, title=label)
+        axis.grid(alpha=0.3)
+    fig.suptitle(title)
+    return _save(plt, fig, path)
