@@ -42,6 +42,7 @@ from .config import (
     setting_types,
 )
 from .errors import UserError
+from .models import resolve_model_dir
 
 
 # ----- settings dataclasses of the small commands (the others are beside their code) -------------
@@ -72,8 +73,9 @@ class InfoConfig:
     The settings of `bertology info`.
     """
 
-    model: str = setting(required=True, positional=True, metavar="DIR",
-                         help="model directory (bertology or transformers BERT layout)")
+    model: str = setting(required=True, positional=True, metavar="MODEL", model_dir=True,
+                         help="a model directory (bertology or transformers layout) or an installed model's name "
+                              "(e.g. all-MiniLM-L6-v2)")
 
 
 @dataclass
@@ -83,8 +85,9 @@ class ExplainConfig:
     What both `bertology explain` commands take.
     """
 
-    model: str = setting(required=True, metavar="DIR",
-                         help="any model directory (pre-trained, fine-tuned, transformers BERT)")
+    model: str = setting(required=True, metavar="MODEL", model_dir=True,
+                         help="any model directory (pre-trained, fine-tuned, transformers BERT) or an installed "
+                              "model's name")
     out: str = setting(required=True, metavar="FILE.png", output="file", help="the picture")
     model_name: str | None = setting(None, help="the name in the title (default: the directory's name)")
 
@@ -236,7 +239,7 @@ def run_info(cfg: InfoConfig) -> None:
     config = model.config
     vocab = Path(cfg.model) / "vocab.txt"
     vocab_entries = sum(1 for _ in vocab.open("rb")) if vocab.is_file() else None
-    print(f"model:        {cfg.model}")
+    print(f"model:        {Path(cfg.model).resolve()}")
     print(f"architecture: {type(model).__name__}")
     print(f"parameters:   {model.num_parameters():,}")
     print(f"vocabulary:   {vocab_entries if vocab_entries is not None else 'no vocab.txt'} tokens in vocab.txt, "
@@ -602,10 +605,15 @@ def output_folders(cfg: Any) -> list[Path]:
 
 def parse(argv: list[str]) -> tuple[Command, Any]:
     """The command `argv` names and its settings: the dataclass's defaults, then the config
-    file's values, then the flags. Raises SystemExit after --help, --version or a usage mistake."""
+    file's values, then the flags; a model given by name becomes its installed folder. Raises
+    SystemExit after --help, --version or a usage mistake, UserError for a model not found."""
     args = build_parser(argv).parse_args(argv)
     names = {field.name for field in dataclasses.fields(args.settings_class)}
-    return args.command_to_run, args.settings_class(**{k: v for k, v in vars(args).items() if k in names})
+    cfg = args.settings_class(**{k: v for k, v in vars(args).items() if k in names})
+    for name, field in setting_fields(cfg).items():
+        if field.metadata["model_dir"] and getattr(cfg, name):
+            setattr(cfg, name, str(resolve_model_dir(getattr(cfg, name))))
+    return args.command_to_run, cfg
 
 
 def main(argv: list[str] | None = None) -> int:

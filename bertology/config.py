@@ -33,7 +33,7 @@ else:  # Python 3.10: the same parser, published as tomli before it joined the s
 def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], Any] | None = None,
             choices: Sequence | None = None, metavar: str | tuple[str, ...] | None = None, required: bool = False,
             positive: bool = False, minimum: float | None = None, positional: bool = False,
-            output: str | None = None) -> Any:
+            output: str | None = None, model_dir: bool = False) -> Any:
     """A dataclass field that is also a flag and a config-file key.
 
     Args:
@@ -51,10 +51,12 @@ def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], 
         positional: a positional argument instead of a --flag.
         output: "dir" or "file" when the setting is where the command writes (a run that
             fails before writing there leaves no empty folder behind).
+        model_dir: the setting names a model: a directory, or the name of a model an installed
+            pip package ships (`all-MiniLM-L6-v2`), which the command line resolves to its folder.
     """
     metadata = {"help": help, "choices": tuple(choices) if choices is not None else None, "metavar": metavar,
                 "required": required, "positive": positive, "minimum": minimum, "positional": positional,
-                "output": output}
+                "output": output, "model_dir": model_dir}
     if isinstance(default, (list, dict)):
         default_factory = functools.partial(copy.deepcopy, default)
     if default_factory is not None:

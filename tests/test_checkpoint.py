@@ -143,6 +143,7 @@ def test_save_overwrites_atomically(saved):
     assert sorted(p.name for p in saved.iterdir()) == ["config.json", "model.safetensors"]
 
 
+@pytest.mark.slow
 def test_real_checkpoint_directory_loads_with_its_vocab(minilm_dir, tmp_path):
     copy = shutil.copytree(minilm_dir, tmp_path / "minilm")
     model = BertModel.from_pretrained(copy)

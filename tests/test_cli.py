@@ -36,6 +36,7 @@ def test_info_describes_a_real_checkpoint(capsys, minilm_dir):
     assert "30522 tokens in vocab.txt" in out and "hidden_size: 384" in out
 
 
+@pytest.mark.slow
 def test_info_on_a_missing_directory_is_one_line(capsys, tmp_path):
     status, out, err = run_cli(capsys, "info", str(tmp_path / "nope"))
     assert status == 2 and out == ""
@@ -174,6 +175,7 @@ def small_corpus(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_failed_pretrain_finetune_and_distill_leave_no_empty_output_folder(capsys, tmp_path, small_corpus,
                                                                           tiny_model, minilm_dir):
     from helpers import save_task_model
@@ -264,3 +266,25 @@ def test_finetune_and_distill_end_with_a_summary(capsys, tmp_path, tiny_model, k
     assert "teacher_accuracy" in stdout and f"distilled {keyword_model} (" in stdout
     assert "into a random-weight tiny encoder (" in stdout and "240 transfer examples x 1 epoch: 8 steps in " in stdout
     assert stdout.rstrip().endswith(f"to {tmp_path / 'student'}")
+
+
+@pytest.mark.slow
+def test_an_installed_model_is_found_by_name(minilm_dir, tmp_path, capsys):
+    status, out, err = run_cli(capsys, "info", "all-MiniLM-L6-v2")
+    assert status == 0, err
+    assert out.splitlines()[0] == f"model:        {minilm_dir.resolve()}"  # where it is installed
+    lines = tmp_path / "lines.txt"
+    lines.write_text("a first sentence\nand a second one\n")
+    vectors = {}
+    for model in ("sentence-transformers/all-MiniLM-L6-v2", minilm_dir):
+        status, _, err = run_cli(capsys, "embed", "--model", model, "--input", lines, "--out", tmp_path / "v.npy",
+                                 "--no-progress")
+        assert status == 0, err
+        vectors[str(model)] = (tmp_path / "v.npy").read_bytes()
+        (tmp_path / "v.npy").unlink()
+    assert len(set(vectors.values())) == 1  # the name and the path are the same model
+    status, _, err = run_cli(capsys, "finetune", "--model", "no-such-model", "--task", "sst2", "--data", tmp_path,
+                             "--out", tmp_path / "out")
+    assert status == 2 and err == ("bertology: error: no-such-model: no such model directory, and no installed "
+                                   "package ships a model of that name\n")
+    assert not (tmp_path / "out").exists()

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from ..data.tokenizer import VOCAB_FILE, Tokenizer
 from ..errors import UserError
 from ..files import loads_json
+from ..models import resolve_model_dir
 from ..models.bert import BertModel
 from ..models.features import (
     LAYER_CHOICES,
@@ -57,15 +58,14 @@ def load_encoder(model_dir: str | Path, device: str | torch.device | None = None
     """Any model directory -> its bare encoder (task heads dropped) in eval mode, and its tokenizer.
 
     Args:
-        model_dir: a bertology or transformers BERT folder (config.json, weights, vocab.txt).
+        model_dir: a bertology or transformers BERT folder (config.json, weights, vocab.txt), or
+            the name of an installed model (`all-MiniLM-L6-v2`: see models.resolve_model_dir).
         device: where the encoder runs; default the GPU when there is one, else the CPU.
     Returns:
         (encoder, tokenizer). For a sentence-transformers folder the tokenizer's
         `model_max_length` is its `max_seq_length`, the length the model was trained with.
     """
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise UserError(f"{model_dir}: no such model directory")
+    model_dir = resolve_model_dir(model_dir)
     if not (model_dir / VOCAB_FILE).is_file():
         raise UserError(f"{model_dir}: no tokenizer here (a model directory needs its {VOCAB_FILE})")
     tokenizer = Tokenizer.from_pretrained(model_dir)

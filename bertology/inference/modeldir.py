@@ -27,7 +27,7 @@ from torch import nn
 from .. import checkpoint
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
-from ..models import family_of, read_config
+from ..models import family_of, read_config, resolve_model_dir
 from ..models.bert import BertConfig, BertPreTrainedModel, model_class, tensor_shapes
 from ..models.features import HEAD_CONFIG, FeatureModel
 from ..models.quantized import load_quantized
@@ -91,7 +91,9 @@ def is_feature_model(directory: str | Path) -> bool:
 
 def load_model(directory: str | os.PathLike) -> nn.Module:
     """Open a model directory as the class its config.json names, through its model family;
-    an int8 export comes back quantized, as it was saved."""
+    an int8 export comes back quantized, as it was saved. `directory` may also name an installed
+    model (`all-MiniLM-L6-v2`: see models.resolve_model_dir)."""
+    directory = resolve_model_dir(directory)
     family = family_of(directory)
     exported = read_config(directory).get(EXPORT_KEY)
     if exported == "int8":
@@ -108,6 +110,7 @@ def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer, TaskSpec, Inpu
     An `onnx` export comes back as an ONNX Runtime model and an `int8` export quantized
     (models/quantized.py); both are called like the PyTorch models and stay on the CPU.
     """
+    model_dir = resolve_model_dir(model_dir)
     config = BertConfig.load(model_dir)
     spec, settings = task_of(config, model_dir)
     exported = export_format(config)

@@ -22,6 +22,7 @@ from torch import nn
 from .. import __version__
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
+from ..models import resolve_model_dir
 from ..models.bert import BertConfig, BertModel
 from ..ops import resolve_precision
 from ..tasks.inputs import (
@@ -56,7 +57,9 @@ class Predictor:
 
         `precision` "auto" becomes bf16 where the device runs it fast, else fp32 (always
         fp32 for exported int8 and ONNX models, which refuse bf16 here, at load time).
+        `model_dir` may also name an installed model (see models.resolve_model_dir).
         """
+        model_dir = str(resolve_model_dir(model_dir))
         if not is_finetuned(BertConfig.load(model_dir)):
             encoder, tokenizer = load_encoder(model_dir)
             return cls(model_dir, tokenizer, encoder, precision=resolve_precision(precision, model_device(encoder)))

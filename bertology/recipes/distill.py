@@ -77,7 +77,7 @@ LOSSES = ("kl", "mse")
 class DistillConfig(TaskFiles, EpochLoop):
     """Distillation: the teacher, the transfer set, the student and the loss."""
 
-    teacher: str = setting("", required=True, metavar="DIR",
+    teacher: str = setting("", required=True, metavar="MODEL", model_dir=True,
                            help="the fine-tuned teacher's model directory (its task and labels are the student's)")
     out: str = setting("", required=True, metavar="DIR", output="dir",
                        help="output directory: the best student, eval_results.json, metrics.jsonl, learning_curve.png")
@@ -93,8 +93,9 @@ class DistillConfig(TaskFiles, EpochLoop):
                            help="add N noisy copies of each transfer example for the teacher to label (Tang et al. "
                                 "2019: words masked or replaced, n-grams sampled)")
     # the student
-    student: str | None = setting(None, metavar="DIR",
-                                  help="a pre-trained encoder directory (default: random weights at --preset)")
+    student: str | None = setting(None, metavar="MODEL", model_dir=True,
+                                  help="a pre-trained encoder directory or installed model's name (default: random weights at "
+                                       "--preset)")
     preset: str = setting("mini", choices=PRESETS, help="the size of a randomly initialised student")
     # the loss
     loss: str = setting("kl", choices=LOSSES, help="kl: KL divergence between the softened distributions (times "

@@ -25,6 +25,7 @@ from ..files import write_json_atomic
 from ..inference.modeldir import describe_task, load_finetuned
 from ..inference.embedding import POOLINGS
 from ..inference.predict import predict, score
+from ..models import resolve_model_dir
 from ..models.features import LAYER_CHOICES
 from ..ops import PRECISIONS
 from ..tasks.inputs import InputSettings, collate, encode
@@ -72,8 +73,9 @@ FEATURE_HEADS = ("linear", "bilstm")
 class FinetuneConfig(TaskConfig, EpochLoop):
     """Fine-tuning: the model, its inputs, ULMFiT's options and the feature-based mode."""
 
-    model: str = setting("", required=True, metavar="DIR",
-                         help="the pre-trained model directory (bertology or transformers BERT)")
+    model: str = setting("", required=True, metavar="MODEL", model_dir=True,
+                         help="the pre-trained model directory (bertology or transformers BERT) or an installed model's "
+                              "name (e.g. all-MiniLM-L6-v2)")
     out: str = setting("", required=True, metavar="DIR", output="dir",
                        help="output directory: the best model, eval_results.json, metrics.jsonl, learning_curve.png")
     max_seq_len: int | None = setting(None, positive=True, help="tokens per row (default: 128; SQuAD 384)")
@@ -115,12 +117,11 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                 setattr(self, name, str(value))
 
     def validate(self) -> None:
-        """Check everything that needs no file reading."""
+        """Check everything that needs no file reading (a model given by name becomes its folder)."""
         super().validate()
         if self.layer_lr_decay > 1:
             raise UserError(f"--layer-lr-decay must be at most 1, got {self.layer_lr_decay}")
-        if not Path(self.model).is_dir():
-            raise UserError(f"{self.model}: no such model directory")
+        self.model = str(resolve_model_dir(self.model))
 
     def input_settings(self, spec: TaskSpec) -> InputSettings:
         """Length limits and SQuAD's search settings."""
@@ -207,7 +208,8 @@ class EvaluateConfig:
     """
 
     data: str = setting(required=True, metavar="PATH", help="the task's folder or file")
-    model: str = setting(required=True, metavar="DIR", help="a model directory from `bertology finetune`")
+    model: str = setting(required=True, metavar="MODEL", model_dir=True,
+                         help="a model directory from `bertology finetune`")
     task: str | None = setting(None, help="the task (default: the one the model was fine-tuned on)")
     split: str = setting("dev", help="the split to score: dev, dev_mismatched (MNLI), train or test")
     batch_size: int = setting(128, positive=True, help="examples per forward pass")
@@ -223,7 +225,8 @@ class PredictConfig:
     The settings of `bertology predict`.
     """
 
-    model: str = setting(required=True, metavar="DIR", help="a model directory from `bertology finetune`")
+    model: str = setting(required=True, metavar="MODEL", model_dir=True,
+                         help="a model directory from `bertology finetune`")
     input: str = setting(required=True, metavar="FILE", help="the task's official format, or .txt: one text per "
                                                              "line (a tab between the texts of a pair)")
     out: str = setting(required=True, metavar="FILE", output="file", help="the predictions: GLUE TSV, SQuAD JSON "

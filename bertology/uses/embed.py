@@ -54,7 +54,8 @@ class EmbedConfig:
     The settings of `bertology embed`.
     """
 
-    model: str = setting(required=True, metavar="DIR", help="any model directory")
+    model: str = setting(required=True, metavar="MODEL", model_dir=True,
+                         help="any model directory, or an installed model's name (e.g. all-MiniLM-L6-v2)")
     input: str = setting(required=True, metavar="FILE", help="one text per line, or JSONL (see --field)")
     out: str = setting(required=True, metavar="FILE", output="file",
                        help="FILE.npy or FILE.jsonl (the suffix picks the format)")

@@ -67,7 +67,8 @@ class ExportConfig:
     The settings of `bertology export`.
     """
 
-    model: str = setting(required=True, metavar="DIR", help="a fine-tuned model or encoder directory")
+    model: str = setting(required=True, metavar="MODEL", model_dir=True,
+                         help="a fine-tuned model or encoder directory, or an installed model's name")
     format: str = setting(required=True, choices=FORMATS,
                           help="hf: a copy transformers loads as it is; int8: dynamic int8 quantization of every "
                                "linear layer (smaller, faster on the CPU); onnx: model.onnx for ONNX Runtime")

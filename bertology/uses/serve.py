@@ -20,7 +20,6 @@ import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Literal
 
 from fastapi import FastAPI, HTTPException, Request
@@ -31,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .. import __version__
 from ..config import check_settings, setting
 from ..errors import UserError
+from ..models import resolve_model_dir
 from ..inference.predictor import Predictor
 from ..ops import PRECISIONS
 from .batching import MicroBatcher, Overloaded
@@ -45,7 +45,8 @@ class ServeConfig:
     The settings of `bertology serve`.
     """
 
-    model: str = setting("", required=True, metavar="DIR", help="a model directory (fine-tuned, or a bare encoder)")
+    model: str = setting("", required=True, metavar="MODEL", model_dir=True,
+                         help="a model directory (fine-tuned, or a bare encoder), or an installed model's name")
     host: str = setting("127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
     port: int = setting(8000, minimum=0, help="the port (0: a free one)")
     max_batch: int = setting(64, positive=True, help="texts per forward pass (1: no batching)")
@@ -62,15 +63,14 @@ class ServeConfig:
                                   "the processor runs it fast) is faster, but vectors differ by about 1e-3")
 
     def validate(self) -> None:
-        """Check the settings before anything is loaded."""
+        """Check the settings before anything is loaded (a model given by name becomes its folder)."""
         check_settings(self)
         if self.max_queue < self.max_texts:
             raise UserError(f"--max-queue ({self.max_queue}) must be at least --max-texts ({self.max_texts}), "
                             "or a full request could never be queued")
         if self.port >= 65536:
             raise UserError(f"--port must be below 65536, got {self.port}")
-        if not Path(self.model).is_dir():
-            raise UserError(f"{self.model}: no such model directory")
+        self.model = str(resolve_model_dir(self.model))  # a name becomes the installed model's folder
 
 
 class PredictRequest(BaseModel):

@@ -326,6 +326,7 @@ def test_build_corpus_skips_and_counts_bad_jsonl_lines(tokenizer, tmp_path):
     assert corpus.skipped_lines == 2 and corpus.num_documents == 2
 
 
+@pytest.mark.slow
 def test_the_tokenizer_trainer_reads_every_format(plain, articles, tokenizer, tmp_path):
     """A vocabulary trained on the JSONL or Parquet form of a text equals the one trained on the text."""
     write_jsonl(tmp_path / "wiki.jsonl.bz2", ({"body": article} for article in articles))

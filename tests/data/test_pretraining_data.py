@@ -164,6 +164,7 @@ def test_auto_detects_wrapped_books_and_line_files(tmp_path):
     assert all(len(s) < 300 and "\n" not in s for s in documents[0])
 
 
+@pytest.mark.slow
 def test_auto_detection_on_real_wikitext_and_gutenberg(data_dir):
     wiki = data_dir / "wikitext-2-raw/wiki.valid.raw"
     books = sorted((data_dir / "gutenberg").glob("*.txt"))

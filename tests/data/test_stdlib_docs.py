@@ -18,6 +18,7 @@ from bertology.data.stdlib_docs import (
 from bertology.errors import UserError
 
 
+@pytest.mark.slow
 def test_collection_finds_thousands_of_clean_unique_docstrings():
     docstrings = collect_docstrings()
     assert len(docstrings) > 3000
@@ -30,6 +31,7 @@ def test_collection_finds_thousands_of_clean_unique_docstrings():
     assert (future.package, future.kind) == ("asyncio", "function")
 
 
+@pytest.mark.slow
 def test_reference_topics_are_read_as_data():
     topics = reference_topics()
     assert "assert" in topics and len(topics) > 50
@@ -45,6 +47,7 @@ def task():
     return docstring_task(seed=0)
 
 
+@pytest.mark.slow
 def test_no_module_is_on_both_sides_and_every_label_is_on_both(task):
     module_of = {d.text.replace("\n\n", " "): d.module for d in collect_docstrings()}  # texts are unique
     train_modules = {module_of[text] for text, _ in task.train}
@@ -55,6 +58,7 @@ def test_no_module_is_on_both_sides_and_every_label_is_on_both(task):
     assert {label for _, label in task.train} == {label for _, label in task.dev} == set(task.labels)
 
 
+@pytest.mark.slow
 def test_split_sizes_follow_the_fraction_and_the_cap(task):
     train, dev = Counter(l for _, l in task.train), Counter(l for _, l in task.dev)
     full = docstring_task(seed=0, max_train_per_label=None)
@@ -66,6 +70,7 @@ def test_split_sizes_follow_the_fraction_and_the_cap(task):
     assert all("\n" not in text for text, _ in task.train + task.dev)
 
 
+@pytest.mark.slow
 def test_the_task_is_deterministic_for_a_seed(task):
     again = docstring_task(seed=0)
     other = docstring_task(seed=1)
@@ -80,6 +85,7 @@ def test_bad_arguments_are_user_errors():
         docstring_task(max_train_per_label=0)
 
 
+@pytest.mark.slow
 def test_corpus_leaves_out_the_dev_modules_and_is_in_lines_format(tmp_path, task):
     paths = write_pretraining_corpus(tmp_path, task.dev_modules)
     assert [p.name for p in paths] == ["stdlib_docstrings.txt", "python_reference.txt"]
@@ -94,6 +100,7 @@ def test_corpus_leaves_out_the_dev_modules_and_is_in_lines_format(tmp_path, task
     assert train_docstring.text.replace("\n\n", "\n") in documents
 
 
+@pytest.mark.slow
 def test_corpus_reads_back_as_lines_documents(tmp_path):
     from bertology.data.corpus import detect_format, read_documents
 

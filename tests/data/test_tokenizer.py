@@ -132,6 +132,7 @@ def korean(tmp_path_factory):
 # --- Parity with BERT on a real checkpoint's vocabulary -----------------------------------
 
 
+@pytest.mark.slow
 def test_matches_bert_fast_on_every_wikitext_line(minilm, minilm_fast, wiki_lines):
     theirs = minilm_fast(wiki_lines, padding=False, truncation=False)["input_ids"]
     assert_same_ids(ids_of(minilm, wiki_lines), theirs, wiki_lines, minilm)
@@ -179,6 +180,7 @@ def test_pairs_truncate_longest_first_like_bert_fast(minilm, minilm_fast, max_le
 # --- Parity with the pure-Python reference on a vocabulary we train ------------------------
 
 
+@pytest.mark.slow
 def test_trained_vocab_matches_python_reference_on_every_wikitext_line(trained, wiki_lines):
     tokenizer, out_dir = trained
     reference = reference_tokenizer(out_dir / "vocab.txt", do_lower_case=tokenizer.do_lower_case)
@@ -195,6 +197,7 @@ def test_trained_vocab_layout(trained):
     assert tokenizer.special_token_ids == {0, 1, 2, 3, 4}
 
 
+@pytest.mark.slow
 def test_training_is_deterministic(data_dir, tmp_path):
     corpus = [data_dir / WIKI_VALID]
     first = train_tokenizer(corpus, vocab_size=2000, out_dir=tmp_path / "a")
@@ -231,6 +234,7 @@ def test_keep_hangul_changes_nothing_when_case_and_accents_are_kept():
     assert tokenizer.normalize("안녕 Café") == "안녕 Café"
 
 
+@pytest.mark.slow
 def test_keep_hangul_equals_bert_on_text_without_hangul(wiki_lines):
     bert = Tokenizer(list(SPECIAL_TOKENS))
     keep = Tokenizer(list(SPECIAL_TOKENS), keep_hangul=True)
@@ -256,6 +260,7 @@ def test_bert_mode_korean_round_trips_up_to_nfc(minilm):
 # --- Saving and loading -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_save_and_reload_gives_identical_ids(trained, wiki_lines):
     tokenizer, out_dir = trained
     reloaded = Tokenizer.from_pretrained(out_dir)
@@ -275,6 +280,7 @@ def test_saved_files(trained):
     assert pipeline["padding"] is None and pipeline["truncation"] is None
 
 
+@pytest.mark.slow
 def test_transformers_loads_the_trained_tokenizer(trained, wiki_lines):
     tokenizer, out_dir = trained
     theirs = transformers.AutoTokenizer.from_pretrained(out_dir)

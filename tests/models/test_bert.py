@@ -47,6 +47,7 @@ def wiki_sentences(data_dir, count):
     return lines[:count]
 
 
+@pytest.mark.slow
 def test_minilm_hidden_states_match_transformers(minilm_dir, data_dir):
     sentences = wiki_sentences(data_dir, 48)
     reference_tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
@@ -83,6 +84,7 @@ def hf_config(config: BertConfig, **extra):
     return transformers.BertConfig(**{k: v for k, v in config.to_dict().items() if k != "model_type"}, **extra)
 
 
+@pytest.mark.slow
 def test_pretraining_model_round_trips_to_transformers(tmp_path):
     torch.manual_seed(0)
     ours = BertForPreTraining(tiny_config()).eval()
@@ -97,6 +99,7 @@ def test_pretraining_model_round_trips_to_transformers(tmp_path):
     assert (a.seq_relationship_logits - b.seq_relationship_logits).abs().max() < TOL
 
 
+@pytest.mark.slow
 def test_pretraining_model_round_trips_from_transformers(tmp_path):
     torch.manual_seed(1)
     ref = transformers.BertForPreTraining(hf_config(tiny_config())).eval()
@@ -127,6 +130,7 @@ def test_pretraining_model_round_trips_from_transformers(tmp_path):
         (BertForMaskedLM, transformers.BertForMaskedLM, {}),
     ],
 )
+@pytest.mark.slow
 def test_task_heads_match_transformers(tmp_path, ours_cls, ref_cls, extra):
     torch.manual_seed(2)
     config = tiny_config(**extra)
@@ -163,6 +167,7 @@ def test_task_heads_match_transformers(tmp_path, ours_cls, ref_cls, extra):
 
 @pytest.mark.parametrize("cls", [BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
                                  BertForTokenClassification, BertForQuestionAnswering])
+@pytest.mark.slow
 def test_save_and_reload_gives_identical_outputs(tmp_path, cls):
     torch.manual_seed(3)
     model = cls(tiny_config(pre_layer_norm=True, embedding_size=64)).eval()
@@ -257,6 +262,7 @@ def test_too_long_input_is_a_clear_error():
         model(torch.ones(1, 65, dtype=torch.long))
 
 
+@pytest.mark.slow
 def test_training_step_reduces_loss():
     torch.manual_seed(8)
     model = BertForSequenceClassification(tiny_config(num_labels=2))

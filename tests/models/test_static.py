@@ -300,6 +300,7 @@ def _weights_and_diffs(words, contexts):
     return fs, diffs
 
 
+@pytest.mark.slow
 def test_glove_fits_a_low_rank_log_count_matrix():
     """log X = U V^T exactly (rank 2): GloVe should drive the loss near zero and W + W~ should
     recover the geometry (words with equal rows of U end up with near-equal vectors)."""

@@ -167,6 +167,7 @@ def test_token_student_imitates_the_teachers_tags(tmp_path, tiny_model):
     assert agreement > 0.9
 
 
+@pytest.mark.slow
 def test_teacher_targets_are_means_of_windows_and_nan_for_unseen_words(tmp_path, tiny_model):
     teacher_dir = random_teacher(tmp_path / "t", tiny_model, "sst2", 1)
     model, tokenizer, spec, settings = load_finetuned(str(teacher_dir))
@@ -182,6 +183,7 @@ def test_teacher_targets_are_means_of_windows_and_nan_for_unseen_words(tmp_path,
     assert np.isnan(target[1]).all() and not np.isnan(target[[0, 2]]).any()
 
 
+@pytest.mark.slow
 def test_user_mistakes_are_one_line_errors(tmp_path, tiny_model, keyword_task, capsys):
     teacher = random_teacher(tmp_path / "teacher", tiny_model, "sst2", 1)  # any fine-tuned model: no training here
     squad_dir = tmp_path / "squad-teacher"
@@ -192,7 +194,7 @@ def test_user_mistakes_are_one_line_errors(tmp_path, tiny_model, keyword_task, c
     cases = [
         (["--teacher", str(squad_dir), "--unlabeled", str(keyword_task / "unlabeled.txt"), "--no-train-text"],
          "not span"),
-        (["--teacher", str(tmp_path / "missing"), "--unlabeled", "x"], "no such teacher"),
+        (["--teacher", str(tmp_path / "missing"), "--unlabeled", "x"], "missing: no such model directory"),
         (["--teacher", str(teacher), "--no-train-text"], "no transfer text"),
         (["--teacher", str(teacher), "--unlabeled", str(tmp_path / "nope.txt"), "--no-train-text"], "nope.txt"),
         (["--teacher", str(teacher), "--unlabeled", str(keyword_task / "unlabeled.txt"), "--no-train-text",

@@ -75,6 +75,7 @@ LEARNS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", list(LEARNS))
 def test_each_objective_learns(corpus, tmp_path, objective):
     cfg = settings(corpus, tmp_path, objective=objective, max_steps=400, batch_size=32, eval_every=200,
@@ -93,6 +94,7 @@ def test_each_objective_learns(corpus, tmp_path, objective):
     expected.from_pretrained(tmp_path)
 
 
+@pytest.mark.slow
 def test_run_writes_a_transformers_loadable_model_and_its_records(corpus, tmp_path):
     status = main(["pretrain", "--corpus", str(corpus / "wiki.txt"), "--tokenizer", str(corpus / "tokenizer"),
                    "--out", str(tmp_path), "--cache-dir", str(corpus / "cache"), "--preset", "tiny",
@@ -115,6 +117,7 @@ def test_run_writes_a_transformers_loadable_model_and_its_records(corpus, tmp_pa
         assert (ours(ids).prediction_logits - reference(ids).prediction_logits).abs().max() < 1e-4
 
 
+@pytest.mark.slow
 def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path):
     base = dict(max_steps=24, log_every=1, save_every=8, model=NO_DROPOUT | {"hidden_dropout_prob": 0.1})
     run_pretraining(settings(corpus, tmp_path / "straight", **base))
@@ -157,6 +160,7 @@ def ddp_worker(rank, world_size, port, cfg):
         torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_process_ddp_equals_one_process_with_twice_the_accumulation(corpus, tmp_path):
     common = dict(max_steps=12, log_every=1, model=NO_DROPOUT)
     run_pretraining(settings(corpus, tmp_path / "single", grad_accum=2, **common))
@@ -199,6 +203,7 @@ def test_bad_input_stops_before_training(corpus, tmp_path, capsys, problem):
         assert "bad.txt:" in err[0] and "UTF-8" in err[0]
 
 
+@pytest.mark.slow
 def test_bad_lines_can_be_skipped_and_counted(corpus, tmp_path, capsys):
     text = corpus / "wiki.txt"
     (tmp_path / "bad.txt").write_bytes(text.read_bytes()[:200000] + b"\nbroken \xff line\n")
@@ -208,6 +213,7 @@ def test_bad_lines_can_be_skipped_and_counted(corpus, tmp_path, capsys):
     assert "skipped 1 line" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_config_file_supplies_settings_and_flags_win(corpus, tmp_path):
     config = tmp_path / "run.toml"
     config.write_text(f'corpus = ["{corpus / "wiki.txt"}"]\ntokenizer = "{corpus / "tokenizer"}"\n'
@@ -274,6 +280,7 @@ def test_electra_rtd_auc_scores_the_detector_logits_against_the_replaced_tokens(
     assert metrics_from_counts({k: float(v) for k, v in counts.items()})["rtd_auc"] == pytest.approx(auc)
 
 
+@pytest.mark.slow
 def test_skip_bad_lines_also_holds_when_pretrain_trains_its_own_vocabulary(corpus, tmp_path, capsys):
     """Issue 12: without --tokenizer, the vocabulary training ignored --skip-bad-lines and
     stopped on the line the error message told the user to skip with that very flag."""
@@ -288,6 +295,7 @@ def test_skip_bad_lines_also_holds_when_pretrain_trains_its_own_vocabulary(corpu
     assert len((tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").splitlines()) == 1000
 
 
+@pytest.mark.slow
 def test_pretrain_reads_a_folder_of_jsonl_gz_and_parquet(corpus, tmp_path, capsys):
     """One article per record, as `datasets` exports keep text: the run trains its vocabulary
     and tokenizes every record of both files as one document."""

@@ -160,6 +160,7 @@ def test_split_documents_is_pretrains_split():
         assert np.flatnonzero(split_documents(count, fraction, seed)).tolist() == expected.tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["word2vec", "glove"])
 def test_max_time_stops_training(tmp_path, corpus, method):
     summary = train(settings(corpus, tmp_path / "out", method, max_time="1e-9", batch_size=64))
@@ -318,6 +319,7 @@ def hand_made_vectors(directory: Path, reverse: bool = False) -> tuple[list, int
     return chosen, answerable
 
 
+@pytest.mark.slow
 def test_evaluation_of_hand_made_vectors(tmp_path):
     chosen, answerable = hand_made_vectors(tmp_path / "v")
     assert len(chosen) == 6 and answerable >= 6  # at least the capital-common-countries section's ordered pairs

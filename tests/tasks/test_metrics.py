@@ -68,6 +68,7 @@ def test_conll_by_hand():
         conll_metrics([["O", "O"]], [["O"]])
 
 
+@pytest.mark.slow
 def test_conll_on_the_validation_set(data_dir):
     examples = read_examples(TASKS["conll2003"], data_dir / "conll2003/valid.txt", "dev")
     gold = [e.tags for e in examples]
@@ -129,6 +130,7 @@ def test_squad_v2_no_answer():
     })
 
 
+@pytest.mark.slow
 def test_squad_metrics_on_real_files(data_dir):
     dev = read_examples(TASKS["squad"], data_dir / "squad/dev-v1.1.json", "dev")
     assert squad_metrics(dev, {e.qid: e.answers[0]["text"] for e in dev}) == {"exact_match": 1.0, "f1": 1.0}

@@ -84,6 +84,7 @@ def test_step_budget_logs_and_keeps_the_last_checkpoints(tmp_path):
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000020", "step-00000030"]
 
 
+@pytest.mark.slow
 def test_time_budget_stops_the_run(tmp_path):
     config = TrainConfig(max_time=0.5, log_every=1000, save_every=0, progress=False, precision="fp32")
     trainer = Trainer(Regression(), config, tmp_path, batches)
@@ -113,6 +114,7 @@ def test_a_finished_run_is_not_overwritten(tmp_path):
         Trainer(Regression(), config, tmp_path, batches).fit()
 
 
+@pytest.mark.slow
 def test_compile_option_wraps_the_module(tmp_path):
     trainer = Trainer(Regression(), TrainConfig(max_steps=1, compile=True, progress=False), tmp_path, batches)
     assert isinstance(trainer.wrapped, torch._dynamo.eval_frame.OptimizedModule)

@@ -57,6 +57,7 @@ def test_attention_weights_are_softmax_rows_and_do_not_change_the_output(tiny_mo
     torch.testing.assert_close(weighed, plain, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("choice", [["--layer", "2", "--head", "1"], ["--layer", "all"], []])
 def test_attention_command_writes_a_png(capsys, tmp_path, tiny_model, choice):
     out = tmp_path / "attention.png"
@@ -67,6 +68,7 @@ def test_attention_command_writes_a_png(capsys, tmp_path, tiny_model, choice):
     assert_png(out)
 
 
+@pytest.mark.slow
 def test_bank_vectors_separate_by_sense_only_in_context(minilm_dir):
     model, tokenizer = load_encoder(minilm_dir, device="cpu")
     examples = DEFAULT_SENTENCES["bank"]
@@ -82,6 +84,7 @@ def test_bank_vectors_separate_by_sense_only_in_context(minilm_dir):
     assert "river" in vectors.context_words and "bank" not in vectors.context_words
 
 
+@pytest.mark.slow
 def test_senses_command_prints_the_separation_and_writes_a_png(capsys, tmp_path, minilm_dir):
     out = tmp_path / "senses.png"
     status, stdout, err = run_cli(capsys, "explain", "senses", "--model", minilm_dir, "--word", "bank", "--out", out)
@@ -91,6 +94,7 @@ def test_senses_command_prints_the_separation_and_writes_a_png(capsys, tmp_path,
     assert_png(out)
 
 
+@pytest.mark.slow
 def test_own_sentences_file_and_whole_word_matching(capsys, tmp_path, tiny_model):
     file = tmp_path / "senses.tsv"
     file.write_text("fruit\tI ate an apple.\nfruit\tThe apple was sweet.\n\n"
@@ -116,6 +120,7 @@ def test_separation_and_projection_on_known_vectors():
     assert abs(xy[2, 0] - xy[0, 0]) == pytest.approx(4.0, abs=0.01)
 
 
+@pytest.mark.slow
 def test_user_mistakes_are_one_line_errors(capsys, tmp_path, tiny_model):
     senses = ["explain", "senses", "--model", tiny_model, "--word", "bank"]
     missing = tmp_path / "missing.tsv"

@@ -61,6 +61,7 @@ def onnx_dirs(tmp_path_factory, models):
     return {name: export_model(directory, "onnx", root / name) for name, directory in models.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(OUTPUTS))
 def test_onnx_matches_pytorch_on_padded_batches_of_other_shapes(models, onnx_dirs, name):
     torch_model, onnx_model = load_model(models[name]), OnnxModel(onnx_dirs[name])
@@ -81,6 +82,7 @@ def test_onnx_matches_pytorch_on_padded_batches_of_other_shapes(models, onnx_dir
         assert (row - alone[field]).abs().max() < 1e-4, field
 
 
+@pytest.mark.slow
 def test_onnx_export_holds_graph_config_and_tokenizer(onnx_dirs):
     files = {p.name for p in onnx_dirs["sst2"].iterdir()}
     assert {"model.onnx", "config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json"} <= files
@@ -90,6 +92,7 @@ def test_onnx_export_holds_graph_config_and_tokenizer(onnx_dirs):
     assert not list(onnx_dirs["sst2"].parent.glob(".*.tmp"))  # the staging folder was renamed, nothing left over
 
 
+@pytest.mark.slow
 def test_onnx_span_predictions_equal_pytorch(models, onnx_dirs):
     torch_model, tokenizer, spec, settings = load_finetuned(str(models["squad"]))
     onnx_model, *_ = load_finetuned(str(onnx_dirs["squad"]))
@@ -101,6 +104,7 @@ def test_onnx_span_predictions_equal_pytorch(models, onnx_dirs):
                                                                                settings, precision="fp32")
 
 
+@pytest.mark.slow
 def test_int8_reload_is_the_quantized_model_exactly(tmp_path, models):
     for name in ("sst2", "squad"):
         quantized = quantize(load_model(models[name]))
@@ -116,6 +120,7 @@ def test_int8_reload_is_the_quantized_model_exactly(tmp_path, models):
         assert qkv.weight().dtype == torch.qint8 and qkv.weight().qscheme() == torch.per_channel_affine
 
 
+@pytest.mark.slow
 def test_int8_stays_close_to_fp32_and_is_smaller(tmp_path, minilm_dir):
     """The real all-MiniLM-L6-v2: int8 sentence vectors point where the fp32 ones do."""
     out = export_model(minilm_dir, "int8", tmp_path / "minilm-int8")
@@ -184,6 +189,7 @@ def test_hf_export_loads_in_transformers_with_the_same_outputs(tmp_path, models,
     assert tokenizer(SENTENCES)["input_ids"] == ours["input_ids"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["hf", "int8", "onnx"])
 def test_evaluate_and_predict_run_on_every_export(tmp_path, models, onnx_dirs, sst2_data, fmt):
     out = onnx_dirs["sst2"] if fmt == "onnx" else tmp_path / fmt
@@ -203,6 +209,7 @@ def test_evaluate_and_predict_run_on_every_export(tmp_path, models, onnx_dirs, s
     assert lines[0] == "index\tprediction" and len(lines) == len(SENTENCES) + 1
 
 
+@pytest.mark.slow
 def test_user_mistakes_are_one_line_errors(tmp_path, models, sst2_data, monkeypatch, capsys):
     source = str(models["sst2"])
 

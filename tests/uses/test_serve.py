@@ -52,6 +52,7 @@ def sst2(models):
         yield client
 
 
+@pytest.mark.slow
 def test_classification_gives_probabilities_and_the_labels_of_bertology_predict(sst2, models, tmp_path):
     response = sst2.post("/predict", json={"texts": SENTENCES})
     assert response.status_code == 200
@@ -82,6 +83,7 @@ def test_embed_shapes_normalisation_and_pooling(sst2, models):
     assert np.allclose(vectors, direct, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_concurrent_requests_share_batches_and_match_single_requests(models):
     with client_for(models["sst2"], max_wait_ms=300) as client:
         single = [client.post("/predict", json={"texts": [s]}).json()["predictions"][0] for s in SENTENCES]
@@ -120,6 +122,7 @@ def wait_until_queued(get, count: int) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_a_full_queue_answers_503_and_the_server_recovers(models):
     with client_for(models["sst2"], max_texts=2, max_queue=2, max_wait_ms=2000) as client:
         waiting = threading.Thread(target=lambda: client.post("/predict", json={"texts": SENTENCES[:2]}))
@@ -194,6 +197,7 @@ def predicted(predictor: Predictor, examples: list):
                    precision="fp32")
 
 
+@pytest.mark.slow
 def test_pair_regression_tagging_and_question_answering(models):
     texts, pairs = ["a man plays", "a dog"], ["a man sings", "a cat"]
     predictor = Predictor.load(str(models["stsb"]), "fp32")
@@ -262,6 +266,7 @@ def test_bare_encoder_embeds_but_does_not_predict(models):
         assert client.get("/info").json()["kind"] == "encoder"
 
 
+@pytest.mark.slow
 def test_command_line_mistakes_are_one_line(models, tmp_path, capsys):
     assert main(["serve", "--model", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err.strip()
