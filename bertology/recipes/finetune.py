@@ -22,10 +22,10 @@ from ..config import TaskConfig, setting
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
-from ..inference.modeldir import describe_task, load_finetuned
+from ..inference.modeldir import describe_task, load_finetuned, load_model
 from ..inference.embedding import POOLINGS
 from ..inference.predict import predict, score
-from ..models import resolve_model_dir
+from ..models import family_of, resolve_model_dir
 from ..models.features import LAYER_CHOICES
 from ..ops import PRECISIONS
 from ..tasks.inputs import InputSettings, collate, encode
@@ -60,6 +60,7 @@ from ..training.tasks import (
     summarize,
 )
 from .feature_mode import train_feature_head
+from .static_features import check_task, prepare_static_data, train_static_head
 
 CONFIG_NAME = "finetune_config.json"
 
@@ -130,18 +131,23 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                              self.max_answer_length, self.n_best, self.null_score_threshold)
 
 
-def prepare_data(cfg: FinetuneConfig) -> RunData:
-    """Read and encode the task's data once (all seeds share it), reporting what was cut."""
+def read_task(cfg: FinetuneConfig) -> tuple[TaskSpec, list, dict[str, list]]:
+    """The task, its training examples (a seeded subset when asked) and its dev splits' examples."""
     spec = resolve_task(cfg)
-    tokenizer = Tokenizer.from_pretrained(cfg.model)
-    settings = cfg.input_settings(spec)
     train = read_split(cfg, spec, "train")
     if spec.format == "table" and not spec.regression and spec.labels is None:  # the whole file's label set
         spec = generic_task(cfg.task, labels_from_examples(train), cfg.text_column,
                             cfg.text_pair_column, cfg.label_column, name=cfg.task)
     train, dev = hold_out_dev(cfg, spec, train, cfg.seed)
     dev = dev or {split: read_split(cfg, spec, split) for split in spec.eval_splits}
-    train = subset(train, cfg.max_train_examples, cfg.seed)
+    return spec, subset(train, cfg.max_train_examples, cfg.seed), dev
+
+
+def prepare_data(cfg: FinetuneConfig) -> RunData:
+    """Read and encode the task's data once (all seeds share it), reporting what was cut."""
+    tokenizer = Tokenizer.from_pretrained(cfg.model)
+    spec, train, dev = read_task(cfg)
+    settings = cfg.input_settings(spec)
     encoded = encode(spec, train, tokenizer, settings, training=True)
     if encoded.too_long:
         action = "covered by overlapping windows" if cfg.long_inputs == "window" or spec.kind == "span" else "cut"
@@ -183,14 +189,18 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
     cfg.validate()
     out = Path(cfg.out)
     check_output_dir(out, cfg.resume)
-    data = prepare_data(cfg)
+    if family_of(cfg.model).name == "static":  # one vector per word: only a head can train
+        if cfg.mode != "features":
+            raise UserError(f"{cfg.model}: static word vectors have no encoder to fine-tune; use --mode features")
+        check_task(resolve_task(cfg))
+        data, train_one, too_long = prepare_static_data(*read_task(cfg), load_model(cfg.model)), train_static_head, 0
+    else:
+        data = prepare_data(cfg)
+        train_one = train_feature_head if cfg.mode == "features" else finetune_once
+        too_long = data.train_encoded.too_long
     write_json_atomic(out / CONFIG_NAME, {**dataclasses.asdict(cfg), "task_spec": dataclasses.asdict(data.spec),
                                           "train_examples": len(data.train),
-                                          "train_examples_longer_than_max_seq_len": data.train_encoded.too_long})
-    if cfg.mode == "features":
-        train_one = train_feature_head
-    else:
-        train_one = finetune_once
+                                          "train_examples_longer_than_max_seq_len": too_long})
     seeds = [cfg.seed + k for k in range(cfg.seeds)]
     if len(seeds) == 1:
         return train_one(cfg, data, seeds[0], out)

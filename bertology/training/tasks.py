@@ -277,10 +277,14 @@ class BestModel:
         main = self.data.spec.main_metric
         if not self.results or values[main] > self.results[main]:
             self.results = {"task": self.data.spec.name, "split": "dev", **self.labels, **values, "step": step}
-            model.save_pretrained(self.out)
-            self.data.tokenizer.save_pretrained(self.out)
+            self.save(model)
             write_json_atomic(self.out / RESULTS_NAME, self.results)
         return values
+
+    def save(self, model: nn.Module) -> None:
+        """Write the best model so far, and its tokenizer, into the output folder."""
+        model.save_pretrained(self.out)
+        self.data.tokenizer.save_pretrained(self.out)
 
 
 def summarize(spec: TaskSpec, runs: list[dict]) -> dict:

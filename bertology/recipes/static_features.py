@@ -1,0 +1,189 @@
+"""Static word vectors as features: the feature-based mode's heads over one vector per word.
+
+`bertology finetune --mode features --model VECTORS_DIR` comes here when the model directory
+is a static-vectors one (models/static.py: word2vec, fastText, GloVe, imported), so that one
+head compares static, ELMo and BERT features on the same labels. The vectors stay frozen;
+the head is feature_mode.py's (`FeatureHead`: optionally a 2-layer BiLSTM, then a linear
+layer), trained by the same epoch loop:
+
+- sentence and pair tasks: each text split into words by the static vectors' own tokenizer
+  (`tokenize_words`, the one they were trained and evaluated with), a pair's two texts one
+  after the other, and the word vectors pooled (`--feature-pooling mean` or `max`; `cls`
+  has no meaning here and is refused);
+- tagging: the task's own words, one vector each (a word without a vector, such as
+  punctuation, which the static tokenizer drops, gets zeros), a tag per word.
+
+Every word's vector is looked up once (fastText: unseen words through their n-grams) and
+kept for all epochs and seeds. The best head by the task's main dev metric is saved beside a
+copy of the vectors: `feature_head.json` and `feature_head.safetensors` in a vectors
+directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from ..errors import UserError
+from ..files import atomic_path, write_json_atomic
+from ..inference.predict import score
+from ..models.features import FeatureHead, HeadConfig
+from ..models.static import StaticVectors, tokenize_words
+from ..ops import IGNORE_INDEX
+from ..tasks.inputs import in_row_order
+from ..tasks.readers import SequenceExample, TaskSpec
+from ..training.loop import Trainer
+from ..training.tasks import BestModel, EpochBatches, EpochLoop, epoch_train_config, fit_and_finish
+from .feature_mode import HeadModule
+
+HEAD_CONFIG_NAME = "feature_head.json"
+HEAD_WEIGHTS_NAME = "feature_head.safetensors"
+
+
+@dataclass
+class StaticRunData:
+    """A task's examples and their word vectors, shared by the runs of several seeds."""
+
+    spec: TaskSpec
+    vectors: StaticVectors
+    train: list
+    dev: dict[str, list]  # split name -> examples
+    train_features: list[torch.Tensor]  # per example (words, D) float32
+    dev_features: dict[str, list[torch.Tensor]]
+
+
+def example_words(example) -> list[str]:
+    """The words a static model sees of an example: a tagging sentence's own words, or the
+    text (and its pair) split by the static tokenizer."""
+    if isinstance(example, SequenceExample):
+        words = tokenize_words(example.text_a, lowercase=False)  # the vectors lower-case as they were trained
+        return words + (tokenize_words(example.text_b, lowercase=False) if example.text_b else [])
+    return list(example.words)
+
+
+def word_features(vectors: StaticVectors, examples: list) -> list[torch.Tensor]:
+    """Each example's (words, D) float32 vectors; a text with no word gets one zero row, so
+    that pooling has something to pool (its prediction is then the head's bias)."""
+    cache: dict[str, torch.Tensor | None] = {}
+    zeros = torch.zeros(vectors.hidden_size)
+    rows = []
+    for example in examples:
+        words = example_words(example) or [""]
+        for word in words:
+            if word not in cache:
+                cache[word] = vectors.vector(word) if word else None
+        rows.append(torch.stack([cache[w] if cache[w] is not None else zeros for w in words]))
+    return rows
+
+
+def check_task(spec: TaskSpec) -> None:
+    """Static features serve sentence, pair and token tasks (a span answer needs positions in context)."""
+    if spec.kind == "span":
+        raise UserError(f"{spec.name}: static vectors give features for sentence, pair and token tasks, not span "
+                        "(SQuAD) tasks")
+
+
+def prepare_static_data(spec: TaskSpec, train: list, dev: dict[str, list], vectors: StaticVectors) -> StaticRunData:
+    """Look every example's words up once."""
+    return StaticRunData(spec, vectors, train, dev, word_features(vectors, train),
+                         {split: word_features(vectors, examples) for split, examples in dev.items()})
+
+
+def pad_batch(rows: list[torch.Tensor], labels: list | None, spec: TaskSpec) -> dict[str, torch.Tensor]:
+    """Padded features (B, T, D), attention_mask (B, T) and, given gold labels, labels: (B,)
+    class ids or scores, or (B, T) tag ids with IGNORE_INDEX on padding."""
+    width = max(len(row) for row in rows)
+    features = torch.zeros(len(rows), width, rows[0].shape[1])
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for b, row in enumerate(rows):
+        features[b, : len(row)] = row
+        mask[b, : len(row)] = 1
+    batch = {"features": features, "attention_mask": mask}
+    if labels is not None:
+        if spec.kind == "token":
+            tags = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
+            for b, sentence in enumerate(labels):
+                tags[b, : len(sentence)] = torch.tensor([spec.labels.index(t) for t in sentence])
+            batch["labels"] = tags
+        elif spec.regression:
+            batch["labels"] = torch.tensor([float(label) for label in labels])
+        else:
+            batch["labels"] = torch.tensor([spec.labels.index(str(label)) for label in labels])
+    return batch
+
+
+def gold(example) -> object:
+    """An example's label (sentence tasks) or tags (tagging)."""
+    return example.label if isinstance(example, SequenceExample) else example.tags
+
+
+@torch.no_grad()
+def predict_static(head: FeatureHead, spec: TaskSpec, features: list[torch.Tensor], batch_size: int) -> list:
+    """Predictions in the form `score` takes: class names, scores, or one tag list per sentence."""
+    head.eval()
+
+    def outputs(rows: list[int]) -> list:
+        batch = pad_batch([features[i] for i in rows], None, spec)
+        logits = head(batch["features"], batch["attention_mask"]).float()
+        return [logits[j, : len(features[i])] if spec.kind == "token" else logits[j] for j, i in enumerate(rows)]
+
+    logits = in_row_order([len(f) for f in features], batch_size, outputs)
+    if spec.kind == "token":
+        return [[spec.labels[k] for k in row.argmax(-1).tolist()] for row in logits]
+    if spec.regression:
+        return [float(row[0]) for row in logits]
+    return [spec.labels[int(row.argmax())] for row in logits]
+
+
+def save_head(head: FeatureHead, vectors: StaticVectors, spec: TaskSpec, out: Path) -> None:
+    """The vectors directory plus the head and the task it was trained for."""
+    vectors.save_pretrained(out)
+    with atomic_path(out / HEAD_WEIGHTS_NAME) as tmp:
+        save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(tmp))
+    write_json_atomic(out / HEAD_CONFIG_NAME, {"head": dataclasses.asdict(head.config), "task": dataclasses.asdict(spec)})
+
+
+def train_static_head(cfg: EpochLoop, data: StaticRunData, seed: int, out: Path) -> dict:
+    """Train one seed's head into `out`; returns the best dev results (with their step).
+
+    `cfg` is a FinetuneConfig: its loop settings, `feature_head` and `feature_pooling` are used.
+    """
+    if cfg.feature_pooling == "cls":
+        raise UserError("--feature-pooling cls needs a [CLS] token; static vectors pool with mean or max")
+    spec = data.spec
+    torch.manual_seed(seed)
+    head = FeatureHead(HeadConfig(spec.kind, [0], "sum", data.vectors.hidden_size,
+                                  1 if spec.regression else len(spec.labels), cfg.feature_head, cfg.feature_pooling))
+    train_gold = [gold(example) for example in data.train]
+
+    def make_batch(rows: list[int]) -> dict:
+        return pad_batch([data.train_features[i] for i in rows], [train_gold[i] for i in rows], spec)
+
+    batches = EpochBatches([len(f) for f in data.train_features], cfg.batch_size, seed, make_batch)
+    best = BestHead(out, data, cfg.resume, mode="features")
+
+    def evaluate(module: HeadModule) -> dict:
+        results = {}
+        for split, examples in data.dev.items():
+            predictions = predict_static(module.head, spec, data.dev_features[split], cfg.eval_batch_size)
+            results.update(score(spec, examples, predictions, split))
+        module.head.train()
+        return best.update(results, module.head, trainer.step)
+
+    # The head is small and its features fixed: fp32 costs nothing.
+    trainer = Trainer(HeadModule(head, spec.regression), epoch_train_config(cfg, batches.steps_per_epoch, seed, "fp32"),
+                      out, batches, evaluate)
+    fit_and_finish(trainer, cfg, spec, out)
+    return best.results
+
+
+class BestHead(BestModel):
+    """The best head so far, saved with a copy of the vectors (there is no tokenizer to save)."""
+
+    def save(self, model: FeatureHead) -> None:
+        """Write the vectors, the head and its task into the output folder."""
+        save_head(model, self.data.vectors, self.data.spec, self.out)
