@@ -117,6 +117,9 @@ class ExplainSensesConfig(ExplainConfig):
                                     help="your own sentences: one 'sense<TAB>sentence' per line, two senses with "
                                          "two sentences each at least (default: the built-in ones)")
     layer: str = setting("last", help="0 (the embeddings output) .. layers, -1 or last, or sum_last_four and the like")
+    static: str | None = setting(None, metavar="DIR",
+                                 help="static word vectors (`bertology static train`) for the static view (default: "
+                                      "the model's own input embeddings)")
 
 
 # ----- flags from settings ----------------------------------------------------------------------
@@ -387,7 +390,7 @@ def run_explain_senses(cfg: ExplainSensesConfig) -> None:
     """Draw the word's vectors and print how well they separate by sense."""
     from .uses.explain import explain_senses
 
-    report = explain_senses(cfg.model, cfg.word, cfg.out, cfg.sentences, cfg.layer, cfg.model_name)
+    report = explain_senses(cfg.model, cfg.word, cfg.out, cfg.sentences, cfg.layer, cfg.model_name, cfg.static)
     print(report.summary())
     print(f"wrote {cfg.out}")
 

@@ -139,7 +139,8 @@ def plot_attention(tokens: list[str], weights, layers: list[int], heads: list[in
 
 def plot_word_senses(word: str, senses: list[str], contextual_xy, contextual_shares, *, target_xy, context_xy,
                      static_shares, context_words: list[str], context_senses: list[set[str]], title: str,
-                     contextual_note: str, path: str | os.PathLike) -> Path:
+                     contextual_note: str, path: str | os.PathLike,
+                     static_source: str = "input embeddings") -> Path:
     """A word's contextual vectors (left) beside the static view (right), both as 2-D projections.
 
     Args:
@@ -188,7 +189,7 @@ def plot_word_senses(word: str, senses: list[str], contextual_xy, contextual_sha
                 named += 1
     right.scatter(*target_xy, s=320, marker="*", color="black", zorder=3, label=f"{word!r} in all {len(senses)} sentences")
     right.annotate(word, target_xy, xytext=(9, -4), textcoords="offset points", fontsize=11, fontweight="bold")
-    right.set(title=f"Static: input embeddings (no context)\n{word!r} is one and the same vector in every sentence",
+    right.set(title=f"Static: {static_source} (no context)\n{word!r} is one and the same vector in every sentence",
               xlabel=f"PC1 ({static_shares[0]:.0%} of variance)", ylabel=f"PC2 ({static_shares[1]:.0%})")
     right.legend(fontsize=8)
     for axis in (left, right):

@@ -15,6 +15,7 @@ Layers are numbered as in `features.py`: 0 is the embeddings output, 1..L the tr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from itertools import combinations
@@ -28,6 +29,7 @@ from ..errors import UserError
 from ..inference.embedding import load_encoder
 from ..models.bert import BertModel
 from ..models.features import combine_layers, parse_layers
+from ..models.static import StaticVectors
 from ..plots import plot_attention, plot_word_senses
 from ..tasks.readers import read_text_lines
 
@@ -119,6 +121,8 @@ def explain_attention(model_dir: str | os.PathLike, text: str, out: str | os.Pat
     Args:
         layer, head: "all", or a number (layers 1..L, heads 1..heads; -1 = the last).
         model_name: shown in the title; default the directory's name.
+        static: a static vectors directory (`bertology static train`): its vectors make the
+            static view, instead of the encoder's input embeddings.
     Returns:
         The PNG's path.
     """
@@ -235,6 +239,25 @@ def sense_vectors(model: BertModel, tokenizer: Tokenizer, word: str, examples: l
     )
 
 
+def with_static_vectors(vectors: SenseVectors, static: StaticVectors) -> SenseVectors:
+    """The same sentences with the static view taken from word2vec/GloVe/fastText vectors instead of
+    the encoder's input embeddings: the word's one vector, and the vectors of the other words
+    (those without one, e.g. outside a word2vec vocabulary, are left out).
+
+    Raises:
+        UserError: the word itself has no static vector.
+    """
+    own = static.vector(vectors.word)
+    if own is None:
+        raise UserError(f"--word {vectors.word!r} has no vector in the static vectors (not in their vocabulary)")
+    kept = [(word, senses, vector) for word, senses in zip(vectors.context_words, vectors.context_senses)
+            if (vector := static.vector(word)) is not None]
+    return dataclasses.replace(
+        vectors, static=own.numpy()[None].repeat(len(vectors.senses), 0),
+        context_words=[word for word, _, _ in kept], context_senses=[senses for _, senses, _ in kept],
+        context_static=np.stack([vector.numpy() for _, _, vector in kept]) if kept else own.numpy()[None][:0])
+
+
 def _other_words(tokens: list[str], word_ids: list[int | None], ids: torch.Tensor, target: slice):
     """(piece ids, text) of each word of a sentence but the target; specials, padding and
     punctuation left out."""
@@ -320,7 +343,7 @@ def layer_label(layer: str, num_layers: int) -> str:
 
 def explain_senses(model_dir: str | os.PathLike, word: str, out: str | os.PathLike,
                    sentences: str | os.PathLike | None = None, layer: str = "last",
-                   model_name: str | None = None) -> SenseReport:
+                   model_name: str | None = None, static: str | os.PathLike | None = None) -> SenseReport:
     """`bertology explain senses`: draw a word's contextual and static vectors side by side as a PNG.
 
     Args:
@@ -341,6 +364,10 @@ def explain_senses(model_dir: str | os.PathLike, word: str, out: str | os.PathLi
                         "give --sentences FILE with 'sense<TAB>sentence' lines")
     model, tokenizer = load_encoder(model_dir)
     vectors = sense_vectors(model, tokenizer, word, examples, layer, source)
+    static_source = "input embeddings"
+    if static is not None:
+        vectors = with_static_vectors(vectors, StaticVectors.from_pretrained(static))
+        static_source = f"{Path(static).resolve().name} vectors"
     report = SenseReport(word, layer_label(layer, model.config.num_hidden_layers),
                          separation(vectors.contextual, vectors.senses), separation(vectors.static, vectors.senses))
     contextual_xy, contextual_shares = pca_2d(vectors.contextual)
@@ -353,6 +380,6 @@ def explain_senses(model_dir: str | os.PathLike, word: str, out: str | os.PathLi
         context_words=vectors.context_words, context_senses=vectors.context_senses,
         title=f"{model_name or Path(model_dir).resolve().name}, layer {report.layer}",
         contextual_note=f"cosine within sense {report.contextual.within:.2f}, across {report.contextual.across:.2f}",
-        path=out,
+        path=out, static_source=static_source,
     )
     return report

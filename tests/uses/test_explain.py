@@ -146,3 +146,38 @@ def test_user_mistakes_are_one_line_errors(capsys, tmp_path, tiny_model):
     assert_one_line_error(*run_cli(capsys, *attention, "--head", "x", "--out", tmp_path / "a.png"), "--head")
     assert_one_line_error(*run_cli(capsys, *attention, "--out", tmp_path / "a.pdf"), "ending in .png")
     assert not list(tmp_path.glob("a.*"))
+
+
+@pytest.mark.slow
+def test_senses_with_static_vectors_take_the_static_view_from_them(capsys, tmp_path, minilm_dir):
+    from bertology.models.static import StaticConfig, StaticVectors
+    from bertology.uses.explain import DEFAULT_SENTENCES, explain_senses
+
+    rng = np.random.default_rng(0)
+    words = ["bank", "river", "loan", "boats"]  # the only words with a vector
+    vectors = tmp_path / "vectors"
+    StaticVectors(StaticConfig("imported", 8, lowercase=True), words,
+                  rng.normal(size=(4, 8)).astype(np.float32)).save_pretrained(vectors)
+    report = explain_senses(minilm_dir, "bank", tmp_path / "static.png", static=vectors)
+    assert_png(tmp_path / "static.png")
+    # one static vector for every sentence: identical within and across senses
+    assert report.static.within == pytest.approx(1.0) and report.static.across == pytest.approx(1.0)
+    assert report.contextual.within > report.contextual.across
+    status, stdout, err = run_cli(capsys, "explain", "senses", "--model", minilm_dir, "--word", "bank", "--out",
+                                  tmp_path / "cli.png", "--static", vectors)
+    assert status == 0, err
+    missing = tmp_path / "no-bank"
+    StaticVectors(StaticConfig("imported", 8, lowercase=True), ["river"], np.ones((1, 8), np.float32)).save_pretrained(missing)
+    status, _, err = run_cli(capsys, "explain", "senses", "--model", minilm_dir, "--word", "bank", "--out",
+                             tmp_path / "x.png", "--static", missing)
+    assert status == 2 and "'bank' has no vector in the static vectors" in err
+    # the other words of the sentences keep their places only where the static vectors have them
+    from bertology.uses.explain import sense_vectors, with_static_vectors
+
+    encoder, tokenizer = load_encoder(minilm_dir)
+    contextual = sense_vectors(encoder, tokenizer, "bank", DEFAULT_SENTENCES["bank"])
+    static = with_static_vectors(contextual, StaticVectors.from_pretrained(vectors))
+    assert set(static.context_words) == {"river", "loan", "boats"} <= set(contextual.context_words)
+    loaded = StaticVectors.from_pretrained(vectors)
+    for word, row in zip(static.context_words, static.context_static):
+        assert np.array_equal(row, loaded.vector(word).numpy())
