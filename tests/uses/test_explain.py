@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 import torch
+from helpers import run_cli
 from matplotlib.image import imread
 
-from bertology.cli import main
 from bertology.inference.embedding import load_encoder
 from bertology.uses.explain import (
     DEFAULT_SENTENCES,
@@ -18,15 +18,6 @@ from bertology.uses.explain import (
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
-
-def run_cli(capsys, *argv):
-    """Run `bertology ARGV...` in-process; return (exit status, stdout, stderr)."""
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as exit_:
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def assert_one_line_error(status, out, err, *fragments):
