@@ -144,6 +144,11 @@ class PretrainingDataset:
             so the model also sees short sequences as in fine-tuning.
         cls_id, sep_id: ids of [CLS] and [SEP].
         seed: with the epoch, fixes every random choice.
+        sop_balance: SOP whose segment lengths say nothing of the order: each chunk is cut
+            at the sentence boundary nearest the middle of its tokens, and both segments are
+            cut to the same length (A keeps its end and B its start, the text on either side
+            of the cut) before the swap, so a swapped pair holds the same tokens as it would
+            in order.
     """
 
     def __init__(
@@ -157,6 +162,7 @@ class PretrainingDataset:
         cls_id: int,
         sep_id: int,
         seed: int = 0,
+        sop_balance: bool = False,
     ):
         if format not in INSTANCE_FORMATS:
             raise UserError(f"unknown instance format {format!r}: use one of {', '.join(INSTANCE_FORMATS)}")
@@ -167,6 +173,8 @@ class PretrainingDataset:
         smallest = 5 if format == "pairs" else 3  # room for the special tokens and one token per segment
         if max_seq_length < smallest:
             raise UserError(f"max_seq_length={max_seq_length} is too small for {format!r}: use at least {smallest}")
+        if sop_balance and pair_task != "sop":
+            raise UserError(f"balanced sentence order needs the pair task 'sop', not {pair_task!r}")
         if not 0 <= short_seq_prob <= 1:
             raise UserError(f"short_seq_prob must be in [0, 1], got {short_seq_prob}")
         self.doc_ids = np.asarray(doc_ids, dtype=np.int64)
@@ -179,6 +187,7 @@ class PretrainingDataset:
         self.short_seq_prob = short_seq_prob
         self.cls_id, self.sep_id = cls_id, sep_id
         self.seed = seed
+        self.sop_balance = sop_balance
 
     def instances(self, epoch: int) -> Instances:
         """The instances of `epoch`, in document order (`make_batches` shuffles them).
@@ -253,6 +262,9 @@ class PretrainingDataset:
 
         def add(a: tuple[int, int], b: tuple[int, int], label: int) -> None:
             """Record the pair of token spans (start, stop) A and B, swapped for SOP at random."""
+            if self.sop_balance:  # equal lengths before the swap: both orders hold the same tokens
+                length = min(a[1] - a[0], b[1] - b[0], budget // 2)
+                a, b = (a[1] - length, a[1]), (b[0], b[0] + length)
             if self.pair_task == "sop":
                 label = int(draw.random() < 0.5)
                 if label:
@@ -273,7 +285,11 @@ class PretrainingDataset:
                     continue
                 # The chunk is sentences chunk_first .. i; A ends before sentence a_end.
                 size = i - chunk_first + 1
-                a_end = chunk_first + (draw.integer(1, size - 1) if size >= 2 else 1)
+                if self.sop_balance and size >= 2:  # the boundary nearest the middle of the chunk's tokens
+                    middle = (bounds[chunk_first] + bounds[i + 1]) / 2
+                    a_end = min(range(chunk_first + 1, i + 1), key=lambda k: abs(bounds[k] - middle))
+                else:
+                    a_end = chunk_first + (draw.integer(1, size - 1) if size >= 2 else 1)
                 a = (bounds[chunk_first], bounds[a_end])
                 if self.pair_task == "nsp" and (size == 1 or draw.random() < 0.5):
                     add(a, random_span(document, wanted - (a[1] - a[0])), 1)
@@ -281,7 +297,10 @@ class PretrainingDataset:
                 elif size >= 2:
                     add(a, (bounds[a_end], bounds[i + 1]), 0 if self.pair_task == "nsp" else -1)
                 elif bounds[i + 1] - bounds[i] >= 2:  # one sentence: cut it inside
-                    cut = draw.integer(bounds[i] + 1, bounds[i + 1] - 1)
+                    if self.sop_balance:
+                        cut = (bounds[i] + bounds[i + 1]) // 2
+                    else:
+                        cut = draw.integer(bounds[i] + 1, bounds[i + 1] - 1)
                     add((bounds[i], cut), (cut, bounds[i + 1]), -1)
                 # (else: a one-token sentence ending its document cannot make a pair)
                 chunk_first, wanted = i + 1, target()
@@ -392,8 +411,12 @@ def mask_tokens(
     mlm_probability: float = 0.15,
     max_predictions: int | None = None,
     word_continuation: torch.Tensor | None = None,
+    replace_with_mask: float = 0.8,
+    replace_with_random: float = 0.1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Choose masked-LM targets and corrupt them, as BERT: 80% [MASK], 10% random, 10% kept.
+    """Choose masked-LM targets and corrupt them, as BERT: 80% [MASK], 10% random, 10% kept
+    (ELECTRA's release feeds its generator 85% [MASK], 15% kept: `replace_with_mask` 0.85,
+    `replace_with_random` 0).
 
     Each sequence gets round(mlm_probability * n) targets, where n counts its non-special
     tokens (at least 1, at most `max_predictions`); the reference counts [CLS] and [SEP]
@@ -414,6 +437,8 @@ def mask_tokens(
         max_predictions: the most targets per sequence (BERT: 20 at length 128).
         word_continuation: (B, T) bool, True at "##" pieces (e.g.
             `torch.from_numpy(continuation_table(tokenizer))[input_ids]`).
+        replace_with_mask, replace_with_random: the shares of the targets that become [MASK] and
+            a random token; the rest keep their token.
 
     Returns:
         (masked_input_ids, labels): (B, T) each; labels hold the original id at chosen
@@ -441,8 +466,8 @@ def mask_tokens(
         chosen = _choose_whole_words(eligible, word_continuation, budget, uniform())
 
     draw = uniform()
-    to_mask = chosen & (draw < 0.8)
-    to_random = chosen & (draw >= 0.8) & (draw < 0.9)
+    to_mask = chosen & (draw < replace_with_mask)
+    to_random = chosen & (draw >= replace_with_mask) & (draw < replace_with_mask + replace_with_random)
     random_ids = torch.randint(vocab_size, (batch, length), generator=generator, device=generator.device).to(device)
     masked = torch.where(to_mask, torch.full_like(input_ids, mask_token_id), input_ids)
     masked = torch.where(to_random, random_ids, masked)

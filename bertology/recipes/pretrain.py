@@ -34,7 +34,7 @@ from ..training.loop import (
     check_writable,
     metrics_from_counts,
 )
-from ..training.objectives import OBJECTIVES, build_objective
+from ..training.objectives import ELECTRA_MASKING, OBJECTIVES, build_objective
 
 RESOLVED_CONFIG_NAME = "pretrain_config.json"
 
@@ -79,6 +79,15 @@ class PretrainConfig(TrainConfig):
     whole_word_masking: bool = setting(False, help="mask all the pieces of a word together")
     max_predictions: int | None = setting(None, positive=True, help="cap on masked tokens per sequence "
                                                                     "(default: none; BERT: 20 at 128 tokens)")
+    sop_balance: bool = setting(False, help="albert: cut each chunk at the sentence boundary nearest its middle and "
+                                            "both segments to one length, so lengths say nothing of the order")
+    generator_size: float = setting(0.25, positive=True, help="electra: the generator's width as a share of the "
+                                                              "discriminator's (the paper: 1/4 best; 1/8, 1/2, 1)")
+    generator_temperature: float = setting(1.0, positive=True, help="electra: the temperature of the generator's "
+                                                                    "sampling")
+    electra_masking: str = setting("bert", choices=tuple(ELECTRA_MASKING),
+                                   help="electra: the generator's input, bert (80% [MASK], 10% random, 10% kept) "
+                                        "or release (85% [MASK], 15% kept, as ELECTRA's code)")
     eval_fraction: float = setting(0.01, positive=True, help="share of the documents held out for evaluation")
     eval_batches: int = setting(20, positive=True, help="held-out batches per evaluation")
     lr: float = override(TrainConfig, "lr", 5e-4)
@@ -92,6 +101,8 @@ class PretrainConfig(TrainConfig):
                 raise UserError(f"{path}: no such file or directory")
         if self.tokenizer is not None and not Path(self.tokenizer).is_dir():
             raise UserError(f"{self.tokenizer}: no such tokenizer directory")
+        if self.sop_balance and self.objective != "albert":
+            raise UserError(f"--sop-balance balances ALBERT's sentence order, not the {self.objective} objective")
         if self.eval_fraction >= 1:
             raise UserError(f"--eval-fraction must be below 1, got {self.eval_fraction}")
 
@@ -258,8 +269,8 @@ def run_pretraining(cfg: PretrainConfig) -> str:
     corpus = load_corpus(cfg, tokenizer, dist)
     train_docs, eval_docs = corpus.split(cfg.eval_fraction, cfg.seed)
     spec = OBJECTIVES[cfg.objective]
-    datasets = [PretrainingDataset(corpus, docs, cfg.seq_len, spec.data_format, spec.pair_task,
-                                        cfg.short_seq_prob, tokenizer.cls_token_id, tokenizer.sep_token_id, cfg.seed)
+    datasets = [PretrainingDataset(corpus, docs, cfg.seq_len, spec.data_format, spec.pair_task, cfg.short_seq_prob,
+                                   tokenizer.cls_token_id, tokenizer.sep_token_id, cfg.seed, cfg.sop_balance)
                 for docs in (train_docs, eval_docs)]
     if dist.is_main:
         print(f"corpus: {corpus.num_documents:,} documents, {corpus.num_tokens:,} tokens "
@@ -269,8 +280,10 @@ def run_pretraining(cfg: PretrainConfig) -> str:
             print(f"skipped {corpus.skipped_lines} line(s) that were not valid UTF-8", file=sys.stderr)
 
     torch.manual_seed(cfg.seed)
+    electra = {"generator_size": cfg.generator_size, "temperature": cfg.generator_temperature,
+               "masking": cfg.electra_masking} if cfg.objective == "electra" else {}
     objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id,
-                                whole_word=cfg.whole_word_masking, max_predictions=cfg.max_predictions)
+                                whole_word=cfg.whole_word_masking, max_predictions=cfg.max_predictions, **electra)
     continuation = torch.from_numpy(continuation_table(tokenizer)) if cfg.whole_word_masking else None
     train_batches = PretrainingBatches(datasets[0], objective, cfg.batch_size, cfg.grad_accum, cfg.seed,
                                        tokenizer.pad_token_id, dist.rank, dist.world_size, continuation)

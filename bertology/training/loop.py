@@ -63,19 +63,20 @@ def accuracy_counts(name: str, predictions: torch.Tensor, targets: torch.Tensor)
 
 def metrics_from_counts(counts: dict[str, float]) -> dict[str, float]:
     """Turn summed counts into metrics: `x_accuracy` = x_correct / x_total, `x_loss` = x_loss_sum /
-    x_total, the LM's `perplexity`, and ELECTRA's `rtd_balanced_accuracy` and `rtd_auc` (chance = 0.5)."""
+    x_total, `x` = x_count / x_total (a share), an AUC `x_auc` = x_auc_correct / x_auc_total (the
+    ranked pairs of `objectives.ranked_pair_counts`), the LM's `perplexity`, and ELECTRA's
+    `rtd_balanced_accuracy` (chance = 0.5)."""
     metrics = {}
     for key, value in counts.items():
-        for suffix, metric in (("_correct", "_accuracy"), ("_loss_sum", "_loss")):
+        for suffix, metric in (("_correct", "_accuracy"), ("_loss_sum", "_loss"), ("_count", "")):
             name = key.removesuffix(suffix)
             if key.endswith(suffix) and counts.get(f"{name}_total"):
-                metrics[name + metric] = float(value) / float(counts[f"{name}_total"])
+                label = name if name.endswith("_auc") and suffix == "_correct" else name + metric
+                metrics[label] = float(value) / float(counts[f"{name}_total"])
     if "lm_loss" in metrics:
         metrics["perplexity"] = math.exp(min(metrics["lm_loss"], 50.0))  # capped: exp overflows early in training
     if "rtd_replaced_accuracy" in metrics and "rtd_original_accuracy" in metrics:
         metrics["rtd_balanced_accuracy"] = (metrics.pop("rtd_replaced_accuracy") + metrics.pop("rtd_original_accuracy")) / 2
-    if "rtd_auc_accuracy" in metrics:
-        metrics["rtd_auc"] = metrics.pop("rtd_auc_accuracy")
     return metrics
 
 

@@ -157,10 +157,14 @@ class ReplacedTokenDetector(nn.Module):
         return self.out(self.act(self.dense(hidden))).squeeze(-1)
 
 
-def electra_generator_config(config: BertConfig, divisor: int = 4) -> BertConfig:
-    """The generator: the discriminator's depth at 1/`divisor` of its width (ELECTRA's best ratio),
-    reading the discriminator's embeddings (same width E) through its own projection."""
-    hidden = max(32, config.hidden_size // divisor)
+ELECTRA_MASKING = {"bert": (0.8, 0.1), "release": (0.85, 0.0)}  # the generator's input: [MASK] and random shares
+
+
+def electra_generator_config(config: BertConfig, size: float = 0.25) -> BertConfig:
+    """The generator: the discriminator's depth at `size` of its width (ELECTRA's best ratio is 1/4;
+    the paper also studies 1/8, 1/2 and 1), reading the discriminator's embeddings (same width E)
+    through its own projection."""
+    hidden = max(32, round(config.hidden_size * size))
     return replace(config, hidden_size=hidden, num_attention_heads=max(1, hidden // 64),
                    intermediate_size=4 * hidden, embedding_size=config.embedding_width)
 
@@ -169,22 +173,31 @@ class Electra(nn.Module):
     """ELECTRA (Clark et al. 2020): a small generator fills the masked positions with its samples;
     the discriminator predicts, at every token, whether it was replaced.
 
-    The two share their token, position and segment embeddings. Loss = generator MLM loss +
-    `discriminator_weight` (50, as in the paper) x discriminator loss. The saved model is the
-    discriminator's encoder.
+    The two share their token, position and segment embeddings and the embeddings' LayerNorm,
+    as the release does. Loss = generator MLM loss + `discriminator_weight` (50, as in the paper)
+    x discriminator loss. The saved model is the discriminator's encoder.
+
+    Options the paper studies: `generator_size`, the generator's width as a share of the
+    discriminator's; `temperature` of its sampling (above 1: more and harder-to-spot
+    replacements); `masking`, the generator's input: "bert" (80% [MASK], 10% random, 10% kept)
+    or "release" (85% [MASK], 15% kept).
     """
 
     def __init__(self, config: BertConfig, mask_token_id: int, discriminator_weight: float = 50.0, mlm_probability: float = 0.15,
-                 max_predictions: int | None = None):
+                 max_predictions: int | None = None, generator_size: float = 0.25, temperature: float = 1.0,
+                 masking: str = "bert"):
         super().__init__()
         self.discriminator = BertModel(config, add_pooling_layer=False)
         self.detector = ReplacedTokenDetector(config)
-        self.generator = BertForMaskedLM(electra_generator_config(config))
-        for table in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
-            setattr(self.generator.bert.embeddings, table, getattr(self.discriminator.embeddings, table))
+        self.generator = BertForMaskedLM(electra_generator_config(config, generator_size))
+        for part in ("word_embeddings", "position_embeddings", "token_type_embeddings", "norm"):
+            setattr(self.generator.bert.embeddings, part, getattr(self.discriminator.embeddings, part))
         self.discriminator_weight = discriminator_weight
-        self.masking = dict(vocab_size=config.vocab_size, mask_token_id=mask_token_id,
-                            mlm_probability=mlm_probability, max_predictions=max_predictions)
+        self.temperature = temperature
+        mask_share, random_share = ELECTRA_MASKING[masking]
+        self.masking = dict(vocab_size=config.vocab_size, mask_token_id=mask_token_id, mlm_probability=mlm_probability,
+                            max_predictions=max_predictions, replace_with_mask=mask_share,
+                            replace_with_random=random_share)
 
     def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
         """Mask as for BERT; also draw the seed for sampling the generator's tokens."""
@@ -200,7 +213,8 @@ class Electra(nn.Module):
         gen_loss, gen_logits, counts = generated.loss, generated.logits, lm_counts(generated, labels, "mlm")
         with torch.no_grad():  # sampling from the generator: no gradient flows through it
             sampler = torch.Generator(gen_logits.device).manual_seed(int(batch["sampling_seed"]))
-            sampled = torch.multinomial(gen_logits.float().softmax(-1), 1, generator=sampler).squeeze(-1)
+            probabilities = (gen_logits.float() / self.temperature).softmax(-1)
+            sampled = torch.multinomial(probabilities, 1, generator=sampler).squeeze(-1)
             corrupted = batch["input_ids"].clone()
             corrupted[masked] = sampled
             original = batch["input_ids"].clone()
@@ -211,18 +225,9 @@ class Electra(nn.Module):
         real = (batch["attention_mask"] == 1) & ~batch["special_mask"]
         disc_loss = F.binary_cross_entropy_with_logits(logits[real], replaced[real])
         loss = gen_loss + self.discriminator_weight * disc_loss
-        predicted = logits[real] > 0
-        target = replaced[real].bool()
-        counts.update(accuracy_counts("rtd", predicted, target))
-        counts["rtd_loss_sum"] = disc_loss.detach() * target.numel()
-        # Recall on replaced and on original tokens: their mean is the balanced accuracy (chance 0.5).
-        counts["rtd_replaced_correct"] = (predicted & target).sum()
-        counts["rtd_replaced_total"] = target.sum()
-        counts["rtd_original_correct"] = (~predicted & ~target).sum()
-        counts["rtd_original_total"] = (~target).sum()
-        # Threshold-free: at a base rate of ~15% replaced, the probabilities stay below 0.5 (so the
-        # balanced accuracy at 0.5) long after the detector has started to rank replaced tokens higher.
-        counts.update(ranked_pair_counts("rtd_auc", logits[real].detach(), target))
+        counts["rtd_loss_sum"] = disc_loss.detach() * real.sum()
+        counts.update(electra_diagnostics(logits.detach(), replaced.bool(), sampled, labels, real,
+                                          batch["attention_mask"] == 1))
         return StepOutput(loss, counts)
 
     def model_to_save(self) -> BertPreTrainedModel:
@@ -230,13 +235,47 @@ class Electra(nn.Module):
         return self.discriminator
 
 
-def build_objective(name: str, config: BertConfig, mask_token_id: int, whole_word: bool = False, max_predictions: int | None = None) -> nn.Module:
-    """The objective module called `name` (see OBJECTIVES) over an encoder of `config`."""
+def electra_diagnostics(logits: torch.Tensor, replaced: torch.Tensor, sampled: torch.Tensor, labels: torch.Tensor,
+                        real: torch.Tensor, attention: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The counts behind ELECTRA's metrics, ours and the release's (run_pretraining.py's metric_fn).
+
+    Args:
+        logits: (B, T) the detector's logits; replaced: (B, T) bool, the token differs from the original.
+        sampled: (N,) the generator's samples at the N masked positions, in order; labels: (B, T)
+            the originals there, IGNORE_INDEX elsewhere.
+        real: (B, T) bool, text tokens (no padding, [CLS] or [SEP]); attention: (B, T) bool, no padding.
+    Returns counts for: `rtd_accuracy` and `rtd_balanced_accuracy` (the mean of the recall on
+    replaced and on original tokens, chance 0.5) over real tokens; `sampled_masked_lm_accuracy`
+    (samples equal to the original); `rtd_replaced_share` (replaced among real tokens: the
+    detector's base rate); AUCs, threshold-free, since at a base rate of ~15% the probabilities
+    stay below 0.5 long after the detector ranks replaced tokens higher: `rtd_auc` over real
+    tokens, `rtd_masked_auc` over the masked positions only (does it tell a wrong sample from a
+    right one?), and the release's `disc_auc`, over every position with padding as an original
+    token of probability 0 (it also counts [CLS] and [SEP], so it runs higher than ours).
+    """
+    masked = labels != IGNORE_INDEX
+    predicted, target = logits[real] > 0, replaced[real]
+    counts = accuracy_counts("rtd", predicted, target)
+    counts.update({"rtd_replaced_correct": (predicted & target).sum(), "rtd_replaced_total": target.sum(),
+                   "rtd_original_correct": (~predicted & ~target).sum(), "rtd_original_total": (~target).sum(),
+                   "rtd_replaced_share_count": target.sum(), "rtd_replaced_share_total": real.sum()})
+    counts.update(accuracy_counts("sampled_masked_lm", sampled, labels[masked]))
+    counts.update(ranked_pair_counts("rtd_auc", logits[real], target))
+    counts.update(ranked_pair_counts("rtd_masked_auc", logits[masked], replaced[masked]))
+    release_probs = torch.sigmoid(logits) * attention  # as the release: disc_probs * input_mask
+    counts.update(ranked_pair_counts("disc_auc", release_probs.flatten(), (replaced & attention).flatten()))
+    return counts
+
+
+def build_objective(name: str, config: BertConfig, mask_token_id: int, whole_word: bool = False,
+                    max_predictions: int | None = None, **electra_options) -> nn.Module:
+    """The objective module called `name` (see OBJECTIVES) over an encoder of `config`;
+    `electra_options` (generator_size, temperature, masking) go to `Electra`."""
     if name in ("bert", "roberta", "albert"):
         return MaskedLanguageModel(config, OBJECTIVES[name].pair_task, mask_token_id,
                                    max_predictions=max_predictions, whole_word=whole_word)
     if name == "electra":
-        return Electra(config, mask_token_id, max_predictions=max_predictions)
+        return Electra(config, mask_token_id, max_predictions=max_predictions, **electra_options)
     if name == "clm":
         return CausalLanguageModel(config)
     raise ValueError(f"unknown objective {name!r}")

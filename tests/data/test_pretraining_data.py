@@ -560,3 +560,39 @@ def test_make_batches():
     assert make_batches(103, 10, epoch=0, seed=0) == batches
     assert make_batches(103, 10, epoch=1, seed=0) != batches
     assert make_batches(9, 10, epoch=0, seed=0) == []
+
+
+def length_only_guess(instances) -> float:
+    """The accuracy of guessing SOP from the segment lengths alone: "swapped" when A is the longer
+    (the cue of the unbalanced recipe: the true B holds the chunk's long last sentence), "in order"
+    when shorter, half a point on a tie."""
+    lengths = instances.segment_lengths.reshape(-1, 2)
+    guess = np.sign(lengths[:, 0] - lengths[:, 1])  # 1: swapped, -1: in order, 0: tie
+    right = np.where(guess == 0, 0.5, (guess == 1) == (instances.pair_labels == 1))
+    return float(right.mean())
+
+
+@pytest.mark.slow
+def test_balanced_sop_pairs_of_real_text_give_length_no_cue(data_dir, minilm_dir, tmp_path):
+    corpus = build_corpus([data_dir / "wikitext-2-raw/wiki.valid.raw", data_dir / "wikitext-2-raw/wiki.test.raw"],
+                          Tokenizer.from_pretrained(minilm_dir), tmp_path / "cache")
+    docs = np.arange(corpus.num_documents)
+
+    def sop(balance: bool):
+        return PretrainingDataset(corpus, docs, 128, "pairs", "sop", 0.1, CLS, SEP, seed=0, sop_balance=balance)
+
+    plain, balanced = sop(False).instances(0), sop(True).instances(0)
+    assert len(balanced) >= 2000
+    assert length_only_guess(plain) > 0.52  # the unbalanced recipe's length cue, on this text
+    assert length_only_guess(balanced) == pytest.approx(0.5, abs=0.01)
+    lengths = balanced.segment_lengths.reshape(-1, 2)
+    starts = balanced.segment_starts.reshape(-1, 2)
+    assert (lengths[:, 0] == lengths[:, 1]).all() and (lengths > 0).all() and (2 * lengths[:, 0] + 3 <= 128).all()
+    # Both orders hold the same tokens, the text on either side of the cut: in order, A ends where
+    # B starts; swapped, the same two spans the other way round.
+    swapped = balanced.pair_labels == 1
+    first, second = np.where(swapped[:, None], starts[:, ::-1], starts), np.where(swapped[:, None], lengths[:, ::-1], lengths)
+    assert (first[:, 0] + second[:, 0] == first[:, 1]).all()
+    assert 0.45 < swapped.mean() < 0.55
+    with pytest.raises(UserError, match="needs the pair task 'sop'"):
+        PretrainingDataset(corpus, docs, 128, "pairs", "nsp", 0.1, CLS, SEP, sop_balance=True)

@@ -277,7 +277,27 @@ def test_electra_rtd_auc_scores_the_detector_logits_against_the_replaced_tokens(
     assert 0 < replaced.sum() < replaced.numel()
     positive, negative = logits[replaced, None], logits[None, ~replaced]
     auc = ((positive > negative).double() + 0.5 * (positive == negative).double()).mean().item()
-    assert metrics_from_counts({k: float(v) for k, v in counts.items()})["rtd_auc"] == pytest.approx(auc)
+    metrics = metrics_from_counts({k: float(v) for k, v in counts.items()})
+    assert metrics["rtd_auc"] == pytest.approx(auc)
+
+    # The other diagnostics, each computed here from the discriminator's inputs and the detector's
+    # logits with sklearn: the generator's samples sit at the masked positions of its input.
+    from sklearn.metrics import roc_auc_score
+
+    masked = batch["labels"] != -100
+    all_replaced = seen["inputs"] != ids
+    samples_right = (seen["inputs"][masked] == ids[masked]).double().mean().item()
+    assert metrics["sampled_masked_lm_accuracy"] == pytest.approx(samples_right)
+    assert metrics["rtd_replaced_share"] == pytest.approx(replaced.double().mean().item())
+    assert metrics["rtd_auc"] == pytest.approx(roc_auc_score(replaced.numpy(), logits.numpy()))
+    assert bool(all_replaced[masked].all())  # a random generator's samples are wrong: no masked AUC to score
+    assert "rtd_masked_auc" not in metrics
+    padding = attention_mask.bool()  # the release: labels and probabilities times the input mask
+    release_probs = torch.sigmoid(seen["logits"]) * padding
+    assert metrics["disc_auc"] == pytest.approx(
+        roc_auc_score((all_replaced & padding).flatten().numpy(), release_probs.flatten().numpy()))
+    recall = [((seen["logits"][real] > 0) == want)[replaced == want].double().mean().item() for want in (True, False)]
+    assert metrics["rtd_balanced_accuracy"] == pytest.approx(sum(recall) / 2)
 
 
 @pytest.mark.slow
@@ -314,3 +334,43 @@ def test_pretrain_reads_a_folder_of_jsonl_gz_and_parquet(corpus, tmp_path, capsy
     err = capsys.readouterr().err
     assert status == 0, err
     assert f"corpus: {len(articles)} documents" in err
+
+
+def test_electra_diagnostics_by_hand():
+    """Each ELECTRA metric on a hand-made batch of 2 x 6 (position 0 [CLS], 5 [SEP] or padding),
+    against a value worked out here or by sklearn."""
+    from sklearn.metrics import roc_auc_score
+
+    from bertology.training.objectives import electra_diagnostics
+
+    logits = torch.tensor([[9.0, 2.0, -1.0, 0.5, -3.0, 9.0], [9.0, 1.0, 3.0, -2.0, 0.0, 0.0]])
+    attention = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]]).bool()
+    real = torch.tensor([[0, 1, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0]]).bool()  # row 2: one real token short
+    labels = torch.full((2, 6), -100)
+    labels[0, 1], labels[0, 2], labels[1, 1], labels[1, 2] = 7, 8, 9, 10  # four masked positions
+    sampled = torch.tensor([7, 5, 6, 10])  # right, wrong, wrong, right (row-major order of the masked ones)
+    replaced = torch.zeros(2, 6, dtype=torch.bool)
+    replaced[0, 2] = replaced[1, 1] = True
+    counts = electra_diagnostics(logits, replaced, sampled, labels, real, attention)
+    metrics = metrics_from_counts({k: float(v) for k, v in counts.items()})
+    assert metrics["sampled_masked_lm_accuracy"] == 0.5
+    # real tokens: logits 2, -1, 0.5, -3 | 1, 3; replaced: no, yes, no, no | yes, no
+    assert metrics["rtd_replaced_share"] == pytest.approx(2 / 6)
+    assert metrics["rtd_accuracy"] == pytest.approx(2 / 6)  # logit > 0 means replaced: right at -3 and 1
+    assert metrics["rtd_balanced_accuracy"] == pytest.approx((1 / 2 + 1 / 4) / 2)
+    # ranked pairs: replaced (-1, 1) above originals (2, 0.5, -3, 3): -1 beats -3; 1 beats 0.5 and -3
+    assert metrics["rtd_auc"] == pytest.approx(3 / 8)
+    assert metrics["rtd_masked_auc"] == pytest.approx(roc_auc_score([0, 1, 1, 0], [2.0, -1.0, 1.0, 3.0]))
+    release_labels = (replaced & attention).flatten().numpy()
+    release_scores = (torch.sigmoid(logits) * attention).flatten().numpy()
+    assert metrics["disc_auc"] == pytest.approx(roc_auc_score(release_labels, release_scores))
+
+
+def test_sop_balance_is_for_the_albert_objective(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("One sentence.\n")
+    with pytest.raises(UserError, match="--sop-balance balances ALBERT's sentence order, not the bert objective"):
+        PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), objective="bert", sop_balance=True,
+                       max_steps=1).validate()
+    PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), objective="albert", sop_balance=True,
+                   max_steps=1).validate()

@@ -80,3 +80,40 @@ def test_electra_generator_loss_is_the_masked_lm_loss_of_its_generator():
     metrics = metrics_from_counts({k: float(v) for k, v in out.counts.items()})
     assert metrics["mlm_loss"] == pytest.approx(gen_loss, abs=1e-5)
     assert out.loss.item() == pytest.approx(gen_loss + 50 * metrics["rtd_loss"], rel=1e-5)
+
+
+def test_electra_options_the_paper_studies():
+    from dataclasses import replace
+
+    from bertology.data.pretraining import mask_tokens
+
+    wide = replace(config(), hidden_size=256, num_attention_heads=4, intermediate_size=1024)
+    for size, width in ((0.125, 32), (0.25, 64), (0.5, 128), (1.0, 256)):
+        objective = build_objective("electra", wide, mask_token_id=4, generator_size=size)
+        assert objective.generator.config.hidden_size == width
+        # the release shares the embedding tables and the embeddings' LayerNorm with the generator
+        generator, discriminator = objective.generator.bert.embeddings, objective.discriminator.embeddings
+        assert generator.norm is discriminator.norm and generator.word_embeddings is discriminator.word_embeddings
+
+    # near-zero temperature: every sample is the generator's most likely token
+    torch.manual_seed(0)
+    objective = build_objective("electra", config(), mask_token_id=4, temperature=1e-4).eval()
+    prepared = objective.prepare(batch(), torch.Generator().manual_seed(3))
+    seen = {}
+    objective.discriminator.register_forward_hook(lambda module, args, out: seen.update(inputs=args[0]))
+    with torch.no_grad():
+        objective(prepared)
+        logits = objective.generator(prepared["input_ids"], prepared["attention_mask"], prepared["token_type_ids"]).logits
+    masked = prepared["labels"] != IGNORE_INDEX
+    assert torch.equal(seen["inputs"][masked], logits[masked].argmax(-1))
+
+    # the release's generator input: 85% [MASK], the rest kept, never a random token
+    ids = torch.randint(5, VOCAB, (64, 128), generator=torch.Generator().manual_seed(0))
+    special = torch.zeros_like(ids, dtype=torch.bool)
+    corrupted, labels = mask_tokens(ids, special, VOCAB, 4, torch.Generator().manual_seed(1),
+                                    replace_with_mask=0.85, replace_with_random=0.0)
+    chosen = labels != IGNORE_INDEX
+    is_mask = corrupted[chosen] == 4
+    assert bool(((corrupted[chosen] == ids[chosen]) | is_mask).all())
+    assert is_mask.double().mean().item() == pytest.approx(0.85, abs=0.02)  # over ~1,200 targets
+    assert torch.equal(corrupted[~chosen], ids[~chosen])
