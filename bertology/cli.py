@@ -44,7 +44,6 @@ from .config import (
 from .errors import UserError
 from .models import resolve_model_dir
 
-
 # ----- settings dataclasses of the small commands (the others are beside their code) -------------
 
 

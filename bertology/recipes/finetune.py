@@ -22,8 +22,8 @@ from ..config import TaskConfig, setting
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
-from ..inference.modeldir import describe_task, load_finetuned, load_model
 from ..inference.embedding import POOLINGS
+from ..inference.modeldir import describe_task, load_finetuned, load_model
 from ..inference.predict import predict, score
 from ..models import family_of, resolve_model_dir
 from ..models.features import LAYER_CHOICES

@@ -47,8 +47,8 @@ from gensim.models.fasttext import load_facebook_vectors
 from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
-from ..data.cooccurrence import CooccurrenceCounter
 from ..config import check_settings, setting
+from ..data.cooccurrence import CooccurrenceCounter
 from ..data.corpus import DOC_FORMATS, ReadStats, read_documents
 from ..errors import UserError
 from ..files import write_json_atomic

@@ -30,8 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from .. import __version__
 from ..config import check_settings, setting
 from ..errors import UserError
-from ..models import resolve_model_dir
 from ..inference.predictor import Predictor
+from ..models import resolve_model_dir
 from ..ops import PRECISIONS
 from .batching import MicroBatcher, Overloaded
 
