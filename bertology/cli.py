@@ -543,7 +543,8 @@ def build_parser(argv: list[str]) -> ArgumentParser:
     """The parser: every command listed; the one `argv` names also gets its flags (see the module docstring)."""
     parser = ArgumentParser(
         prog="bertology",
-        description="BERT end to end: WordPiece vocabularies, pre-training, fine-tuning, features, export, serving.",
+        description="BERT end to end: static word vectors, WordPiece vocabularies, pre-training, fine-tuning, features, "
+                    "export, serving.",
     )
     parser.add_argument("--version", action="version", version=f"bertology {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
