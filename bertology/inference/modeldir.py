@@ -111,6 +111,9 @@ def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer, TaskSpec, Inpu
     (models/quantized.py); both are called like the PyTorch models and stay on the CPU.
     """
     model_dir = resolve_model_dir(model_dir)
+    if family_of(model_dir).name == "static":
+        raise UserError(f"{model_dir}: static word vectors (with a feature head): evaluate, predict and serve run BERT "
+                        "models only for now; the head's dev scores are in its eval_results.json")
     config = BertConfig.load(model_dir)
     spec, settings = task_of(config, model_dir)
     exported = export_format(config)
