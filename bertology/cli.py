@@ -75,6 +75,9 @@ class InfoConfig:
     model: str = setting(required=True, positional=True, metavar="MODEL", model_dir=True,
                          help="a model directory (bertology or transformers layout) or an installed model's name "
                               "(e.g. all-MiniLM-L6-v2)")
+    check: bool = setting(False, help="check the directory instead of loading it: config fields, every tensor "
+                                      "against the config (shape, dtype, finite), vocabulary and tokenizer, one line "
+                                      "per problem")
 
 
 @dataclass
@@ -234,8 +237,19 @@ def run_tokenizer_train(cfg: TokenizerTrainConfig) -> None:
 
 
 def run_info(cfg: InfoConfig) -> None:
-    """Load the model (which validates every tensor) and print what it is."""
-    from .inference.modeldir import load_model
+    """Load the model (which validates every tensor) and print what it is; with --check, list
+    every problem of the directory instead (exit status 2 when there is one)."""
+    from .inference.modeldir import check_model_dir, load_model
+
+    if cfg.check:
+        problems = check_model_dir(cfg.model)
+        for problem in problems:
+            print(problem)
+        if problems:
+            raise UserError(f"{cfg.model}: {len(problems)} problem(s)")
+        print(f"{Path(cfg.model).resolve()}: healthy (config, every tensor's shape, dtype and values, vocabulary, "
+              "tokenizer)")
+        return
 
     model = load_model(cfg.model)
     config = model.config

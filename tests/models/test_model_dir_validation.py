@@ -107,7 +107,7 @@ def test_a_query_weight_of_the_wrong_rank_is_refused(copy_of_minilm):
 
 
 @pytest.mark.slow
-def test_info_check_reports_every_problem_and_a_healthy_directory_as_such(minilm_dir, copy_of_minilm):
+def test_info_check_reports_every_problem_and_a_healthy_directory_as_such(minilm_dir, copy_of_minilm, capsys):
     from bertology.inference.modeldir import check_model_dir
 
     assert check_model_dir(minilm_dir) == []
@@ -120,3 +120,12 @@ def test_info_check_reports_every_problem_and_a_healthy_directory_as_such(minilm
     assert len(problems) == 2 and all("\n" not in p for p in problems)
     assert "layers.0.ffn_in.weight is stored as int8" in problems[0] + problems[1]
     assert "layers.2.ffn_out.bias holds NaN" in problems[0] + problems[1]
+
+    # the command line: `bertology info --check DIR`
+    from helpers import run_cli
+
+    status, out, err = run_cli(capsys, "info", "all-MiniLM-L6-v2", "--check")
+    assert status == 0 and out == f"{minilm_dir.resolve()}: healthy (config, every tensor's shape, dtype and values, " \
+                                  "vocabulary, tokenizer)\n"
+    status, out, err = run_cli(capsys, "info", copy_of_minilm, "--check")
+    assert status == 2 and out.splitlines() == problems and err == f"bertology: error: {copy_of_minilm}: 2 problem(s)\n"
