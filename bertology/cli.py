@@ -224,16 +224,16 @@ def config_file_values(cls: type, argv: list[str]) -> dict[str, Any]:
 
 def run_tokenizer_train(cfg: TokenizerTrainConfig) -> None:
     """Train the vocabulary and report where it went."""
-    from .data.corpus import ReadStats
+    from .data.corpus import ReadStats, reading_notes
     from .data.tokenizer import train_tokenizer
 
     stats = ReadStats()
     tokenizer = train_tokenizer(cfg.corpus, vocab_size=cfg.vocab_size, cased=cfg.cased, out_dir=cfg.out,
                                 min_frequency=cfg.min_frequency, skip_bad_lines=cfg.skip_bad_lines,
                                 text_field=cfg.text_field, stats=stats)
-    skipped = f"; skipped {stats.skipped_lines:,} bad line(s)" if stats.skipped_lines else ""
+    notes = reading_notes(stats.skipped_lines, stats.control_characters)
     print(f"wrote {'a cased' if cfg.cased else 'an uncased'} vocabulary of {tokenizer.vocab_size} tokens "
-          f"to {cfg.out}{skipped}")
+          f"to {cfg.out}{'; ' + notes if notes else ''}")
 
 
 def run_info(cfg: InfoConfig) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, Union, get_args, get_origin, get_type_hints
 
 from .errors import UserError
+from .files import loads_json
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -169,7 +170,7 @@ def read_settings(cls: type, path: str | os.PathLike) -> dict[str, Any]:
         if path.suffix == ".toml":
             values = tomllib.loads(text.decode("utf-8"))
         else:
-            values = json.loads(text)
+            values = loads_json(text)
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as err:

@@ -37,6 +37,8 @@ import numpy as np
 import zstandard
 
 from ..errors import UserError
+from ..files import loads_json
+from ..text import replace_controls, sniff_encoding, split_lines
 
 TEXT_SUFFIXES = (".txt", ".raw", ".text")
 
@@ -89,6 +91,9 @@ _MAGIC_BYTES = 10  # enough for the longest pattern above
 _SNIFF_BYTES = 1 << 20  # "auto" looks at the first MiB of each text file
 
 
+_SNIFF_ENCODING_BYTES = 4096  # bytes looked at for a byte order mark or UTF-16 without one
+
+
 _MIN_WRAPPED_LINES = 4  # fewer continued lines than this cannot show a wrap width
 
 
@@ -106,6 +111,7 @@ class ReadStats:
     documents: int = 0
     sentences: int = 0
     skipped_lines: int = 0  # lines not valid UTF-8, or (JSONL) not a JSON object; only with skip_bad_lines
+    control_characters: int = 0  # NUL and other control characters replaced by spaces (see text.py)
     # file -> "lines" or "file", as read; for a JSONL or Parquet file the format asked for,
     # "auto" meaning decided per record.
     formats: dict[str, str] = field(default_factory=dict)
@@ -176,9 +182,9 @@ def detect_format(path: Path) -> str:
     """Guess whether a text file (compressed or not) is hard-wrapped prose ("file") or one
     paragraph per line ("lines"), from its first MiB; see `_guess_format`."""
     lines, size = [], 0
-    for _, raw in _numbered_lines(path):
-        lines.append(raw.decode("utf-8", errors="replace"))
-        size += len(raw)
+    for _, line in _decoded_lines(path, skip_bad_lines=True, stats=None):
+        lines.append(line)
+        size += len(line)
         if size >= _SNIFF_BYTES:
             break
     return _guess_format(lines)
@@ -310,14 +316,29 @@ def read_lines(path: Path, skip_bad_lines: bool = False, stats: ReadStats | None
 
 
 def _decoded_lines(path: Path, skip_bad_lines: bool, stats: ReadStats | None) -> Iterator[tuple[int, str]]:
-    """(line number, line) of `path` decoded as UTF-8, a leading byte order mark dropped."""
-    for number, raw in _numbered_lines(path):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            _skip_or_fail(f"{path}:{number}: not valid UTF-8", error.reason, skip_bad_lines, stats)
-            continue
-        yield number, line.lstrip("\ufeff") if number == 1 else line
+    """(line number, line) of `path` by the rules of text.py: decoded (UTF-8, or UTF-16/32
+    by their byte order mark, which is dropped), cut at every LF, CRLF or lone CR, control
+    characters replaced by spaces (counted in `stats`)."""
+    number = 0
+    for raw_number, raw, encoding in _numbered_lines(path):
+        if encoding == "utf-8":
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                _skip_or_fail(f"{path}:{number + 1}: not valid UTF-8", error.reason, skip_bad_lines, stats)
+                number += 1
+                continue
+        else:
+            text = raw  # decoded by the text stream
+        if raw_number == 1:
+            text = text.lstrip("\ufeff")
+        text = text.removesuffix("\n").removesuffix("\r")
+        for line in split_lines(text):  # a lone CR ends a line too
+            number += 1
+            line, replaced = replace_controls(line)
+            if stats is not None:
+                stats.control_characters += replaced
+            yield number, line
 
 
 def _skip_or_fail(problem: str, reason: str, skip_bad_lines: bool, stats: ReadStats | None) -> None:
@@ -344,21 +365,31 @@ def _open(path: Path) -> BinaryIO:
         raise UserError(f"{path}: cannot open ({error.strerror})") from None
 
 
-def _numbered_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(line number from 1, raw line) of `path`, decompressed.
+def _numbered_lines(path: Path) -> Iterator[tuple[int, bytes | str, str]]:
+    """(line number from 1, line, encoding) of `path`, decompressed: raw bytes cut at LF when
+    the encoding is UTF-8 (each line decoded by the caller, so that one bad line can be
+    skipped), text lines when it is UTF-16 or UTF-32 (decoded here, as a whole).
 
     Raises:
-        UserError: the compressed stream is damaged or ends early; the message names the
-            line being read when it happened.
+        UserError: the compressed stream is damaged or ends early, or the text is not valid in
+            its encoding; the message names the line being read when it happened.
     """
     codec = _compression(path)
     number = 0
+    encoding = "utf-8"
     try:
         with _open(path) as file, _decompressed(file, codec) as stream:
-            for number, raw in enumerate(stream, start=1):
-                yield number, raw
+            try:
+                encoding, _ = sniff_encoding(stream.peek(_SNIFF_ENCODING_BYTES)[:_SNIFF_ENCODING_BYTES])
+            except ValueError as error:
+                raise UserError(f"{path}: {error}") from None
+            lines = stream if encoding == "utf-8" else io.TextIOWrapper(stream, encoding=encoding, newline="")
+            for number, line in enumerate(lines, start=1):
+                yield number, line, encoding
     except EOFError:
         raise UserError(f"{path}:{number + 1}: the {codec} stream ends early: the file is truncated") from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}:{number + 1}: not valid {encoding.upper()[:6]} ({error.reason})") from None
     except (OSError, zlib.error, lzma.LZMAError, zstandard.ZstdError) as error:
         what = f"damaged {codec} data" if codec else "cannot read"
         raise UserError(f"{path}:{number + 1}: {what} ({error})") from None
@@ -423,13 +454,30 @@ class _ZstdReader(io.RawIOBase):
 
 
 def _record_texts(path: Path, text_field: str, skip_bad_lines: bool, stats: ReadStats | None) -> Iterator[str]:
-    """The text of each record of a JSONL or Parquet file."""
+    """The text of each record of a JSONL or Parquet file, control characters replaced by
+    spaces (JSON's escapes such as \\u0000 put them back into the text)."""
     if _inner_suffix(path) == PARQUET_SUFFIX:
         if path.suffix in COMPRESSION_SUFFIXES:
             raise UserError(f"{path}: a compressed Parquet file cannot be read in batches; decompress it "
                             "(Parquet compresses its pages itself)")
-        return _parquet_texts(path, text_field)
-    return _jsonl_texts(path, text_field, skip_bad_lines, stats)
+        texts = _parquet_texts(path, text_field)
+    else:
+        texts = _jsonl_texts(path, text_field, skip_bad_lines, stats)
+    for text in texts:
+        text, replaced = replace_controls(text)
+        if stats is not None:
+            stats.control_characters += replaced
+        yield text
+
+
+def reading_notes(skipped_lines: int, control_characters: int) -> str:
+    """What reading a corpus skipped or cleaned, for the run's log ("" when nothing)."""
+    notes = []
+    if skipped_lines:
+        notes.append(f"skipped {skipped_lines:,} bad line(s) (not valid UTF-8, or not a JSON object)")
+    if control_characters:
+        notes.append(f"replaced {control_characters:,} control character(s) (NUL, ...) by spaces")
+    return "; ".join(notes)
 
 
 def _jsonl_texts(path: Path, text_field: str, skip_bad_lines: bool, stats: ReadStats | None) -> Iterator[str]:
@@ -444,7 +492,7 @@ def _jsonl_texts(path: Path, text_field: str, skip_bad_lines: bool, stats: ReadS
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads_json(line)
         except json.JSONDecodeError as error:
             _skip_or_fail(f"{path}:{number}: not valid JSON", f"{error.msg} at column {error.colno}",
                           skip_bad_lines, stats)
@@ -515,8 +563,8 @@ def _record_document(text: str, doc_format: str) -> list[str]:
 
 
 def _stripped_lines(text: str) -> list[str]:
-    # Split on "\n" only, as reading a file does: str.splitlines would also split at U+2028, \x0c, ...
-    return [line.strip() for line in text.split("\n")]
+    # Cut as reading a file does: str.splitlines would also cut at U+2028, \x0c, ...
+    return [line.strip() for line in split_lines(text)]
 
 
 def _text_documents(lines: Iterable[str], file_format: str) -> Iterator[list[str]]:

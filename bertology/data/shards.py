@@ -21,13 +21,13 @@ import numpy as np
 import tokenizers
 
 from ..errors import UserError
-from ..files import atomic_path, write_json_atomic
+from ..files import atomic_path, loads_json, write_json_atomic
 from .corpus import ReadStats, _check_doc_format, read_documents, text_files
 
 MANIFEST = "manifest.json"
 
 
-_CACHE_VERSION = 1  # bump when the shard layout or the reading rules change
+_CACHE_VERSION = 2  # bump when the shard layout or the reading rules change
 
 
 _SHARD_TOKENS = 1 << 24  # ~16M tokens: 32 MB of uint16 per shard file
@@ -183,6 +183,7 @@ def _build_shards(
             "doc_format": doc_format,
             "formats": stats.formats,
             "skipped_lines": stats.skipped_lines,
+            "control_characters": stats.control_characters,
         },
     )
 
@@ -244,6 +245,7 @@ class TokenizedCorpus:
         document_offsets: (num_documents + 1,) int64: document d is sentences
             document_offsets[d] .. document_offsets[d+1]-1.
         skipped_lines: lines skipped as invalid UTF-8 (or JSONL lines as not JSON objects) while building.
+        control_characters: control characters replaced by spaces while building (see text.py).
         formats: the format each file was read in ("lines" or "file"; for JSONL and Parquet the one asked for).
         reused: True when `build_corpus` found the cache already built.
 
@@ -257,7 +259,7 @@ class TokenizedCorpus:
         if not path.is_file():
             raise UserError(f"{path}: no corpus manifest (build the corpus with build_corpus)")
         try:
-            self.manifest = json.loads(path.read_text(encoding="utf-8"))
+            self.manifest = loads_json(path.read_text(encoding="utf-8"))
             self._shards = [np.load(self.folder / s["file"], mmap_mode="r") for s in self.manifest["shards"]]
             self.sentence_offsets = np.load(self.folder / "sentence_offsets.npy", mmap_mode="r")
             self.document_offsets = np.load(self.folder / "document_offsets.npy")
@@ -280,6 +282,7 @@ class TokenizedCorpus:
             raise UserError(f"{self.folder}: inconsistent corpus cache; delete the folder to rebuild")
         self._shard_starts = [0, *itertools.accumulate(sizes)]
         self.skipped_lines = int(self.manifest.get("skipped_lines", 0))
+        self.control_characters = int(self.manifest.get("control_characters", 0))
         self.formats = dict(self.manifest.get("formats", {}))
         self.reused = False
 

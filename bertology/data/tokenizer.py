@@ -51,7 +51,7 @@ from tokenizers import decoders, normalizers, pre_tokenizers, processors, traine
 from tokenizers.models import WordPiece
 
 from ..errors import UserError
-from ..files import atomic_path, write_json_atomic, write_text_atomic
+from ..files import atomic_path, loads_json, write_json_atomic, write_text_atomic
 from .corpus import ReadStats, corpus_lines, text_files
 
 PAD, UNK, CLS, SEP, MASK = SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -585,7 +585,7 @@ def _read_config(path: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        config = json.loads(_decode_utf8(path.read_bytes(), path))
+        config = loads_json(_decode_utf8(path.read_bytes(), path))
     except json.JSONDecodeError as error:
         raise UserError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
     if not isinstance(config, dict):

@@ -49,7 +49,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import UserError
-from ..files import atomic_path, write_json_atomic, write_text_atomic
+from ..files import atomic_path, loads_json, write_json_atomic, write_text_atomic
 
 MODEL_TYPE = "static"
 CONFIG_NAME = "config.json"
@@ -248,9 +248,11 @@ class StaticVectors(nn.Module):
         if not config_path.is_file():
             raise UserError(f"{config_path}: no such file (not a vectors directory)")
         try:
-            data = json.loads(config_path.read_text(encoding="utf-8"))
+            data = loads_json(config_path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise UserError(f"{config_path}: not valid JSON ({err})") from None
+        if not isinstance(data, dict):
+            raise UserError(f"{config_path}: expected a JSON object")
         if data.get("model_type") != MODEL_TYPE:
             raise UserError(f"{config_path}: model_type is {data.get('model_type')!r}, not {MODEL_TYPE!r}")
         vocab_size, has_counts = data.pop("vocab_size", None), data.pop("has_counts", False)

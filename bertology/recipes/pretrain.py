@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..config import override, setting
-from ..data.corpus import DOC_FORMATS
+from ..data.corpus import DOC_FORMATS, reading_notes
 from ..data.pretraining import PretrainingDataset, collate, make_batches
 from ..data.shards import TokenizedCorpus, build_corpus, continuation_table
 from ..data.tokenizer import Tokenizer, train_tokenizer
@@ -276,8 +276,8 @@ def run_pretraining(cfg: PretrainConfig) -> str:
         print(f"corpus: {corpus.num_documents:,} documents, {corpus.num_tokens:,} tokens "
               f"({len(train_docs):,} documents for training, {len(eval_docs):,} held out)"
               f"{', reused tokenized shards' if corpus.reused else ''}", file=sys.stderr)
-        if corpus.skipped_lines:
-            print(f"skipped {corpus.skipped_lines} line(s) that were not valid UTF-8", file=sys.stderr)
+        if notes := reading_notes(corpus.skipped_lines, corpus.control_characters):
+            print(notes, file=sys.stderr)
 
     torch.manual_seed(cfg.seed)
     electra = {"generator_size": cfg.generator_size, "temperature": cfg.generator_temperature,

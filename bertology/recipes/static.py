@@ -49,7 +49,7 @@ from tqdm.auto import tqdm
 
 from ..config import check_settings, setting
 from ..data.cooccurrence import CooccurrenceCounter
-from ..data.corpus import DOC_FORMATS, ReadStats, read_documents
+from ..data.corpus import DOC_FORMATS, ReadStats, read_documents, reading_notes
 from ..errors import UserError
 from ..files import write_json_atomic
 from ..models.static import (
@@ -338,8 +338,8 @@ def tokenize_corpus(cfg: StaticTrainConfig, work: Path) -> WordCorpus:
                 if words:
                     file.write(" ".join(words) + "\n")
                     lines += 1
-    if stats.skipped_lines:
-        print(f"skipped {stats.skipped_lines} line(s) that were not valid UTF-8", file=sys.stderr)
+    if notes := reading_notes(stats.skipped_lines, stats.control_characters):
+        print(notes, file=sys.stderr)
     held_out = split_documents(len(first_lines), cfg.eval_fraction, cfg.seed)
     document_of_line = np.repeat(np.arange(len(first_lines)), np.diff([*first_lines, lines]))  # (lines,)
     corpus = WordCorpus(work / "train.tmp", Counter(), Counter(), len(first_lines), int(held_out.sum()), 0)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
+from ..text import is_invisible, replace_controls, sniff_encoding, split_lines
 
 
 @dataclass(frozen=True)
@@ -280,10 +281,12 @@ def read_examples(spec: TaskSpec, file: str | Path, split: str, skipped: list[st
 
 
 def _read_text(file: Path) -> str:
-    """The whole file as text, without a UTF-8 byte order mark.
+    """The whole file as text by the rules of text.py: UTF-8 (or UTF-16/32 with a byte order
+    mark), without the mark, every line end made LF, control characters replaced by spaces
+    (one for one, so SQuAD's character offsets still hold).
 
     Raises:
-        UserError: the file cannot be read, or `file:line: not valid UTF-8`.
+        UserError: the file cannot be read, or `file:line: not valid UTF-8` (or UTF-16/32).
     """
     try:
         data = file.read_bytes()
@@ -294,21 +297,24 @@ def _read_text(file: Path) -> str:
     except OSError as error:
         raise UserError(f"{file}: cannot read ({error.strerror})") from None
     try:
-        text = data.decode("utf-8")
+        encoding, mark = sniff_encoding(data[:4096])
+    except ValueError as error:
+        raise UserError(f"{file}: {error}") from None
+    try:
+        text = data[mark:].decode(encoding)
     except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise UserError(f"{file}:{line}: not valid UTF-8") from None
-    return text.removeprefix("\ufeff")
+        line = data[:error.start + mark].decode(encoding, "replace").count("\n") + 1
+        raise UserError(f"{file}:{line}: not valid {encoding.upper()[:6]}") from None
+    return replace_controls("\n".join(split_lines(text)).removeprefix("\ufeff"))[0]
 
 
 def _numbered_lines(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) pairs, without line endings.
+    """(line number, line) pairs of `_read_text`'s text, whose lines all end in LF.
 
     Splits at "\\n" only: `str.splitlines` would also split inside fields at characters such as
     U+2028 or U+0085, which sentences in these data sets do contain.
     """
-    for number, line in enumerate(text.split("\n"), start=1):
-        yield number, line.removesuffix("\r")
+    return enumerate(text.split("\n"), start=1)
 
 
 def read_text_lines(file: str | Path) -> list[tuple[int, str]]:
@@ -410,12 +416,21 @@ def _table_examples(
         label = None if index["label"] is None else _parse_label(spec, fields[index["label"]], where)
         examples.append(SequenceExample(
             guid=str(len(examples)) if index["guid"] is None else fields[index["guid"]],
-            text_a=fields[index["text_a"]],
-            text_b=None if index["text_b"] is None else fields[index["text_b"]],
+            text_a=_visible(fields[index["text_a"]], f"column {columns.text_a!r}", where),
+            text_b=None if index["text_b"] is None else _visible(fields[index["text_b"]], f"column {columns.text_b!r}",
+                                                                 where),
             label=label,
             where=where,
         ))
     return examples
+
+
+def _visible(text: str, what: str, where: str) -> str:
+    """`text`, unless nothing in it is visible (empty, spaces, zero-width characters): then a
+    one-line error naming `what` ("column 'sentence'") at `where` (file:line)."""
+    if is_invisible(text):
+        raise UserError(f"{where}: {what} has no visible text ({json.dumps(text)[:40]})")
+    return text
 
 
 def _column_indexes(spec: TaskSpec, file: Path, line: int, header: list[str], split: str) -> dict[str, int | None]:
@@ -466,7 +481,7 @@ def _text_field(record: dict, name: str, where: str) -> str:
         raise UserError(f"{where}: no field {name!r} (fields: {', '.join(record)})")
     if not isinstance(record[name], str):
         raise UserError(f"{where}: field {name!r} should be a string, got {json.dumps(record[name])[:50]}")
-    return record[name]
+    return _visible(replace_controls(record[name])[0], f"field {name!r}", where)  # JSON's \\u0000 escapes
 
 
 def _parse_label(spec: TaskSpec, raw: object, where: str) -> str | float:
@@ -531,6 +546,7 @@ def read_conll(spec: TaskSpec, file: str | Path) -> list[TokenExample]:
             continue
         if len(fields) < 2:
             raise UserError(f"{file}:{number}: expected a word and a tag")
+        _visible(fields[0], "the word", f"{file}:{number}")
         if spec.labels is not None and fields[-1] not in spec.labels:
             raise UserError(f"{file}:{number}: tag {fields[-1]!r} is not one of {', '.join(spec.labels)}")
         if not words:
@@ -581,7 +597,7 @@ def read_squad(spec: TaskSpec, file: str | Path, split: str, skipped: list[str] 
     for a, article in enumerate(_key(root, "data", list, f"{file}")):
         for p, paragraph in enumerate(_key(article, "paragraphs", list, f"{file}: data[{a}]")):
             where = f"{file}: data[{a}].paragraphs[{p}]"
-            context = _key(paragraph, "context", str, where)
+            context = _visible_key(paragraph, "context", where)
             for q, qa in enumerate(_key(paragraph, "qas", list, where)):
                 example = _squad_example(spec, qa, context, f"{where}.qas[{q}]", file)
                 if example.qid in seen:
@@ -599,7 +615,7 @@ def _squad_example(spec: TaskSpec, qa: object, context: str, position: str, file
     """One question of a SQuAD paragraph; `position` ("file: data[a].paragraphs[p].qas[q]") names it until its id is known."""
     qid = _key(qa, "id", str, position)
     where = f"{file}: question {qid}"
-    question = _key(qa, "question", str, where)
+    question = _visible_key(qa, "question", where)
     is_impossible = qa.get("is_impossible", False)
     if not isinstance(is_impossible, bool):
         raise UserError(f"{where}: key 'is_impossible' should be true or false")
@@ -614,13 +630,19 @@ def _squad_example(spec: TaskSpec, qa: object, context: str, position: str, file
 
 def _answer(answer: object, where: str) -> dict:
     """{"text", "answer_start"} of one gold answer."""
-    return {"text": _key(answer, "text", str, where), "answer_start": _key(answer, "answer_start", int, where)}
+    return {"text": _visible_key(answer, "text", where), "answer_start": _key(answer, "answer_start", int, where)}
 
 
 def _answer_matches(context: str, answer: dict) -> bool:
     """Whether the answer's text is found in the context at its answer_start."""
     start = answer["answer_start"]
     return start >= 0 and context[start:start + len(answer["text"])] == answer["text"]
+
+
+def _visible_key(obj: object, key: str, where: str) -> str:
+    """obj[key], a string with something visible in it, control characters (JSON's \\u0000
+    escapes) replaced by spaces one for one, so answer offsets still hold."""
+    return _visible(replace_controls(_key(obj, key, str, where))[0], f"key {key!r}", where)
 
 
 def _key(obj: object, key: str, kind: type, where: str):

@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 
 from ..config import check_settings, setting
 from ..errors import UserError
-from ..files import write_json_atomic, write_text_atomic
+from ..files import loads_json, write_json_atomic, write_text_atomic
 from ..ops import PRECISIONS, autocast, resolve_precision
 
 
@@ -544,7 +544,7 @@ class Trainer:
             self.optimizer.load_state_dict(torch.load(latest / "optimizer.pt", map_location=self.device,
                                                       weights_only=True))
             rng = torch.load(latest / "rng.pt", weights_only=True)
-            state = json.loads((latest / "state.json").read_text(encoding="utf-8"))
+            state = loads_json((latest / "state.json").read_text(encoding="utf-8"))
         except Exception as err:  # a damaged checkpoint is the user's to fix or delete
             raise UserError(f"{latest}: cannot resume from this checkpoint ({err})") from None
         torch.set_rng_state(rng["torch"])

@@ -210,7 +210,7 @@ def test_bad_lines_can_be_skipped_and_counted(corpus, tmp_path, capsys):
     cfg = settings(corpus, tmp_path / "out", corpus=[str(tmp_path / "bad.txt")], skip_bad_lines=True, max_steps=2,
                    cache_dir=str(tmp_path / "cache"))
     assert run_pretraining(cfg) == "completed"
-    assert "skipped 1 line" in capsys.readouterr().err
+    assert "skipped 1 bad line(s)" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -311,7 +311,7 @@ def test_skip_bad_lines_also_holds_when_pretrain_trains_its_own_vocabulary(corpu
                    "--no-progress"])
     err = capsys.readouterr().err
     assert status == 0, err
-    assert "skipped 1 line(s)" in err
+    assert "skipped 1 bad line(s)" in err
     assert len((tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").splitlines()) == 1000
 
 
