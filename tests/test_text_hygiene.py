@@ -193,3 +193,14 @@ def test_finetune_on_an_invisible_example_exits_with_one_line(tmp_path, capsys, 
                                "--model", tiny_model, "--out", tmp_path / "out")
     assert status != 0
     assert err.strip().splitlines() == [f"bertology: error: {train}:3: column 'text' has no visible text (\"\\u200b\")"]
+
+
+def test_embed_input_reads_cr_only_lines_and_refuses_invisible_ones(tmp_path):
+    from bertology.uses.embed import read_texts
+
+    file = tmp_path / "in.txt"
+    file.write_bytes(b"first\rsecond\x00half\rthird\r")
+    assert list(read_texts(file, None, skip_empty=False)) == [(1, "first"), (2, "second half"), (3, "third")]
+    file.write_bytes("fine\n\u200b\n".encode("utf-8"))
+    with pytest.raises(UserError, match=r"in\.txt:2: empty line"):
+        list(read_texts(file, None, skip_empty=False))

@@ -182,7 +182,7 @@ def detect_format(path: Path) -> str:
     """Guess whether a text file (compressed or not) is hard-wrapped prose ("file") or one
     paragraph per line ("lines"), from its first MiB; see `_guess_format`."""
     lines, size = [], 0
-    for _, line in _decoded_lines(path, skip_bad_lines=True, stats=None):
+    for _, line in text_lines(path, skip_bad_lines=True, stats=None):
         lines.append(line)
         size += len(line)
         if size >= _SNIFF_BYTES:
@@ -311,14 +311,19 @@ def read_lines(path: Path, skip_bad_lines: bool = False, stats: ReadStats | None
         UserError: `path:line: not valid UTF-8`, unless `skip_bad_lines` (then counted in
             `stats`); a damaged or truncated compressed file.
     """
-    for _, line in _decoded_lines(path, skip_bad_lines, stats):
+    for _, line in text_lines(path, skip_bad_lines, stats):
         yield line.strip()
 
 
-def _decoded_lines(path: Path, skip_bad_lines: bool, stats: ReadStats | None) -> Iterator[tuple[int, str]]:
-    """(line number, line) of `path` by the rules of text.py: decoded (UTF-8, or UTF-16/32
-    by their byte order mark, which is dropped), cut at every LF, CRLF or lone CR, control
-    characters replaced by spaces (counted in `stats`)."""
+def text_lines(path: Path, skip_bad_lines: bool = False, stats: ReadStats | None = None) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a text file (compressed or not) by the rules of text.py: decoded
+    (UTF-8, or UTF-16/32 by their byte order mark, which is dropped), cut at every LF, CRLF or
+    lone CR, control characters replaced by spaces (counted in `stats`), nothing stripped.
+
+    Raises:
+        UserError: `path:line: not valid UTF-8` (unless `skip_bad_lines`: then counted in
+            `stats`), UTF-16 without a byte order mark, a damaged compressed file.
+    """
     number = 0
     for raw_number, raw, encoding in _numbered_lines(path):
         if encoding == "utf-8":
@@ -488,7 +493,7 @@ def _jsonl_texts(path: Path, text_field: str, skip_bad_lines: bool, stats: ReadS
             `skip_bad_lines`: then counted in `stats`), and for an object whose field is
             missing or not a string (always: that is a wrong `text_field`, not damage).
     """
-    for number, line in _decoded_lines(path, skip_bad_lines, stats):
+    for number, line in text_lines(path, skip_bad_lines, stats):
         if not line.strip():
             continue
         try:

@@ -17,6 +17,7 @@ import numpy as np
 from numpy.lib.format import open_memmap
 
 from ..config import check_settings, setting
+from ..data.corpus import text_lines
 from ..errors import UserError
 from ..files import atomic_path
 from ..inference.embedding import (
@@ -35,6 +36,7 @@ from ..inference.embedding import (
 from ..models.features import LAYER_CHOICES, feature_width
 from ..ops import PRECISIONS
 from ..tasks.readers import json_object
+from ..text import is_invisible, replace_controls
 
 OUTPUT_SUFFIXES = (".npy", ".jsonl")
 
@@ -100,24 +102,17 @@ def read_texts(path: Path, text_field: str | None, skip_empty: bool,
     """
     if not path.is_file():
         raise UserError(f"{path}: no such input file")
-    with open(path, "rb") as file:
-        for number, raw in enumerate(file, start=1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as err:
-                raise UserError(f"{path}:{number}: not valid UTF-8 ({err.reason})") from None
-            if number == 1:
-                line = line.lstrip("\ufeff")
-            text = line if text_field is None or not line.strip() else _json_text(line, text_field, f"{path}:{number}")
-            if not text.strip():
-                if not skip_empty:
-                    what = "line" if text_field is None or not line.strip() else f"text in field {text_field!r}"
-                    raise UserError(f"{path}:{number}: empty {what} (every line becomes one vector; "
-                                    "remove it or pass --skip-empty)")
-                if stats is not None:
-                    stats.skipped_empty += 1
-                continue
-            yield number, text
+    for number, line in text_lines(path):  # text.py's rules: encodings, line ends, control characters
+        text = line if text_field is None or not line.strip() else _json_text(line, text_field, f"{path}:{number}")
+        if is_invisible(text):
+            if not skip_empty:
+                what = "line" if text_field is None or not line.strip() else f"text in field {text_field!r}"
+                raise UserError(f"{path}:{number}: empty {what} (every line becomes one vector; "
+                                "remove it or pass --skip-empty)")
+            if stats is not None:
+                stats.skipped_empty += 1
+            continue
+        yield number, text
 
 
 def _json_text(line: str, text_field: str, where: str) -> str:
@@ -128,7 +123,7 @@ def _json_text(line: str, text_field: str, where: str) -> str:
     text = record[text_field]
     if not isinstance(text, str):
         raise UserError(f"{where}: field {text_field!r} must be a string, got {type(text).__name__}")
-    return text
+    return replace_controls(text)[0]  # JSON's \\u0000 escapes
 
 
 def _chunks(records: Iterator[tuple[int, str]], size: int) -> Iterator[tuple[list[int], list[str]]]:
