@@ -33,6 +33,7 @@ from ..errors import UserError
 from ..inference.predictor import Predictor
 from ..models import resolve_model_dir
 from ..ops import PRECISIONS
+from ..text import is_invisible
 from .batching import MicroBatcher, Overloaded
 
 GRACEFUL_SHUTDOWN_S = 30  # requests still running after this long are cancelled
@@ -144,8 +145,8 @@ def check_texts(texts: list[str], name: str, config: ServeConfig) -> None:
     if len(texts) > config.max_texts:
         raise HTTPException(422, f"{name}: {len(texts)} texts; at most {config.max_texts} per request")
     for i, text in enumerate(texts):
-        if not text.strip():
-            raise HTTPException(422, f"{name}[{i}]: empty text")
+        if is_invisible(text):
+            raise HTTPException(422, f"{name}[{i}]: empty text (nothing visible in it)")
         if len(text) > config.max_text_chars:
             raise HTTPException(422, f"{name}[{i}]: {len(text):,} characters; at most {config.max_text_chars:,}")
 
