@@ -27,7 +27,7 @@ _BYTE_ORDER_MARKS = (
     (codecs.BOM_UTF16_LE, "utf-16-le"),
     (codecs.BOM_UTF16_BE, "utf-16-be"),
 )
-_SNIFF_BYTES = 4096
+SNIFF_BYTES = 4096  # what `sniff_encoding` looks at; callers read (or peek) this many bytes
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _LINE_END = re.compile(r"\r\n|\r|\n")
 # Unicode categories with nothing to see: separators (spaces), controls, format (zero-width) characters.
@@ -50,7 +50,7 @@ def sniff_encoding(head: bytes) -> tuple[str, int]:
     for mark, encoding in _BYTE_ORDER_MARKS:
         if head.startswith(mark):
             return encoding, len(mark)
-    if _looks_like_utf16(head[:_SNIFF_BYTES]):
+    if _looks_like_utf16(head[:SNIFF_BYTES]):
         raise ValueError("looks like UTF-16 without a byte order mark (a NUL in every other byte); "
                          "save it as UTF-8, or as UTF-16 with a byte order mark")
     return "utf-8", 0

@@ -38,7 +38,7 @@ import zstandard
 
 from ..errors import UserError
 from ..files import loads_json
-from ..text import replace_controls, sniff_encoding, split_lines
+from ..text import SNIFF_BYTES, replace_controls, sniff_encoding, split_lines
 
 TEXT_SUFFIXES = (".txt", ".raw", ".text")
 
@@ -88,10 +88,7 @@ _MAGIC = (
 _MAGIC_BYTES = 10  # enough for the longest pattern above
 
 
-_SNIFF_BYTES = 1 << 20  # "auto" looks at the first MiB of each text file
-
-
-_SNIFF_ENCODING_BYTES = 4096  # bytes looked at for a byte order mark or UTF-16 without one
+_FORMAT_SNIFF_BYTES = 1 << 20  # "auto" looks at the first MiB of each text file
 
 
 _MIN_WRAPPED_LINES = 4  # fewer continued lines than this cannot show a wrap width
@@ -185,7 +182,7 @@ def detect_format(path: Path) -> str:
     for _, line in text_lines(path, skip_bad_lines=True, stats=None):
         lines.append(line)
         size += len(line)
-        if size >= _SNIFF_BYTES:
+        if size >= _FORMAT_SNIFF_BYTES:
             break
     return _guess_format(lines)
 
@@ -385,7 +382,7 @@ def _numbered_lines(path: Path) -> Iterator[tuple[int, bytes | str, str]]:
     try:
         with _open(path) as file, _decompressed(file, codec) as stream:
             try:
-                encoding, _ = sniff_encoding(stream.peek(_SNIFF_ENCODING_BYTES)[:_SNIFF_ENCODING_BYTES])
+                encoding, _ = sniff_encoding(stream.peek(SNIFF_BYTES))
             except ValueError as error:
                 raise UserError(f"{path}: {error}") from None
             lines = stream if encoding == "utf-8" else io.TextIOWrapper(stream, encoding=encoding, newline="")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
-from ..text import is_invisible, replace_controls, sniff_encoding, split_lines
+from ..text import SNIFF_BYTES, is_invisible, replace_controls, sniff_encoding, split_lines
 
 
 @dataclass(frozen=True)
@@ -297,7 +297,7 @@ def _read_text(file: Path) -> str:
     except OSError as error:
         raise UserError(f"{file}: cannot read ({error.strerror})") from None
     try:
-        encoding, mark = sniff_encoding(data[:4096])
+        encoding, mark = sniff_encoding(data[:SNIFF_BYTES])
     except ValueError as error:
         raise UserError(f"{file}: {error}") from None
     try:
