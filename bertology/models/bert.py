@@ -19,6 +19,7 @@ model are all here, so this file is the whole BERT family."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -763,5 +764,25 @@ def load_pretrained(directory: str | os.PathLike) -> BertPreTrainedModel:
 def tensor_shapes(cls: type[BertPreTrainedModel], config: BertConfig) -> dict[str, torch.Size]:
     """The state-dict shapes of a `cls(config)` model, found without allocating it (PyTorch's meta
     device), so that weights are checked against the config before any memory is spent."""
-    with torch.device("meta"):
+    with torch.device("meta"), _skipped_init():
         return {name: tensor.shape for name, tensor in cls(config).state_dict().items()}
+
+
+# torch.nn.init's in-place fills, made no-ops by `_skipped_init`.
+_INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "zeros_", "ones_", "xavier_uniform_",
+                   "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_")
+
+
+@contextlib.contextmanager
+def _skipped_init():
+    """torch.nn.init's fills as no-ops, as transformers' `no_init_weights` makes them: a meta tensor
+    holds nothing to fill, and filling one at random goes through torch._refs, whose first use
+    imports torch._dynamo (0.7 s, on every model load)."""
+    saved = {name: getattr(nn.init, name) for name in _INIT_FUNCTIONS}
+    try:
+        for name in _INIT_FUNCTIONS:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(nn.init, name, function)
