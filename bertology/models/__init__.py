@@ -54,6 +54,8 @@ FAMILIES: dict[str, Family] = {
         Family("bert", "bertology.models.bert", ("bert", "bertology"),
                "bidirectional Transformer encoder (BERT; RoBERTa, ALBERT, ELECTRA and LTR variants by config)"),
         Family("static", "bertology.models.static", ("static",), "one vector per word type: word2vec, fastText, GloVe"),
+        Family("gpt", "bertology.models.gpt", ("openai-gpt", "gpt2"),
+               "left-to-right Transformer language model that generates text (GPT-1; GPT-2's pre-LN by config)"),
     )
 }
 ARCHITECTURES = tuple(FAMILIES)

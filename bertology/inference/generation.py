@@ -1,0 +1,185 @@
+"""Text generation from a left-to-right language model: greedy, sampling, beam search.
+
+The names and defaults are transformers' `generate`: greedy unless `do_sample` (then
+`temperature`, `top_k`, `top_p` shape the distribution, in that order) or `num_beams` > 1.
+A key/value cache makes each new token cost one position's work (`use_cache=False` recomputes
+the whole sequence every step, for comparison). Prompts of different lengths go in one batch
+left-padded: the model counts positions from each prompt's first real token, so a padded
+prompt continues exactly as it would alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import UserError
+from ..models.gpt import position_ids_for
+
+
+@dataclass
+class GenerationConfig:
+    """How to continue a prompt (transformers' names)."""
+
+    max_new_tokens: int = 20
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    num_beams: int = 1
+    length_penalty: float = 1.0  # beam search: a finished hypothesis scores sum(log p) / length ** this
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None  # written after a sequence's end of text (default: eos, else 0)
+    use_cache: bool = True
+
+    def validate(self) -> None:
+        """One-line errors naming the setting, before any work."""
+        if type(self.max_new_tokens) is not int or self.max_new_tokens < 1:
+            raise UserError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
+        if not self.temperature > 0:
+            raise UserError(f"temperature must be positive, got {self.temperature!r}")
+        if self.top_k is not None and (type(self.top_k) is not int or self.top_k < 1):
+            raise UserError(f"top_k must be a positive integer, got {self.top_k!r}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise UserError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if type(self.num_beams) is not int or self.num_beams < 1:
+            raise UserError(f"num_beams must be a positive integer, got {self.num_beams!r}")
+        if self.num_beams > 1 and self.do_sample:
+            raise UserError("num_beams > 1 with do_sample: choose beam search or sampling")
+
+    @property
+    def padding_id(self) -> int:
+        """The id written after a sequence has ended."""
+        if self.pad_token_id is not None:
+            return self.pad_token_id
+        return self.eos_token_id if self.eos_token_id is not None else 0
+
+
+def filter_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                  top_p: float | None = None) -> torch.Tensor:
+    """Sampling's warping of next-token logits (B, V): divide by `temperature`, keep the `top_k`
+    largest, then the smallest set whose probability reaches `top_p` (nucleus); the rest -inf."""
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        ordered, order = torch.sort(logits, dim=-1, descending=True)
+        probabilities = ordered.softmax(-1)
+        before = probabilities.cumsum(-1) - probabilities  # the mass of the tokens ranked above each one
+        drop = before >= top_p  # the first token is never dropped: nothing ranks above it
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return logits
+
+
+def _step(model, ids: torch.Tensor, mask: torch.Tensor, past, use_cache: bool) -> tuple[torch.Tensor, list | None]:
+    """Next-token logits (B, V) and the new cache; with a cache only the new tokens are fed.
+    Positions count from each sequence's first real token, so left padding changes nothing."""
+    positions = position_ids_for(mask)
+    if not use_cache:
+        return model(ids, mask, position_ids=positions).logits[:, -1].float(), None
+    fed = ids.shape[1] if past is None else 1
+    out = model(ids[:, -fed:], mask, position_ids=positions[:, -fed:], past_key_values=past)
+    return out.logits[:, -1].float(), out.past_key_values
+
+
+@torch.no_grad()
+def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+             config: GenerationConfig | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Continue each prompt.
+
+    Args:
+        model: a left-to-right LM: model(ids (B, T), mask (B, S), past_key_values=...) -> .logits (B, T, V).
+        input_ids: (B, T) prompts, left-padded when their lengths differ.
+        attention_mask: (B, T), 1 = a real token (default: all real).
+        generator: the random source of sampling, for reproducible samples.
+    Returns:
+        (B, T + n) the prompts followed by n <= max_new_tokens new tokens; a sequence that ended
+        (eos) early is filled with the padding id.
+    """
+    config = config or GenerationConfig()
+    config.validate()
+    if input_ids.shape[1] == 0:
+        raise UserError("the prompt is empty: give at least one token")
+    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(input_ids.dtype)
+    model.eval()
+    if config.num_beams > 1:
+        return _beam_search(model, input_ids, mask, config)
+    ids, past = input_ids, None
+    finished = torch.zeros(len(ids), dtype=torch.bool, device=ids.device)
+    for _ in range(config.max_new_tokens):
+        logits, past = _step(model, ids, mask, past, config.use_cache)
+        if config.do_sample:
+            probabilities = filter_logits(logits, config.temperature, config.top_k, config.top_p).softmax(-1)
+            chosen = torch.multinomial(probabilities, 1, generator=generator).squeeze(1)
+        else:
+            chosen = logits.argmax(-1)
+        chosen = chosen.masked_fill(finished, config.padding_id)
+        ids = torch.cat([ids, chosen[:, None]], dim=1)
+        mask = torch.cat([mask, (~finished).to(mask.dtype)[:, None]], dim=1)
+        if config.eos_token_id is not None:
+            finished |= chosen == config.eos_token_id
+            if finished.all():
+                break
+    return ids
+
+
+def _beam_search(model, input_ids: torch.Tensor, mask: torch.Tensor, config: GenerationConfig) -> torch.Tensor:
+    """Beam search: keep the num_beams most probable continuations of each prompt; a hypothesis
+    that emits eos is finished and scored sum(log p) / length ** length_penalty (length of the
+    new tokens). A prompt is done when it has num_beams finished hypotheses and no running one
+    can still beat them, or at max_new_tokens (then the running beams compete too).
+    Returns the best hypothesis per prompt, (B, T + n), shorter ones padded."""
+    batch, beams = len(input_ids), config.num_beams
+    ids = input_ids.repeat_interleave(beams, dim=0)  # (B * beams, T)
+    mask = mask.repeat_interleave(beams, dim=0)
+    scores = torch.full((batch, beams), float("-inf"), device=ids.device)
+    scores[:, 0] = 0.0  # the beams start identical: count only one of them
+    finished: list[list[tuple[float, torch.Tensor]]] = [[] for _ in range(batch)]
+    done = [False] * batch
+    past = None
+    for step in range(1, config.max_new_tokens + 1):
+        logits, past = _step(model, ids, mask, past, config.use_cache)
+        vocab = logits.shape[-1]
+        candidates = (scores[:, :, None] + logits.log_softmax(-1).view(batch, beams, vocab)).view(batch, -1)
+        top_scores, top = candidates.topk(2 * beams, dim=1)  # enough to refill the beams after eos ones leave
+        next_scores = torch.full_like(scores, float("-inf"))
+        next_beam = torch.zeros(batch, beams, dtype=torch.long, device=ids.device)
+        next_token = torch.full((batch, beams), config.padding_id, dtype=torch.long, device=ids.device)
+        for b in range(batch):
+            kept = 0
+            for score, index in zip(top_scores[b].tolist(), top[b].tolist()):
+                beam, token = divmod(index, vocab)
+                if done[b] or kept == beams or score == float("-inf"):
+                    break
+                if token == config.eos_token_id:
+                    hypothesis = torch.cat([ids[b * beams + beam, input_ids.shape[1]:], ids.new_tensor([token])])
+                    finished[b].append((score / step ** config.length_penalty, hypothesis))
+                    continue
+                next_scores[b, kept], next_beam[b, kept], next_token[b, kept] = score, beam, token
+                kept += 1
+            finished[b] = sorted(finished[b], key=lambda item: -item[0])[:beams]
+            best_running = next_scores[b, 0].item() / step ** config.length_penalty
+            if len(finished[b]) == beams and finished[b][-1][0] >= best_running:
+                done[b] = True
+        if all(done):
+            break
+        rows = (torch.arange(batch, device=ids.device)[:, None] * beams + next_beam).view(-1)
+        ids = torch.cat([ids[rows], next_token.view(-1, 1)], dim=1)
+        mask = torch.cat([mask[rows], torch.ones_like(mask[:, :1])], dim=1)
+        if past is not None:
+            past = [(key[rows], value[rows]) for key, value in past]
+        scores = next_scores
+    results = []
+    for b in range(batch):
+        pool = list(finished[b])
+        if not done[b]:  # out of steps: the running beams are candidates too
+            length = ids.shape[1] - input_ids.shape[1]
+            pool += [(scores[b, k].item() / max(length, 1) ** config.length_penalty,
+                      ids[b * beams + k, input_ids.shape[1]:]) for k in range(beams)
+                     if scores[b, k] > float("-inf")]
+        best = max(pool, key=lambda item: item[0])[1]
+        results.append(torch.cat([input_ids[b], best]))
+    width = max(len(r) for r in results)
+    return torch.stack([torch.cat([r, r.new_full((width - len(r),), config.padding_id)]) for r in results])

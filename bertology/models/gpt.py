@@ -1,0 +1,411 @@
+"""GPT: a left-to-right Transformer language model that generates text, in one file.
+
+Follows Radford et al. 2018, "Improving Language Understanding by Generative
+Pre-Training" (GPT-1), with GPT-2's layout (Radford et al. 2019) as one switch:
+
+    input ids ─► token + position embeddings ─► dropout
+        GPT-1 (post-LN):  N x [ x = LN(x + causal-attention(x));  x = LN(x + MLP(x)) ]
+        GPT-2 (pre-LN):   N x [ x = x + causal-attention(LN(x));  x = x + MLP(LN(x)) ]  ─► final LN
+    ─► hidden (B, T, H) ─► logits = hidden @ token-embedding table^T (tied)  (B, T, V)
+
+Module names are those of transformers' `GPT2LMHeadModel` (`transformer.wte`, `.h.0.attn.c_attn`,
+...); a directory saved here is in transformers' layout for `OpenAIGPTLMHeadModel`
+(`pre_layer_norm=False`, model_type "openai-gpt") or `GPT2LMHeadModel` (`pre_layer_norm=True`,
+model_type "gpt2"), and either of those loads here. transformers stores the four projection
+matrices as `Conv1D` weights, (in, out); ours are `nn.Linear`'s (out, in): the key table below
+transposes them. Attention keeps a key/value cache (`past_key_values`) so that generation
+(inference/generation.py) costs one token's work per new token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from torch import nn
+
+from .. import checkpoint
+from ..errors import UserError
+from ..files import atomic_path, write_json_atomic
+from . import CONFIG_NAME, read_config
+from .bert import ModelOutput, activation
+
+# name -> (n_layer, n_embd, n_head, n_positions): bertology's small sizes, then the published ones.
+PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (2, 128, 2, 512),
+    "mini": (4, 256, 4, 512),
+    "gpt": (12, 768, 12, 512),  # GPT-1: 117M parameters with its 40,478-token BPE vocabulary
+    "gpt2": (12, 768, 12, 1024),  # GPT-2 small: 124M with its 50,257-token vocabulary
+}
+MODEL_TYPES = ("openai-gpt", "gpt2")
+CACHE = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each (B, heads, S, head size)
+
+
+@dataclass
+class GPTConfig:
+    """Hyper-parameters of a GPT language model (transformers' GPT-2 field names).
+
+    Example: `GPTConfig.from_preset("tiny", vocab_size=8000)` is a 2-layer, 128-wide model
+    with GPT-1's post-LN blocks; `pre_layer_norm=True` gives GPT-2's.
+    """
+
+    vocab_size: int = 40478
+    n_positions: int = 512  # the context length
+    n_embd: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    n_inner: int | None = None  # feed-forward width; None = 4 * n_embd
+    activation_function: str = "gelu_new"  # tanh-approximated GELU, as both GPT releases
+    resid_pdrop: float = 0.1
+    embd_pdrop: float = 0.1
+    attn_pdrop: float = 0.1
+    layer_norm_epsilon: float = 1e-5
+    initializer_range: float = 0.02
+    pre_layer_norm: bool = False  # GPT-2: LayerNorm before each sub-layer and after the last block
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)  # other config.json keys, kept
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
+            value = getattr(self, name)
+            if type(value) is not int or not 0 < value <= 2**21:
+                raise UserError(f"config field {name!r} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head:
+            raise UserError(f"config field 'n_embd' ({self.n_embd}) must be divisible by 'n_head' ({self.n_head})")
+        if self.n_inner is not None and (type(self.n_inner) is not int or self.n_inner <= 0):
+            raise UserError(f"config field 'n_inner' must be a positive integer or null, got {self.n_inner!r}")
+        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
+            if type(getattr(self, name)) not in (int, float) or not 0.0 <= getattr(self, name) < 1.0:
+                raise UserError(f"config field {name!r} must be a number in [0, 1), got {getattr(self, name)!r}")
+        try:
+            activation(self.activation_function)
+        except KeyError:
+            raise UserError(f"config field 'activation_function' {self.activation_function!r} is not known") from None
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            # Not checked against vocab_size: transformers' GPT-2 config keeps 50256 at any size.
+            if getattr(self, name) is not None and (type(getattr(self, name)) is not int or getattr(self, name) < 0):
+                raise UserError(f"config field {name!r} must be a token id or null, got {getattr(self, name)!r}")
+
+    @property
+    def model_type(self) -> str:
+        """transformers' name for this layout: "openai-gpt" (post-LN) or "gpt2" (pre-LN)."""
+        return "gpt2" if self.pre_layer_norm else "openai-gpt"
+
+    @property
+    def inner_size(self) -> int:
+        """The feed-forward width."""
+        return self.n_inner or 4 * self.n_embd
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> "GPTConfig":
+        """A config from a named size (see PRESETS), with field overrides."""
+        if name not in PRESETS:
+            raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+        n_layer, n_embd, n_head, n_positions = PRESETS[name]
+        return cls(**{**dict(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_positions=n_positions), **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        """config.json's content, in the keys of the transformers class for this layout."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "pre_layer_norm")}
+        if not self.pre_layer_norm:  # OpenAIGPTConfig: `afn`, and the feed-forward is always 4 * n_embd
+            data["afn"] = data.pop("activation_function")
+            if self.n_inner not in (None, 4 * self.n_embd):
+                raise UserError("GPT-1's layout (openai-gpt) has a feed-forward of 4 * n_embd; n_inner needs "
+                                "pre_layer_norm (GPT-2's layout)")
+            del data["n_inner"]
+        return {**self.extra, **data, "model_type": self.model_type}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "GPTConfig":
+        """A config from config.json's content (either transformers layout); unknown keys go to `extra`."""
+        data = dict(data)
+        model_type = data.pop("model_type", None)
+        if model_type not in MODEL_TYPES:
+            raise UserError(f"{source}: model_type {model_type!r} is not a GPT ({' or '.join(MODEL_TYPES)})")
+        if "afn" in data:
+            data["activation_function"] = data.pop("afn")
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "pre_layer_norm"}
+        known = {k: v for k, v in data.items() if k in names}
+        extra = {k: v for k, v in data.items() if k not in names}
+        try:
+            return cls(**known, pre_layer_norm=model_type == "gpt2", extra=extra)
+        except UserError as err:
+            raise UserError(f"{source}: {err}") from None
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write config.json into `directory`, atomically."""
+        path = Path(directory) / CONFIG_NAME
+        write_json_atomic(path, self.to_dict())
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "GPTConfig":
+        """Read a config from a config.json or a directory that holds one."""
+        path = Path(path)
+        return cls.from_dict(read_config(path), source=str(path / CONFIG_NAME if path.is_dir() else path))
+
+
+class GPTAttention(nn.Module):
+    """Causal multi-head self-attention with a key/value cache."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.n_head, self.head_size = config.n_head, config.n_embd // config.n_head
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)  # query, key and value in one product
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        self.attn_pdrop = config.attn_pdrop
+        self.resid_dropout = nn.Dropout(config.resid_pdrop)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """x: (B, T, H); bias: (B, 1, T, S) additive, 0 where allowed, S = past length + T.
+        Returns the output (B, T, H) and this layer's keys and values (B, heads, S, head size)."""
+        batch, length, width = x.shape
+        query, key, value = (t.view(batch, length, self.n_head, self.head_size).transpose(1, 2)
+                             for t in self.c_attn(x).split(width, dim=2))
+        if past is not None:
+            key, value = torch.cat([past[0], key], dim=2), torch.cat([past[1], value], dim=2)
+        context = F.scaled_dot_product_attention(query, key, value, attn_mask=bias,
+                                                 dropout_p=self.attn_pdrop if self.training else 0.0)
+        output = self.c_proj(context.transpose(1, 2).reshape(batch, length, width))
+        return self.resid_dropout(output), (key, value)
+
+
+class GPTMLP(nn.Module):
+    """The position-wise feed-forward: expand, GELU, project back."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, config.inner_size)
+        self.c_proj = nn.Linear(config.inner_size, config.n_embd)
+        self.act = activation(config.activation_function)
+        self.dropout = nn.Dropout(config.resid_pdrop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(self.act(self.c_fc(x))))
+
+
+class GPTBlock(nn.Module):
+    """One Transformer decoder block, LayerNorm after (GPT-1) or before (GPT-2) each sub-layer."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.pre_layer_norm = config.pre_layer_norm
+        self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.attn = GPTAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.mlp = GPTMLP(config)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        if self.pre_layer_norm:
+            attended, present = self.attn(self.ln_1(x), bias, past)
+            x = x + attended
+            return x + self.mlp(self.ln_2(x)), present
+        attended, present = self.attn(x, bias, past)
+        x = self.ln_1(x + attended)
+        return self.ln_2(x + self.mlp(x)), present
+
+
+def init_module(module: nn.Module, std: float) -> None:
+    """GPT's initialisation: normal(0, std) weights, zero biases, unit LayerNorms."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=std)
+        if getattr(module, "bias", None) is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+def attention_bias(attention_mask: torch.Tensor | None, batch: int, length: int, past_length: int,
+                   dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The additive attention bias (B, 1, T, S), S = past_length + T: causal, and padding
+    (`attention_mask` (B, S), 1 = a real token) hidden. A row with nothing to see (a pad
+    position before its sequence starts) attends to itself, so that no NaN arises."""
+    total = past_length + length
+    rows = torch.arange(past_length, total, device=device)[:, None]
+    allowed = (torch.arange(total, device=device)[None, :] <= rows)[None, None]  # (1, 1, T, S)
+    if attention_mask is not None:
+        itself = torch.arange(total, device=device)[None, :] == rows
+        allowed = (allowed & attention_mask[:, None, None, :].bool()) | itself[None, None]
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+    return bias.expand(batch, 1, length, total)
+
+
+def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions (B, S) counted from each sequence's first real token (`attention_mask` (B, S),
+    1 = real), so that a left-padded prompt gets the positions it would have alone; what
+    transformers' generate passes as position_ids."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+class GPTPreTrainedModel(nn.Module):
+    """Initialisation, saving and loading, shared by the bare model and the LM."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+
+    def init_weights(self) -> None:
+        """normal(0, initializer_range) for every matrix, as the GPT releases; GPT-2 also scales
+        the projections into the residual stream by 1/sqrt(2 * n_layer), as its paper says."""
+        for module in self.modules():
+            init_module(module, self.config.initializer_range)
+        if self.config.pre_layer_norm:
+            for name, parameter in self.named_parameters():
+                if name.endswith("c_proj.weight"):
+                    nn.init.normal_(parameter, std=self.config.initializer_range / math.sqrt(2 * self.config.n_layer))
+
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        """Write config.json and model.safetensors in transformers' layout for this config's
+        model_type, atomically (the tied output matrix is stored once, as transformers does)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.config.extra["architectures"] = [TRANSFORMERS_CLASSES[self.config.model_type]]
+        state = to_transformers(self.state_dict(), self.config)
+        with atomic_path(directory / checkpoint.WEIGHTS_NAME) as tmp:
+            save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
+        self.config.save(directory)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike) -> "GPTPreTrainedModel":
+        """Load a directory written here or by transformers (OpenAIGPT or GPT-2); eval mode.
+        A weight missing or of the wrong shape is a one-line error naming the file."""
+        directory = Path(directory)
+        config = GPTConfig.load(directory)
+        raw, source = checkpoint.read_weights(directory)
+        state = from_transformers(raw, config)
+        if cls is GPTModel:  # the bare model's names lack the LM's `transformer.` prefix
+            state = {k.removeprefix("transformer."): v for k, v in state.items()}
+        model = cls(config)
+        for name, tensor in model.state_dict().items():
+            if name in TIED:
+                continue
+            if name not in state:
+                raise UserError(f"{source}: checkpoint has no weights for {name!r}; is it a {config.model_type} "
+                                "model of this config?")
+            if state[name].shape != tensor.shape:
+                raise UserError(f"{source}: shape mismatch for {name}: checkpoint {tuple(state[name].shape)}, "
+                                f"config.json expects {tuple(tensor.shape)}")
+        model.load_state_dict({k: v for k, v in state.items() if k in model.state_dict()}, strict=False)
+        return model.eval()
+
+    def num_parameters(self) -> int:
+        """Distinct parameters (the tied output matrix counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+
+class GPTModel(GPTPreTrainedModel):
+    """The decoder stack: embeddings, N blocks (and GPT-2's final LayerNorm)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.n_positions, config.n_embd)
+        self.drop = nn.Dropout(config.embd_pdrop)
+        self.h = nn.ModuleList(GPTBlock(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon) if config.pre_layer_norm else None
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, past_key_values: CACHE | None = None) -> ModelOutput:
+        """input_ids: (B, T); attention_mask: (B, S) over the cached and the new tokens
+        (S = past length + T), 1 = real; position_ids: (B, T), default past length + 0, 1, ...
+        Returns last_hidden_state (B, T, H) and past_key_values (this call's cache)."""
+        batch, length = input_ids.shape
+        past_length = past_key_values[0][0].shape[2] if past_key_values else 0
+        if past_length + length > self.config.n_positions:
+            raise UserError(f"{past_length + length} tokens do not fit the model's context of "
+                            f"{self.config.n_positions} (n_positions)")
+        if position_ids is None:  # as transformers: 0, 1, ... whatever the padding (see position_ids_for)
+            position_ids = torch.arange(past_length, past_length + length, device=input_ids.device).expand(batch, length)
+        x = self.drop(self.wte(input_ids) + self.wpe(position_ids))
+        bias = attention_bias(attention_mask, batch, length, past_length, x.dtype, x.device)
+        presents = []
+        for index, block in enumerate(self.h):
+            x, present = block(x, bias, past_key_values[index] if past_key_values else None)
+            presents.append(present)
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+        return ModelOutput(last_hidden_state=x, past_key_values=presents)
+
+
+class GPTLMHeadModel(GPTPreTrainedModel):
+    """GPT with its language-model head: next-token logits from the tied embedding table."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.transformer = GPTModel(config)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight  # tied, as both GPT releases
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, past_key_values: CACHE | None = None,
+                labels: torch.Tensor | None = None) -> ModelOutput:
+        """As `GPTModel.forward`; returns logits (B, T, V), past_key_values, and with `labels`
+        (B, T; -100 = ignored) the mean next-token loss: position t predicts labels[t + 1]."""
+        encoded = self.transformer(input_ids, attention_mask, position_ids, past_key_values)
+        logits = self.lm_head(encoded.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
+        return ModelOutput(loss=loss, logits=logits, past_key_values=encoded.past_key_values)
+
+
+TRANSFORMERS_CLASSES = {"openai-gpt": "OpenAIGPTLMHeadModel", "gpt2": "GPT2LMHeadModel"}
+TIED = ("lm_head.weight",)
+# transformers stores these as Conv1D weights, (in, out): the transpose of nn.Linear's.
+_CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
+# (ours, GPT-1's) where the names differ; GPT-2's names are ours.
+_OPENAI_GPT_NAMES = (("transformer.wte.", "transformer.tokens_embed."), ("transformer.wpe.", "transformer.positions_embed."))
+# Buffers some transformers versions store: the causal mask, rebuilt here from the config.
+_BUFFERS = (".attn.bias", ".attn.masked_bias")
+
+
+def to_transformers(state: dict[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:
+    """Our LM state dict under transformers' names and shapes for config.model_type."""
+    converted = {}
+    for name, tensor in state.items():
+        if name in TIED:
+            continue
+        if name.endswith(_CONV1D):
+            tensor = tensor.t()
+        if not config.pre_layer_norm:
+            for ours, theirs in _OPENAI_GPT_NAMES:
+                if name.startswith(ours):
+                    name = theirs + name[len(ours):]
+        converted[name] = tensor
+    return converted
+
+
+def from_transformers(state: dict[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:
+    """transformers' GPT-1 or GPT-2 tensors (with or without the `transformer.` prefix, as the
+    bare models save them) under our names and shapes."""
+    converted = {}
+    for name, tensor in state.items():
+        if name.endswith(_BUFFERS) or name in TIED:
+            continue
+        if not name.startswith("transformer."):
+            name = "transformer." + name
+        for ours, theirs in _OPENAI_GPT_NAMES:
+            if name.startswith(theirs):
+                name = ours + name[len(theirs):]
+        if name.endswith(_CONV1D):
+            tensor = tensor.t()
+        converted[name] = tensor
+    return converted
+
+
+def load_pretrained(directory: str | os.PathLike) -> GPTLMHeadModel:
+    """A GPT language model from a directory written here or by transformers."""
+    return GPTLMHeadModel.from_pretrained(directory)

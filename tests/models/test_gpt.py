@@ -1,0 +1,195 @@
+"""GPT against transformers' OpenAIGPTLMHeadModel and GPT2LMHeadModel on the same random weights:
+logits, greedy and beam generation token for token, and directories loading both ways; then the
+generation settings and their errors."""
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, OpenAIGPTConfig, OpenAIGPTLMHeadModel
+
+from bertology.errors import UserError
+from bertology.inference.generation import GenerationConfig, filter_logits, generate
+from bertology.inference.modeldir import load_model
+from bertology.models import family_of
+from bertology.models.gpt import GPTConfig, GPTLMHeadModel, GPTModel
+
+LAYOUTS = {"openai-gpt": (OpenAIGPTLMHeadModel, OpenAIGPTConfig), "gpt2": (GPT2LMHeadModel, GPT2Config)}
+SMALL = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+
+
+def reference(model_type: str, seed: int = 0):
+    """transformers' model with random weights, large enough (std 0.2) that a wrong wiring shows."""
+    model_class, config_class = LAYOUTS[model_type]
+    torch.manual_seed(seed)
+    return model_class(config_class(**SMALL, initializer_range=0.2)).eval()
+
+
+def left_padded_prompts(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two prompts of 9 and 6 tokens, the shorter left-padded with id 0."""
+    ids = torch.randint(1, 99, (2, 9), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones_like(ids)
+    ids[1, :3], mask[1, :3] = 0, 0
+    return ids, mask
+
+
+@pytest.fixture(params=list(LAYOUTS))
+def pair(request, tmp_path):
+    """(transformers' model, ours loaded from the directory transformers saved)."""
+    theirs = reference(request.param)
+    theirs.save_pretrained(tmp_path / "theirs")
+    ours = load_model(tmp_path / "theirs")
+    assert type(ours) is GPTLMHeadModel and ours.config.model_type == request.param
+    return theirs, ours
+
+
+def test_logits_match_transformers(pair):
+    theirs, ours = pair
+    ids, mask = left_padded_prompts()
+    with torch.no_grad():
+        expected, got = theirs(ids).logits, ours(ids).logits
+        assert expected.abs().mean() > 0.1  # not a near-zero output that anything would match
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+        expected = theirs(ids, attention_mask=mask).logits
+        got = ours(ids, mask).logits
+    real = mask.bool()  # padded positions' outputs are meaningless in both
+    torch.testing.assert_close(got[real], expected[real], rtol=0, atol=1e-5)
+
+
+def test_a_directory_saved_here_loads_in_transformers_with_every_key(pair, tmp_path):
+    theirs, ours = pair
+    ours.save_pretrained(tmp_path / "ours")
+    model_class = type(theirs)
+    loaded, info = model_class.from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    ids, _ = left_padded_prompts()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(ids).logits, ours(ids).logits, rtol=0, atol=1e-5)
+    assert family_of(tmp_path / "ours").name == "gpt"
+    again = GPTLMHeadModel.from_pretrained(tmp_path / "ours")
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), ours.state_dict().values()))
+
+
+def test_greedy_generation_matches_transformers_token_for_token(pair):
+    theirs, ours = pair
+    ids, mask = left_padded_prompts()
+    expected = theirs.generate(ids, attention_mask=mask, max_new_tokens=32, do_sample=False, pad_token_id=0)
+    for use_cache in (True, False):
+        got = generate(ours, ids, mask, GenerationConfig(max_new_tokens=32, use_cache=use_cache))
+        assert got.tolist() == expected.tolist()
+
+
+def test_beam_search_matches_transformers(pair):
+    theirs, ours = pair
+    ids, mask = left_padded_prompts(seed=2)
+    expected = theirs.generate(ids, attention_mask=mask, max_new_tokens=12, num_beams=4, do_sample=False,
+                               pad_token_id=0, eos_token_id=5)
+    got = generate(ours, ids, mask, GenerationConfig(max_new_tokens=12, num_beams=4, eos_token_id=5))
+    assert got.tolist() == expected.tolist()
+
+
+def test_the_cache_gives_the_logits_of_the_whole_sequence():
+    model = GPTLMHeadModel(GPTConfig(**SMALL, pre_layer_norm=True)).eval()
+    ids = torch.randint(0, 99, (3, 12))
+    with torch.no_grad():
+        whole = model(ids).logits
+        out = model(ids[:, :5])
+        pieces, past = [out.logits], out.past_key_values
+        for t in range(5, 12):
+            out = model(ids[:, t:t + 1], past_key_values=past)
+            pieces.append(out.logits)
+            past = out.past_key_values
+    torch.testing.assert_close(torch.cat(pieces, dim=1), whole, rtol=0, atol=1e-5)
+    assert past[0][0].shape == (3, 4, 12, 8)
+
+
+def test_the_lm_loss_is_next_token_cross_entropy():
+    model = GPTLMHeadModel(GPTConfig(**SMALL)).eval()
+    ids = torch.randint(0, 99, (2, 7))
+    labels = ids.clone()
+    labels[0, 3] = -100
+    out = model(ids, labels=labels)
+    keep = labels[:, 1:] != -100
+    expected = torch.nn.functional.cross_entropy(out.logits[:, :-1][keep], labels[:, 1:][keep])
+    torch.testing.assert_close(out.loss, expected)
+    out.loss.backward()
+    assert model.transformer.wte.weight.grad is not None and model.lm_head.weight is model.transformer.wte.weight
+
+
+def test_the_bare_model_loads_without_the_head(tmp_path):
+    lm = GPTLMHeadModel(GPTConfig(**SMALL)).eval()
+    lm.save_pretrained(tmp_path)
+    bare = GPTModel.from_pretrained(tmp_path)
+    ids = torch.randint(0, 99, (1, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(bare(ids).last_hidden_state, lm.transformer(ids).last_hidden_state)
+
+
+def test_gpt2_initialisation_scales_the_residual_projections():
+    config = GPTConfig(**{**SMALL, "n_embd": 256, "n_layer": 8}, pre_layer_norm=True)
+    torch.manual_seed(0)
+    model = GPTLMHeadModel(config)
+    assert model.transformer.h[0].attn.c_proj.weight.std().item() == pytest.approx(0.02 / 4, rel=0.05)
+    assert model.transformer.h[0].attn.c_attn.weight.std().item() == pytest.approx(0.02, rel=0.05)
+
+
+def test_filter_logits_keeps_the_top_k_and_the_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05]]))
+    kept = lambda x: torch.isfinite(x[0]).nonzero().flatten().tolist()  # noqa: E731
+    assert kept(filter_logits(logits, top_k=2)) == [0, 1]
+    assert kept(filter_logits(logits, top_p=0.5)) == [0]  # the first token alone reaches 0.5
+    assert kept(filter_logits(logits, top_p=0.8)) == [0, 1, 2]  # 0.5 + 0.2 < 0.8 <= 0.85
+    assert kept(filter_logits(logits, top_p=1.0)) == [0, 1, 2, 3, 4]
+    shuffled = logits[:, [3, 0, 4, 2, 1]]  # the nucleus follows the values, not the positions
+    assert kept(filter_logits(shuffled, top_p=0.8)) == [1, 3, 4]
+    torch.testing.assert_close(filter_logits(logits, temperature=2.0), logits / 2)
+
+
+def test_sampling_is_reproducible_and_top_k_1_is_greedy():
+    model = GPTLMHeadModel(GPTConfig(**SMALL, initializer_range=0.2)).eval()
+    ids, mask = left_padded_prompts()
+    sample = lambda seed, **kw: generate(model, ids, mask, GenerationConfig(max_new_tokens=10, do_sample=True, **kw),  # noqa: E731
+                                         generator=torch.Generator().manual_seed(seed))
+    assert torch.equal(sample(3), sample(3)) and not torch.equal(sample(3), sample(4))
+    greedy = generate(model, ids, mask, GenerationConfig(max_new_tokens=10))
+    assert torch.equal(sample(5, top_k=1), greedy)
+
+
+def test_generation_stops_at_eos_and_pads_what_ended():
+    model = GPTLMHeadModel(GPTConfig(**SMALL, initializer_range=0.2)).eval()
+    ids, mask = left_padded_prompts()
+    free = generate(model, ids, mask, GenerationConfig(max_new_tokens=10))
+    eos = free[0, 9 + 2].item()  # the first prompt's third new token ends it
+    got = generate(model, ids, mask, GenerationConfig(max_new_tokens=10, eos_token_id=eos, pad_token_id=98))
+    first_end = (got[0, 9:] == eos).nonzero()[0].item()
+    assert first_end <= 2 and (got[0, 9 + first_end + 1:] == 98).all()
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(top_p=1.5), "top_p must be in"), (dict(temperature=0.0), "temperature must be positive"),
+    (dict(max_new_tokens=0), "max_new_tokens must be"), (dict(top_k=0), "top_k must be"),
+    (dict(num_beams=2, do_sample=True), "choose beam search or sampling")])
+def test_bad_generation_settings_are_one_line_errors(settings, message):
+    model = GPTLMHeadModel(GPTConfig(**SMALL)).eval()
+    with pytest.raises(UserError, match=message):
+        generate(model, torch.tensor([[1, 2]]), config=GenerationConfig(**settings))
+
+
+def test_prompts_that_do_not_fit_are_one_line_errors():
+    model = GPTLMHeadModel(GPTConfig(**SMALL)).eval()
+    with pytest.raises(UserError, match="the prompt is empty"):
+        generate(model, torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(UserError, match="65 tokens do not fit the model's context of 64"):
+        generate(model, torch.ones(1, 60, dtype=torch.long), config=GenerationConfig(max_new_tokens=10))
+
+
+def test_config_round_trips_and_bad_fields_are_named(tmp_path):
+    for pre_layer_norm in (False, True):
+        config = GPTConfig.from_preset("tiny", vocab_size=500, pre_layer_norm=pre_layer_norm)
+        config.save(tmp_path)
+        assert GPTConfig.load(tmp_path) == config
+    assert "afn" in GPTConfig(**SMALL).to_dict() and "activation_function" in GPTConfig(**SMALL, pre_layer_norm=True).to_dict()
+    with pytest.raises(UserError, match="'n_embd' \\(30\\) must be divisible by 'n_head' \\(4\\)"):
+        GPTConfig(**{**SMALL, "n_embd": 30})
+    with pytest.raises(UserError, match="model_type 'bert' is not a GPT"):
+        GPTConfig.from_dict({"model_type": "bert"})
+    with pytest.raises(UserError, match="n_inner needs pre_layer_norm"):
+        GPTConfig(**SMALL, n_inner=48).to_dict()
