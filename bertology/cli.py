@@ -299,16 +299,22 @@ def epochs(count: float) -> str:
 def run_pretrain(cfg: Any) -> None:
     """Pre-train, then say what was trained, how fast, how well, and where it is."""
     from .models.bert import BertConfig
+    from .models.gpt import GPTConfig
     from .recipes.pretrain import run_pretraining
 
     if run_pretraining(cfg) == "interrupted":
         raise KeyboardInterrupt  # the loop has said where its checkpoint is
     out = Path(cfg.out)
-    model = BertConfig.load(out)
+    if cfg.arch == "gpt":
+        gpt = GPTConfig.load(out)
+        kind, layers, width, vocab = f"{gpt.model_type} decoder", gpt.n_layer, gpt.n_embd, gpt.vocab_size
+    else:
+        bert = BertConfig.load(out)
+        kind, layers, width, vocab = "encoder", bert.num_hidden_layers, bert.hidden_size, bert.vocab_size
     speed, held_out = training_summary([out])
     source = f"a {cfg.preset}" if not cfg.model_config else f"a {Path(cfg.model_config).name}"
-    print(f"pre-trained {source} encoder ({cfg.objective} objective; {model.num_hidden_layers} layers, "
-          f"{model.hidden_size} wide, {model.vocab_size:,}-token vocabulary): {speed}")
+    print(f"pre-trained {source} {kind} ({cfg.objective} objective; {layers} layers, {width} wide, "
+          f"{vocab:,}-token vocabulary): {speed}")
     print("held-out: " + ", ".join(f"{key} {value:.4f}" for key, value in held_out.items()))
     print(f"wrote the model, its tokenizer, metrics.jsonl and training_curves.png to {out}")
 

@@ -115,9 +115,9 @@ def test_a_bad_value_is_one_line_naming_its_flag(capsys, tmp_path):
                            (["--precision", "fp16"], "--precision must be one of auto, fp32, bf16, got 'fp16'")):
         status, _, err = run_cli(capsys, *base, *flags)
         assert status == 2 and message in err and len(err.strip().splitlines()) == 1, (flags, err)
-    status, _, err = run_cli(capsys, "pretrain", "--arch", "gpt", "--corpus", str(tmp_path), "--out",
+    status, _, err = run_cli(capsys, "pretrain", "--arch", "xlnet", "--corpus", str(tmp_path), "--out",
                              str(tmp_path / "out"), "--max-steps", "1")
-    assert status == 2 and f"unknown architecture 'gpt'; choose one of {', '.join(ARCHITECTURES)}" in err
+    assert status == 2 and f"unknown architecture 'xlnet'; choose one of {', '.join(ARCHITECTURES)}" in err
     assert not (tmp_path / "out").exists()
 
 

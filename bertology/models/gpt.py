@@ -34,17 +34,24 @@ from torch import nn
 from .. import checkpoint
 from ..errors import UserError
 from ..files import atomic_path, write_json_atomic
+from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy
 from . import CONFIG_NAME, read_config
 from .bert import ModelOutput, activation
 
-# name -> (n_layer, n_embd, n_head, n_positions): bertology's small sizes, then the published ones.
-PRESETS: dict[str, tuple[int, int, int, int]] = {
-    "tiny": (2, 128, 2, 512),
-    "mini": (4, 256, 4, 512),
-    "gpt": (12, 768, 12, 512),  # GPT-1: 117M parameters with its 40,478-token BPE vocabulary
-    "gpt2": (12, 768, 12, 1024),  # GPT-2 small: 124M with its 50,257-token vocabulary
+# name -> (n_layer, n_embd): the size names of the BERT family (bert.PRESETS), so that `--preset`
+# means the same for every family; n_head = n_embd / 64, 512 positions. "base" is GPT-1's size
+# (117M parameters with its 40,478-token vocabulary).
+PRESETS: dict[str, tuple[int, int]] = {
+    "tiny": (2, 128),
+    "mini": (4, 256),
+    "small": (4, 512),
+    "medium": (8, 512),
+    "base": (12, 768),
+    "large": (24, 1024),
 }
 MODEL_TYPES = ("openai-gpt", "gpt2")
+# OpenAIGPTConfig's `afn` names -> ours: its "gelu" is the tanh approximation (transformers' gelu_new).
+OPENAI_GPT_AFN = {"gelu": "gelu_new", "relu": "relu"}
 CACHE = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each (B, heads, S, head size)
 
 
@@ -110,14 +117,18 @@ class GPTConfig:
         """A config from a named size (see PRESETS), with field overrides."""
         if name not in PRESETS:
             raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-        n_layer, n_embd, n_head, n_positions = PRESETS[name]
-        return cls(**{**dict(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_positions=n_positions), **overrides})
+        n_layer, n_embd = PRESETS[name]
+        return cls(**{**dict(n_layer=n_layer, n_embd=n_embd, n_head=max(n_embd // 64, 1)), **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         """config.json's content, in the keys of the transformers class for this layout."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "pre_layer_norm")}
         if not self.pre_layer_norm:  # OpenAIGPTConfig: `afn`, and the feed-forward is always 4 * n_embd
-            data["afn"] = data.pop("activation_function")
+            activation_name = data.pop("activation_function")
+            if activation_name not in OPENAI_GPT_AFN.values():
+                raise UserError(f"GPT-1's layout (openai-gpt) has no {activation_name!r} activation; choose one of "
+                                f"{', '.join(OPENAI_GPT_AFN.values())}")
+            data["afn"] = next(afn for afn, ours in OPENAI_GPT_AFN.items() if ours == activation_name)
             if self.n_inner not in (None, 4 * self.n_embd):
                 raise UserError("GPT-1's layout (openai-gpt) has a feed-forward of 4 * n_embd; n_inner needs "
                                 "pre_layer_norm (GPT-2's layout)")
@@ -132,7 +143,8 @@ class GPTConfig:
         if model_type not in MODEL_TYPES:
             raise UserError(f"{source}: model_type {model_type!r} is not a GPT ({' or '.join(MODEL_TYPES)})")
         if "afn" in data:
-            data["activation_function"] = data.pop("afn")
+            data["activation_function"] = OPENAI_GPT_AFN.get(data["afn"], data["afn"])
+            del data["afn"]
         names = {f.name for f in dataclasses.fields(cls)} - {"extra", "pre_layer_norm"}
         known = {k: v for k, v in data.items() if k in names}
         extra = {k: v for k, v in data.items() if k not in names}
@@ -352,14 +364,22 @@ class GPTLMHeadModel(GPTPreTrainedModel):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, past_key_values: CACHE | None = None,
                 labels: torch.Tensor | None = None) -> ModelOutput:
-        """As `GPTModel.forward`; returns logits (B, T, V), past_key_values, and with `labels`
-        (B, T; -100 = ignored) the mean next-token loss: position t predicts labels[t + 1]."""
+        """As `GPTModel.forward`; returns logits (B, T, V) and past_key_values. With `labels`
+        (B, T; -100 = ignored): the mean next-token loss (position t predicts labels[t + 1]),
+        logits (N, V) at the N scored positions only, and for the training loop's accuracy
+        masked_lm_loss and masked_lm_correct (argmax hits)."""
         encoded = self.transformer(input_ids, attention_mask, position_ids, past_key_values)
-        logits = self.lm_head(encoded.last_hidden_state)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
-        return ModelOutput(loss=loss, logits=logits, past_key_values=encoded.past_key_values)
+        hidden = encoded.last_hidden_state
+        if labels is None:
+            return ModelOutput(logits=self.lm_head(hidden), past_key_values=encoded.past_key_values)
+        # Only the scored positions go through the (H x V) output product: what training needs,
+        # without a (B, T, V) tensor (as BertForMaskedLM does with its labels).
+        targets = labels[:, 1:]
+        scored = targets != IGNORE_INDEX
+        logits = self.lm_head(hidden[:, :-1][scored])
+        loss, correct = cross_entropy_with_accuracy(logits, targets[scored])
+        return ModelOutput(loss=loss, logits=logits, past_key_values=encoded.past_key_values,
+                           masked_lm_loss=loss, masked_lm_correct=correct)
 
 
 TRANSFORMERS_CLASSES = {"openai-gpt": "OpenAIGPTLMHeadModel", "gpt2": "GPT2LMHeadModel"}

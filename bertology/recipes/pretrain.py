@@ -25,6 +25,7 @@ from ..errors import UserError
 from ..files import cache_root, write_json_atomic
 from ..models import ARCHITECTURES, family_named
 from ..models.bert import PRESETS, BertConfig
+from ..models.gpt import GPTConfig
 from ..plots import plot_training_curves
 from ..training.loop import (
     Distributed,
@@ -72,7 +73,8 @@ class PretrainConfig(TrainConfig):
                                                                    "projected to the hidden size (default: off)")
     share_layers: bool = setting(False, help="ALBERT's cross-layer parameter sharing")
     segment_embeddings: bool = setting(True, help="segment (token type) embeddings")
-    objective: str = setting("bert", choices=OBJECTIVES, help=OBJECTIVE_HELP)
+    objective: str | None = setting(None, choices=OBJECTIVES, help=f"{OBJECTIVE_HELP} (default: bert; clm for "
+                                                                    "--arch gpt, the only objective it takes)")
     seq_len: int = setting(128, minimum=8, help="sequence length in tokens")
     batch_size: int = setting(32, positive=True, help="sequences per micro-batch")
     short_seq_prob: float = setting(0.1, minimum=0, help="share of shorter sequences, as BERT's data has")
@@ -101,6 +103,16 @@ class PretrainConfig(TrainConfig):
                 raise UserError(f"{path}: no such file or directory")
         if self.tokenizer is not None and not Path(self.tokenizer).is_dir():
             raise UserError(f"{self.tokenizer}: no such tokenizer directory")
+        if self.objective is None:
+            self.objective = "clm" if self.arch == "gpt" else "bert"
+        if self.arch == "gpt":
+            if self.objective != "clm":
+                raise UserError(f"--arch gpt is a left-to-right language model: its objective is clm, not "
+                                f"{self.objective}")
+            for flag, value in (("--share-layers", self.share_layers), ("--embedding-size", self.embedding_size),
+                                ("--whole-word-masking", self.whole_word_masking)):
+                if value:
+                    raise UserError(f"{flag} is a switch of the bert family, not of --arch gpt")
         if self.sop_balance and self.objective != "albert":
             raise UserError(f"--sop-balance balances ALBERT's sentence order, not the {self.objective} objective")
         if self.eval_fraction >= 1:
@@ -114,20 +126,24 @@ class PretrainConfig(TrainConfig):
         return {**self.model, **{k: v for k, v in switches.items() if v is not None}}
 
 
-def build_model_config(cfg: PretrainConfig, vocab_size: int) -> BertConfig:
-    """Preset or config file, then the model overrides; the vocabulary decides vocab_size."""
-    if cfg.model_config:
-        base = BertConfig.load(cfg.model_config).to_dict()
-        base.update(cfg.model_overrides(), vocab_size=vocab_size)
-        config = BertConfig.from_dict(base, source=cfg.model_config)
+def build_model_config(cfg: PretrainConfig, vocab_size: int) -> BertConfig | GPTConfig:
+    """Preset or config file, then the model overrides; the vocabulary decides vocab_size.
+    --arch gpt gives a GPTConfig (its [model] table holds GPTConfig fields)."""
+    if cfg.arch == "gpt":
+        overrides = {**cfg.model, **({"pre_layer_norm": True} if cfg.pre_layer_norm else {})}
     else:
-        try:
-            config = BertConfig.from_preset(cfg.preset, vocab_size=vocab_size, **cfg.model_overrides())
-        except TypeError as err:
-            raise UserError(f"model settings: {err}") from None
-    if cfg.seq_len > config.max_position_embeddings:
-        raise UserError(f"--seq-len {cfg.seq_len} is larger than the model's max_position_embeddings "
-                        f"({config.max_position_embeddings})")
+        overrides = cfg.model_overrides()
+    config_class = GPTConfig if cfg.arch == "gpt" else BertConfig
+    try:
+        if cfg.model_config:
+            config = dataclasses.replace(config_class.load(cfg.model_config), **overrides, vocab_size=vocab_size)
+        else:
+            config = config_class.from_preset(cfg.preset, vocab_size=vocab_size, **overrides)
+    except TypeError as err:
+        raise UserError(f"model settings: {err}") from None
+    positions = config.n_positions if cfg.arch == "gpt" else config.max_position_embeddings
+    if cfg.seq_len > positions:
+        raise UserError(f"--seq-len {cfg.seq_len} is larger than the model's context ({positions} positions)")
     return config
 
 
@@ -252,8 +268,8 @@ def accuracy_keys(objective: str) -> tuple[str, ...]:
 def run_pretraining(cfg: PretrainConfig) -> str:
     """Run a whole pre-training job; returns "completed" or "interrupted"."""
     family = family_named(cfg.arch)  # the registry's one-line error names the families there are
-    if family.name != "bert":  # the objectives (training/objectives.py) are written for BERT's encoder
-        raise UserError(f"--arch {family.name}: pretrain's objectives train the bert family; "
+    if family.name not in ("bert", "gpt"):  # the objectives (training/objectives.py) train these two
+        raise UserError(f"--arch {family.name}: pretrain trains the bert and gpt families; "
                         f"{family.name} ({family.description}) is trained by its own command")
     cfg.validate()
     dist = Distributed()

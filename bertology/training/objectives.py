@@ -8,6 +8,9 @@
 | `electra` | a small MLM generator + replaced-token detection | Clark et al. 2020             |
 | `clm`     | left-to-right LM with a causal mask              | Radford et al. 2018 (GPT)     |
 
+`clm` trains BERT's encoder with a causal mask (the BERT paper's LTR baseline) or, with
+`--arch gpt`, GPT's own decoder (models/gpt.py: `GPTLanguageModel` below).
+
 Each objective prepares its batch (masking is dynamic: fresh for every batch, drawn
 from the generator it is given), computes its loss, and returns counts from which the
 training loop derives accuracies. `model_to_save()` is the model written to disk: a
@@ -33,6 +36,7 @@ from ..models.bert import (
     activation,
     init_module,
 )
+from ..models.gpt import GPTConfig, GPTLMHeadModel
 from ..ops import IGNORE_INDEX, Linear
 from .loop import Batch, StepOutput, accuracy_counts
 
@@ -138,6 +142,27 @@ class CausalLanguageModel(nn.Module):
 
     def model_to_save(self) -> BertPreTrainedModel:
         """The causal BertForMaskedLM (its config says `causal: true`)."""
+        return self.model
+
+
+class GPTLanguageModel(nn.Module):
+    """GPT's objective on GPT's decoder (models/gpt.py): each position predicts the next token."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.model = GPTLMHeadModel(config)
+
+    def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
+        """Labels are the inputs with padding ignored; the model shifts them (transformers' convention)."""
+        return {**batch, "labels": batch["input_ids"].masked_fill(batch["attention_mask"] == 0, IGNORE_INDEX)}
+
+    def forward(self, batch: Batch) -> StepOutput:
+        """Loss = next-token cross-entropy; counts give accuracy and perplexity."""
+        out = self.model(batch["input_ids"], batch["attention_mask"], labels=batch["labels"])
+        return StepOutput(out.loss, lm_counts(out, batch["labels"][:, 1:], "lm"))
+
+    def model_to_save(self) -> GPTLMHeadModel:
+        """The GPT language model (transformers' OpenAIGPT or GPT-2 layout)."""
         return self.model
 
 
@@ -267,10 +292,14 @@ def electra_diagnostics(logits: torch.Tensor, replaced: torch.Tensor, sampled: t
     return counts
 
 
-def build_objective(name: str, config: BertConfig, mask_token_id: int, whole_word: bool = False,
+def build_objective(name: str, config: BertConfig | GPTConfig, mask_token_id: int, whole_word: bool = False,
                     max_predictions: int | None = None, **electra_options) -> nn.Module:
-    """The objective module called `name` (see OBJECTIVES) over an encoder of `config`;
-    `electra_options` (generator_size, temperature, masking) go to `Electra`."""
+    """The objective module called `name` (see OBJECTIVES) over a model of `config` (a GPTConfig
+    takes `clm` only); `electra_options` (generator_size, temperature, masking) go to `Electra`."""
+    if isinstance(config, GPTConfig):
+        if name != "clm":
+            raise ValueError(f"GPT is a left-to-right LM: objective clm, not {name!r}")
+        return GPTLanguageModel(config)
     if name in ("bert", "roberta", "albert"):
         return MaskedLanguageModel(config, OBJECTIVES[name].pair_task, mask_token_id,
                                    max_predictions=max_predictions, whole_word=whole_word)

@@ -20,7 +20,11 @@ def reference(model_type: str, seed: int = 0):
     """transformers' model with random weights, large enough (std 0.2) that a wrong wiring shows."""
     model_class, config_class = LAYOUTS[model_type]
     torch.manual_seed(seed)
-    return model_class(config_class(**SMALL, initializer_range=0.2)).eval()
+    model = model_class(config_class(**SMALL)).eval()
+    with torch.no_grad():  # every tensor random, LayerNorms and biases included, whatever the library's init
+        for parameter in model.parameters():
+            parameter.normal_(0.0, 0.3)
+    return model
 
 
 def left_padded_prompts(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,8 +112,10 @@ def test_the_lm_loss_is_next_token_cross_entropy():
     labels[0, 3] = -100
     out = model(ids, labels=labels)
     keep = labels[:, 1:] != -100
-    expected = torch.nn.functional.cross_entropy(out.logits[:, :-1][keep], labels[:, 1:][keep])
-    torch.testing.assert_close(out.loss, expected)
+    logits = model(ids).logits[:, :-1][keep]
+    torch.testing.assert_close(out.logits, logits)  # with labels: the scored positions' logits only
+    torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(logits, labels[:, 1:][keep]))
+    assert out.masked_lm_correct == (logits.argmax(-1) == labels[:, 1:][keep]).sum()
     out.loss.backward()
     assert model.transformer.wte.weight.grad is not None and model.lm_head.weight is model.transformer.wte.weight
 

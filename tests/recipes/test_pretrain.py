@@ -374,3 +374,38 @@ def test_sop_balance_is_for_the_albert_objective(tmp_path):
                        max_steps=1).validate()
     PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), objective="albert", sop_balance=True,
                    max_steps=1).validate()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["openai-gpt", "gpt2"])
+def test_gpt_learns_and_its_directory_is_transformers_own(corpus, tmp_path, layout):
+    cfg = settings(corpus, tmp_path, arch="gpt", max_steps=400, batch_size=32, eval_every=200,
+                   pre_layer_norm=layout == "gpt2")
+    assert run_pretraining(cfg) == "completed" and cfg.objective == "clm"
+    evals = rows(tmp_path, "eval")
+    assert [r["step"] for r in evals] == [200, 400]
+    assert evals[-1]["lm_accuracy"] > LEARNS["clm"][0][1] and evals[-1]["perplexity"] < evals[0]["perplexity"]
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == layout and config["n_layer"] == 2 and config["n_embd"] == 128
+    reference_class = {"openai-gpt": transformers.OpenAIGPTLMHeadModel, "gpt2": transformers.GPT2LMHeadModel}[layout]
+    reference, info = reference_class.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    from bertology.inference.modeldir import load_model
+
+    ids = torch.tensor([[2, 100, 200, 300, 400]])
+    with torch.no_grad():
+        torch.testing.assert_close(load_model(tmp_path)(ids).logits, reference.eval()(ids).logits, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(objective="roberta"), "--arch gpt is a left-to-right language model: its objective is clm, not roberta"),
+    (dict(share_layers=True), "--share-layers is a switch of the bert family, not of --arch gpt"),
+    (dict(embedding_size=64), "--embedding-size is a switch of the bert family")])
+def test_gpt_refuses_what_only_bert_has(tmp_path, flags, message):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("One sentence.\n")
+    with pytest.raises(UserError, match=re.escape(message)):
+        PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), arch="gpt", max_steps=1, **flags).validate()
+    cfg = PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), max_steps=1)
+    cfg.validate()
+    assert cfg.objective == "bert"  # the default objective follows the architecture
