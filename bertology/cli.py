@@ -427,6 +427,13 @@ def run_embed(cfg: Any) -> None:
           + f", {summary['seconds']:.1f} s" + (f"; {', '.join(notes)}" if notes else ""))
 
 
+def run_generate(cfg: Any) -> None:
+    """Continue the prompts (the use prints them)."""
+    from .uses.generate import run_generate as generate
+
+    generate(cfg)
+
+
 def run_static_train(cfg: Any) -> None:
     """Train (or import) static vectors and print the summary with the evaluation."""
     from .recipes.static import format_summary, train
@@ -527,6 +534,11 @@ COMMANDS = [
             "vectors stacked plus an index (vectors.npy -> vectors.index.jsonl) with each line's rows and words. "
             "--out ending in .jsonl writes one object per line. Blank lines stop with an error (row i is line i) "
             "unless --skip-empty."),
+    Command("generate", "continue prompts with a GPT: greedy, sampling (temperature, top-k, top-p) or beam search",
+            ".uses.generate:GenerateConfig", run_generate,
+            description="Continue each --prompt (or each line of --input) with a GPT trained by `bertology pretrain "
+            "--arch gpt`, printing the prompt followed by its continuation. Greedy unless --do-sample or "
+            "--num-beams; a continuation ends at the end of a text, a --stop string or --max-new-tokens."),
     Command("static train", "train word2vec, fastText or GloVe vectors on a corpus (or import a vectors file)",
             ".recipes.static:StaticTrainConfig", run_static_train, config_file=True,
             description="Train static word vectors (one per word type) on the same corpus readers as pretrain: "

@@ -10,6 +10,7 @@ prompt continues exactly as it would alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -36,17 +37,17 @@ class GenerationConfig:
     def validate(self) -> None:
         """One-line errors naming the setting, before any work."""
         if type(self.max_new_tokens) is not int or self.max_new_tokens < 1:
-            raise UserError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
+            raise UserError(f"max_new_tokens (--max-new-tokens) must be a positive integer, got {self.max_new_tokens!r}")
         if not self.temperature > 0:
-            raise UserError(f"temperature must be positive, got {self.temperature!r}")
+            raise UserError(f"temperature (--temperature) must be positive, got {self.temperature!r}")
         if self.top_k is not None and (type(self.top_k) is not int or self.top_k < 1):
-            raise UserError(f"top_k must be a positive integer, got {self.top_k!r}")
+            raise UserError(f"top_k (--top-k) must be a positive integer, got {self.top_k!r}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise UserError(f"top_p must be in (0, 1], got {self.top_p!r}")
+            raise UserError(f"top_p (--top-p) must be in (0, 1], got {self.top_p!r}")
         if type(self.num_beams) is not int or self.num_beams < 1:
-            raise UserError(f"num_beams must be a positive integer, got {self.num_beams!r}")
+            raise UserError(f"num_beams (--num-beams) must be a positive integer, got {self.num_beams!r}")
         if self.num_beams > 1 and self.do_sample:
-            raise UserError("num_beams > 1 with do_sample: choose beam search or sampling")
+            raise UserError("num_beams > 1 (--num-beams) with do_sample (--do-sample): choose beam search or sampling")
 
     @property
     def padding_id(self) -> int:
@@ -86,7 +87,8 @@ def _step(model, ids: torch.Tensor, mask: torch.Tensor, past, use_cache: bool) -
 
 @torch.no_grad()
 def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-             config: GenerationConfig | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+             config: GenerationConfig | None = None, generator: torch.Generator | None = None,
+             stopping: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
     """Continue each prompt.
 
     Args:
@@ -94,6 +96,8 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         input_ids: (B, T) prompts, left-padded when their lengths differ.
         attention_mask: (B, T), 1 = a real token (default: all real).
         generator: the random source of sampling, for reproducible samples.
+        stopping: greedy and sampling: called after each step with the new tokens so far (B, n);
+            returns (B,) bool, True for a sequence to end there (stop strings use it).
     Returns:
         (B, T + n) the prompts followed by n <= max_new_tokens new tokens; a sequence that ended
         (eos) early is filled with the padding id.
@@ -120,8 +124,10 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         mask = torch.cat([mask, (~finished).to(mask.dtype)[:, None]], dim=1)
         if config.eos_token_id is not None:
             finished |= chosen == config.eos_token_id
-            if finished.all():
-                break
+        if stopping is not None:
+            finished |= stopping(ids[:, input_ids.shape[1]:])
+        if finished.all():
+            break
     return ids
 
 

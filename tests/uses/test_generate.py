@@ -1,0 +1,107 @@
+"""`bertology generate`: prompts in, prompt + continuation out, as the Python API computes them;
+stop strings, batches, and every bad input a one-line error."""
+
+import json
+
+import pytest
+import torch
+
+from bertology.cli import main
+from bertology.data.tokenizer import train_tokenizer
+from bertology.inference.generation import GenerationConfig, generate
+from bertology.models.bert import BertConfig, BertModel
+from bertology.models.gpt import GPTConfig, GPTLMHeadModel
+from bertology.uses.generate import generate_text, load_generator
+
+TEXT = ["the cat sat on the mat and looked at the dog", "a dog ran in the park after a ball",
+        "the module reads a file and writes the result", "import os and sys to read the path"] * 20
+
+
+@pytest.fixture(scope="module")
+def gpt_dir(tmp_path_factory):
+    """A tiny GPT with random weights (std 0.3, so that continuations vary) and a WordPiece vocabulary."""
+    root = tmp_path_factory.mktemp("gpt")
+    (root / "text.txt").write_text("\n".join(TEXT) + "\n")
+    tokenizer = train_tokenizer([root / "text.txt"], vocab_size=160, out_dir=root / "model")
+    torch.manual_seed(0)
+    model = GPTLMHeadModel(GPTConfig(vocab_size=tokenizer.vocab_size, n_positions=48, n_embd=32, n_layer=2,
+                                     n_head=4, initializer_range=0.3))
+    model.save_pretrained(root / "model")
+    return root / "model"
+
+
+def run(capsys, *args):
+    status = main(["generate", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_prints_each_prompt_with_its_continuation_as_the_api_computes_it(gpt_dir, capsys, tmp_path):
+    prompts = ["the cat", "import os and sys to"]
+    status, out, _ = run(capsys, "--model", str(gpt_dir), "--prompt", *prompts, "--max-new-tokens", "8",
+                         "--out", str(tmp_path / "out.jsonl"))
+    assert status == 0
+    model, tokenizer = load_generator(gpt_dir)
+    continuations = generate_text(model, tokenizer, prompts, GenerationConfig(max_new_tokens=8))
+    assert out.splitlines() == [p + c for p, c in zip(prompts, continuations)]
+    assert all(c.strip() for c in continuations)  # random weights still add tokens
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert records == [{"prompt": p, "continuation": c} for p, c in zip(prompts, continuations)]
+    # the continuation is the decoded greedy tokens after [CLS] + the prompt's pieces
+    ids = torch.tensor([[tokenizer.cls_token_id] + tokenizer.encode(prompts[0], add_special_tokens=False)])
+    new = generate(model, ids, config=GenerationConfig(max_new_tokens=8))[0, ids.shape[1]:].tolist()
+    if tokenizer.sep_token_id in new:
+        new = new[:new.index(tokenizer.sep_token_id)]
+    assert continuations[0].strip() == tokenizer.decode(new)
+
+
+def test_batches_give_what_each_prompt_gives_alone(gpt_dir):
+    model, tokenizer = load_generator(gpt_dir)
+    prompts = ["the cat", "a dog ran in the park after", "the", "the module reads a file"]
+    config = GenerationConfig(max_new_tokens=6)
+    together = generate_text(model, tokenizer, prompts, config, batch_size=4)
+    alone = [generate_text(model, tokenizer, [p], config, batch_size=1)[0] for p in prompts]
+    assert together == alone
+
+
+def test_a_stop_string_ends_the_continuation_before_it(gpt_dir):
+    model, tokenizer = load_generator(gpt_dir)
+    free = generate_text(model, tokenizer, ["the cat"], GenerationConfig(max_new_tokens=10))[0]
+    words = free.split()
+    assert len(words) >= 3, free
+    stop = words[2]
+    cut = generate_text(model, tokenizer, ["the cat"], GenerationConfig(max_new_tokens=10), stop=[stop])[0]
+    assert cut == free[:free.find(stop)] and stop not in cut
+
+
+def test_sampling_follows_the_seed(gpt_dir, capsys):
+    args = ["--model", str(gpt_dir), "--prompt", "the cat", "--do-sample", "--max-new-tokens", "12"]
+    outputs = [run(capsys, *args, "--seed", str(seed))[1] for seed in (1, 1, 2)]
+    assert outputs[0] == outputs[1] and outputs[0] != outputs[2]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt", "  "], "prompt 1 is empty"),
+    (["--prompt", "the cat", "--max-new-tokens", "60"], "does not fit the model's context of 48 tokens"),
+    (["--prompt", "the cat", "--top-p", "1.5"], "top_p (--top-p) must be in (0, 1], got 1.5"),
+    (["--prompt", "x", "--num-beams", "2", "--do-sample"], "choose beam search or sampling"),
+    ([], "nothing to continue: give --prompt TEXT or --input FILE"),
+    (["--input", "no-such-file.txt"], "no-such-file.txt: no such file")])
+def test_bad_input_is_one_line(gpt_dir, capsys, args, message):
+    status, out, err = run(capsys, "--model", str(gpt_dir), *args)
+    assert status == 2 and not out
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_an_encoder_is_refused_with_the_reason(gpt_dir, tmp_path, capsys):
+    BertModel(BertConfig.from_preset("tiny", vocab_size=160)).save_pretrained(tmp_path / "bert")
+    status, _, err = run(capsys, "--model", str(tmp_path / "bert"), "--prompt", "the cat")
+    assert status == 2 and "a bert model, which does not generate text; generate needs a GPT" in err
+
+
+def test_prompts_from_a_file(gpt_dir, tmp_path, capsys):
+    (tmp_path / "prompts.txt").write_text("the cat\n\na dog\n")
+    status, out, _ = run(capsys, "--model", str(gpt_dir), "--input", str(tmp_path / "prompts.txt"),
+                         "--max-new-tokens", "3")
+    lines = out.splitlines()
+    assert status == 0 and len(lines) == 2 and lines[0].startswith("the cat") and lines[1].startswith("a dog")
