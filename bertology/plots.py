@@ -61,23 +61,40 @@ def plot_training_curves(runs: dict[str, list[dict]], path: str | os.PathLike, x
     return _save(plt, fig, path)
 
 
-def plot_demo(runs: dict[str, list[dict]], results: dict, path: str | os.PathLike) -> Path:
-    """The demo's picture: dev accuracy per epoch of each fine-tuning run (left) and the final
-    accuracies beside the majority-class rate (right)."""
+def plot_demo(curves: list[dict[str, list[dict]]], results: dict, path: str | os.PathLike) -> Path:
+    """The demo's picture: dev accuracy per epoch of every fine-tuning run, one line per seed
+    (left), and each model's median accuracy over the seeds with its range, beside the
+    baselines (right).
+
+    Args:
+        curves: one dict per seed: model name ("pretrained", "from_scratch") -> metrics rows.
+        results: the demo's results.json content ("summary", "baselines").
+    """
     plt = _pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for label, rows in runs.items():
-        evals = [r for r in rows if r.get("split") == "eval"]
-        left.plot(range(1, len(evals) + 1), [r["accuracy"] for r in evals], marker="o", label=label.replace("_", " "))
-    left.axhline(results["majority_rate"], color="grey", linestyle=":", label="majority class")
-    left.set(xlabel="epoch", ylabel="dev accuracy", title="Fine-tuning on the labelled docstrings")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+    colours = {"pretrained": "tab:blue", "from_scratch": "tab:orange"}
+    for index, seed_curves in enumerate(curves):
+        for name, rows in seed_curves.items():
+            evals = [r for r in rows if r.get("split") == "eval"]
+            left.plot(range(1, len(evals) + 1), [r["accuracy"] for r in evals], color=colours[name], alpha=0.8,
+                      label=name.replace("_", " ") if index == 0 else None)
+    baselines = results["baselines"]
+    left.axhline(baselines["tfidf_words"]["accuracy"], color="tab:green", linestyle="--", label="TF-IDF words")
+    left.axhline(baselines["majority"]["accuracy"], color="grey", linestyle=":", label="majority class")
+    left.set(xlabel="epoch", ylabel="dev accuracy", title=f"Fine-tuning, {len(curves)} seed(s)")
     left.grid(alpha=0.3)
     left.legend()
-    names = [*runs, "majority"]
-    values = [results[name]["accuracy"] for name in runs] + [results["majority_rate"]]
-    bars = right.bar([n.replace("_", " ") for n in names], values, color=["tab:blue", "tab:orange", "grey"][: len(names)])
-    right.bar_label(bars, fmt="%.3f")
-    right.set(ylabel="dev accuracy", ylim=(0, 1), title="Pre-trained vs from scratch (same model, same labels)")
+    names = ["pretrained", "from_scratch", "tfidf_words", "tfidf_chars", "majority"]
+    labels = ["pre-trained", "from scratch", "TF-IDF\nwords", "TF-IDF\nchars", "majority"]
+    summary = results["summary"]
+    values = [summary[n]["median"] if n in summary else baselines[n]["accuracy"] for n in names]
+    low = [values[i] - summary[n]["min"] if n in summary else 0.0 for i, n in enumerate(names)]
+    high = [summary[n]["max"] - values[i] if n in summary else 0.0 for i, n in enumerate(names)]
+    bars = right.bar(labels, values, yerr=[low, high], capsize=4,
+                     color=["tab:blue", "tab:orange", "tab:green", "tab:olive", "grey"])
+    right.bar_label(bars, fmt="%.3f", label_type="center", color="white")
+    right.set(ylabel="dev accuracy (median, range over seeds)", ylim=(0, 1),
+              title="Same model, same labels: pre-trained vs from scratch")
     return _save(plt, fig, path)
 
 
