@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import UserError
-from ..files import loads_json
+from ..files import loads_json, write_json_atomic
 
 CONFIG_NAME = "config.json"
 
@@ -84,6 +84,23 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object")
     return data
+
+
+class ConfigFile:
+    """config.json for a family's config dataclass, which supplies `to_dict()` and
+    `from_dict(data, source)`: `save(directory)` and `load(file or directory)`."""
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write `config.json` into `directory` (atomically) and return its path."""
+        path = Path(directory) / CONFIG_NAME
+        write_json_atomic(path, self.to_dict())
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike):
+        """Read a config from a `config.json` file or a directory that holds one."""
+        path = Path(path)
+        return cls.from_dict(read_config(path), source=str(path / CONFIG_NAME if path.is_dir() else path))
 
 
 def family_of(directory: str | os.PathLike) -> Family:

@@ -33,7 +33,6 @@ from torch import nn
 
 from .. import checkpoint
 from ..errors import UserError
-from ..files import write_json_atomic
 from ..ops import (
     IGNORE_INDEX,
     Dropout,
@@ -42,7 +41,7 @@ from ..ops import (
     dropout,
     linear,
 )
-from . import CONFIG_NAME, read_config
+from . import ConfigFile
 
 # name -> (num_hidden_layers, hidden_size). Heads = hidden/64 and intermediate = 4*hidden,
 # as in the BERT paper and Turc et al. 2019 ("Well-Read Students Learn Better").
@@ -73,7 +72,7 @@ SIZE_LIMITS = {
 
 
 @dataclass
-class BertConfig:
+class BertConfig(ConfigFile):
     """Hyper-parameters of a BERT encoder and its task head.
 
     Example: `BertConfig.from_preset("mini", vocab_size=8000)` is a 4-layer,
@@ -227,18 +226,6 @@ class BertConfig:
             raise UserError(f"{source}: {err}") from None
         except TypeError as err:
             raise UserError(f"{source}: {err}") from None
-
-    def save(self, directory: str | os.PathLike) -> Path:
-        """Write `config.json` into `directory` (atomically) and return its path."""
-        path = Path(directory) / CONFIG_NAME
-        write_json_atomic(path, self.to_dict())
-        return path
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "BertConfig":
-        """Read a config from a `config.json` file or a directory that holds one."""
-        path = Path(path)
-        return cls.from_dict(read_config(path), source=str(path / CONFIG_NAME if path.is_dir() else path))
 
 
 @dataclass

@@ -33,22 +33,14 @@ from torch import nn
 
 from .. import checkpoint
 from ..errors import UserError
-from ..files import atomic_path, write_json_atomic
+from ..files import atomic_path
 from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy
-from . import CONFIG_NAME, read_config
-from .bert import ModelOutput, activation
+from . import ConfigFile
+from .bert import PRESETS, ModelOutput, activation
 
-# name -> (n_layer, n_embd): the size names of the BERT family (bert.PRESETS), so that `--preset`
-# means the same for every family; n_head = n_embd / 64, 512 positions. "base" is GPT-1's size
-# (117M parameters with its 40,478-token vocabulary).
-PRESETS: dict[str, tuple[int, int]] = {
-    "tiny": (2, 128),
-    "mini": (4, 256),
-    "small": (4, 512),
-    "medium": (8, 512),
-    "base": (12, 768),
-    "large": (24, 1024),
-}
+# The sizes are the BERT family's (bert.PRESETS: name -> layers, width), so that `--preset` means
+# the same for every family; n_head = width / 64, 512 positions. "base" is GPT-1's size (117M
+# parameters with its 40,478-token vocabulary).
 MODEL_TYPES = ("openai-gpt", "gpt2")
 # OpenAIGPTConfig's `afn` names -> ours: its "gelu" is the tanh approximation (transformers' gelu_new).
 OPENAI_GPT_AFN = {"gelu": "gelu_new", "relu": "relu"}
@@ -56,7 +48,7 @@ CACHE = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each
 
 
 @dataclass
-class GPTConfig:
+class GPTConfig(ConfigFile):
     """Hyper-parameters of a GPT language model (transformers' GPT-2 field names).
 
     Example: `GPTConfig.from_preset("tiny", vocab_size=8000)` is a 2-layer, 128-wide model
@@ -152,18 +144,6 @@ class GPTConfig:
             return cls(**known, pre_layer_norm=model_type == "gpt2", extra=extra)
         except UserError as err:
             raise UserError(f"{source}: {err}") from None
-
-    def save(self, directory: str | os.PathLike) -> Path:
-        """Write config.json into `directory`, atomically."""
-        path = Path(directory) / CONFIG_NAME
-        write_json_atomic(path, self.to_dict())
-        return path
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "GPTConfig":
-        """Read a config from a config.json or a directory that holds one."""
-        path = Path(path)
-        return cls.from_dict(read_config(path), source=str(path / CONFIG_NAME if path.is_dir() else path))
 
 
 class GPTAttention(nn.Module):
