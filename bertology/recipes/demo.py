@@ -70,7 +70,7 @@ class DemoConfig:
                                                            "a large one)")
     finetune_seq_len: int = setting(128, positive=True, help="fine-tuning tokens per docstring")
     finetune_epochs: float = setting(30.0, positive=True, help="fine-tuning passes over the labelled docstrings")
-    finetune_lr: float = setting(5e-4, positive=True, help="fine-tuning peak learning rate (half the "
+    finetune_lr: float = setting(5e-4, positive=True, help="fine-tuning peak learning rate (below the "
                                                              "pre-training one, as in BERT's recipes)")
     max_train_per_label: int = setting(30, positive=True, help="labelled training docstrings per label")
     task_seed: int = setting(0, help="chooses the held-out modules and the labelled sample; fixed while --seed "
