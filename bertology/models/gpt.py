@@ -183,6 +183,7 @@ class GPTMLP(nn.Module):
         self.dropout = nn.Dropout(config.resid_pdrop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, T, H)."""
         return self.dropout(self.c_proj(self.act(self.c_fc(x))))
 
 
@@ -199,6 +200,7 @@ class GPTBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """x: (B, T, H) -> (B, T, H), and this layer's keys and values (see GPTAttention)."""
         if self.pre_layer_norm:
             attended, present = self.attn(self.ln_1(x), bias, past)
             x = x + attended
