@@ -8,6 +8,7 @@ the continuation ends at [SEP] (the end of a document in training), at a stop st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass
@@ -84,8 +85,9 @@ def generate_text(model: GPTLMHeadModel, tokenizer: Tokenizer, prompts: list[str
     context with max_new_tokens more is a one-line error naming it.
     """
     stop = [s for s in stop or [] if s]
+    # A copy: the caller's settings are not changed by this tokenizer's ids.
+    config = dataclasses.replace(config, eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id)
     config.validate()
-    config.eos_token_id, config.pad_token_id = tokenizer.sep_token_id, tokenizer.pad_token_id
     context = model.config.n_positions
     encoded = []
     for number, prompt in enumerate(prompts, start=1):
