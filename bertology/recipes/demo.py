@@ -156,9 +156,13 @@ def _announce_speed(steps_per_second: float, cfg: DemoConfig) -> None:
               f"weaker pre-trained model.", file=sys.stderr, flush=True)
 
 
-def _final_dev_scores(run_dir: Path) -> dict:
+def _metrics(run_dir: Path) -> list[dict]:
+    """The rows of a run's metrics.jsonl."""
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def _final_dev_scores(rows: list[dict]) -> dict:
     """Dev accuracy and MCC after the last epoch: no epoch is chosen by its dev score."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     last = [row for row in rows if row.get("split") == "eval"][-1]
     return {"accuracy": last["accuracy"], "mcc": last["mcc"]}
 
@@ -179,7 +183,7 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
     if status != "completed":  # Ctrl-C or SIGTERM: the pre-training said where it stopped; stop the demo too
         raise KeyboardInterrupt
     seconds["pretraining"] = time.perf_counter() - start
-    rows = [json.loads(line) for line in (pretrained / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = _metrics(pretrained)
     held_out = [row for row in rows if row.get("split") == "eval"][-1]
 
     # The from-scratch model: the very same architecture and vocabulary, random weights of this seed.
@@ -199,8 +203,8 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
                                       lr=cfg.finetune_lr, batch_size=BATCH_SIZE, max_seq_len=cfg.finetune_seq_len,
                                       seed=seed, progress=cfg.progress))
         seconds[f"finetune_{name}"] = time.perf_counter() - start
-        result[name] = _final_dev_scores(run_dir)
-        curves[name] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+        curves[name] = _metrics(run_dir)
+        result[name] = _final_dev_scores(curves[name])
     result["seconds"] = {k: round(v, 1) for k, v in seconds.items()}
     return result, curves
 
