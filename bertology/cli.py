@@ -549,11 +549,12 @@ COMMANDS = [
             ".recipes.static:StaticEvalConfig", run_static_evaluate),
     Command("static neighbors", "the nearest neighbours of words (fastText: also of words never seen)",
             ".recipes.static:StaticNeighborsConfig", run_static_neighbors),
-    Command("serve", "serve a model over HTTP: POST /predict and /embed, GET /health and /info, docs at /docs",
-            ".uses.serve:ServeConfig", run_serve, extra="serve",
+    Command("serve", "serve a model over HTTP: POST /predict, /embed or /generate, GET /health and /info, docs at "
+            "/docs", ".uses.serve:ServeConfig", run_serve, extra="serve",
             description="Serve a fine-tuned model (POST /predict: labels with probabilities, scores, tags or answer "
-            "spans) or any encoder (POST /embed: sentence vectors) as a JSON API. Concurrent requests are "
-            "micro-batched. SIGINT/SIGTERM finish the requests in flight, then exit."),
+            "spans), any encoder (POST /embed: sentence vectors) or a GPT (POST /generate: continuations) as a "
+            "JSON API. Concurrent requests are micro-batched. SIGINT/SIGTERM finish the requests in flight, then "
+            "exit."),
     Command("export", "export a model for deployment: transformers copy (hf), PyTorch int8, or ONNX",
             ".uses.export:ExportConfig", run_export,
             description="`bertology evaluate` and `predict` run every export. Outputs are built beside --out and "

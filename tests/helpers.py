@@ -1,5 +1,5 @@
 """Helpers the tests share: the CLI run in-process, a free TCP port, tiny random task models saved
-as `bertology finetune` saves them, and a synthetic task a tiny model learns in seconds.
+as `bertology finetune` saves them, a tiny random GPT, and a synthetic task a tiny model learns in seconds.
 
 Test modules import them with `from helpers import ...` (pyproject.toml puts tests/ on sys.path);
 fixtures built from them live in conftest.py.
@@ -13,7 +13,9 @@ import torch
 
 from bertology import BertConfig, BertModel, Tokenizer
 from bertology.cli import main
+from bertology.data.tokenizer import train_tokenizer
 from bertology.inference.modeldir import describe_task
+from bertology.models.gpt import GPTConfig, GPTLMHeadModel
 from bertology.tasks.inputs import InputSettings
 from bertology.tasks.readers import TASKS
 from bertology.training.tasks import MODEL_FOR_KIND
@@ -101,3 +103,20 @@ def write_keyword_task(directory: Path) -> Path:
     (directory / "unlabeled.txt").write_text(
         "\n".join(keyword_sentence(rng, rng.random() < 0.5) for _ in range(240)) + "\n")
     return directory
+
+
+GPT_TEXT = ["the cat sat on the mat and looked at the dog", "a dog ran in the park after a ball",
+            "the module reads a file and writes the result", "import os and sys to read the path"] * 20
+
+
+def save_tiny_gpt(root: Path) -> Path:
+    """A tiny GPT with random weights (std 0.3, so that continuations vary) and a WordPiece
+    vocabulary of GPT_TEXT, saved in root/model; returns that directory."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "text.txt").write_text("\n".join(GPT_TEXT) + "\n")
+    tokenizer = train_tokenizer([root / "text.txt"], vocab_size=160, out_dir=root / "model")
+    torch.manual_seed(0)
+    model = GPTLMHeadModel(GPTConfig(vocab_size=tokenizer.vocab_size, n_positions=48, n_embd=32, n_layer=2,
+                                     n_head=4, initializer_range=0.3))
+    model.save_pretrained(root / "model")
+    return root / "model"

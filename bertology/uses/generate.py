@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from .. import __version__
 from ..config import setting
 from ..data.corpus import text_lines
 from ..data.tokenizer import Tokenizer
@@ -118,6 +119,32 @@ def generate_text(model: GPTLMHeadModel, tokenizer: Tokenizer, prompts: list[str
                 row.pop()
             texts.append(_cut_at_stop(_continuation(tokenizer, ids, row), stop)[0])
     return texts
+
+
+@dataclass
+class TextGenerator:
+    """A loaded GPT directory, ready for prompts: what `bertology serve` answers on /generate."""
+
+    model_dir: str
+    model: GPTLMHeadModel
+    tokenizer: Tokenizer
+
+    @classmethod
+    def load(cls, model_dir: str | Path) -> TextGenerator:
+        """Load a GPT directory (any other family is a one-line error, as in load_generator)."""
+        return cls(str(model_dir), *load_generator(model_dir))
+
+    def generate(self, prompts: list[str], config: GenerationConfig, stop: list[str] | None = None,
+                 batch_size: int = 8, seed: int = 0) -> list[str]:
+        """The continuation of each prompt (see generate_text)."""
+        return generate_text(self.model, self.tokenizer, prompts, config, stop, batch_size, seed)
+
+    def describe(self) -> dict:
+        """What /info reports about the model."""
+        config = self.model.config
+        return {"model_dir": self.model_dir, "task": None, "kind": "generation", "model_type": config.model_type,
+                "parameters": sum(p.numel() for p in self.model.parameters()), "context": config.n_positions,
+                "precision": "fp32", "version": __version__}
 
 
 def run_generate(cfg: GenerateConfig) -> list[dict]:

@@ -1,15 +1,17 @@
 """`bertology serve`: a model directory as an HTTP JSON API (FastAPI on uvicorn).
 
 Routes: POST /predict (what the fine-tuned task predicts, see predictor.py), POST /embed
-(sentence vectors, any model), GET /health, GET /info, and FastAPI's own /openapi.json and
-/docs. Concurrent requests share forward passes through a micro-batcher (batching.py), so
-throughput grows with load while a lone request waits at most `max_wait_ms`.
+(sentence vectors, any encoder), POST /generate (continuations of prompts, a GPT directory:
+see generate.py), GET /health, GET /info, and FastAPI's own /openapi.json and /docs.
+Concurrent requests share forward passes through a micro-batcher (batching.py), so throughput
+grows with load while a lone request waits at most `max_wait_ms`; generation requests run one
+after another on the same model thread, each with its own settings.
 
 Every mistake in a request is a 4xx answer with a one-line JSON {"detail": "..."} naming the
 field ("texts[3]: empty text"), and the server keeps going: malformed JSON 400, a bare encoder
 asked to predict 400, wrong types, missing fields and limits 422, a body over
 `max_body_bytes` 413 (checked before anything is parsed), a body not labelled as JSON 415,
-a full queue 503. SIGINT or SIGTERM stops accepting connections, lets the requests in
+a full queue 503; a route the model cannot answer (/generate on an encoder, /predict on a GPT) 400. SIGINT or SIGTERM stops accepting connections, lets the requests in
 flight finish, and exits with status 0."""
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from .. import __version__
 from ..config import check_settings, setting
 from ..errors import UserError
+from ..inference.generation import GenerationConfig
 from ..inference.predictor import Predictor
-from ..models import resolve_model_dir
+from ..models import family_of, resolve_model_dir
 from ..ops import PRECISIONS
 from ..text import is_invisible
 from .batching import MicroBatcher, Overloaded
+from .generate import TextGenerator
 
 GRACEFUL_SHUTDOWN_S = 30  # requests still running after this long are cancelled
 
@@ -57,6 +61,8 @@ class ServeConfig:
     max_text_chars: int = setting(10_000, positive=True, help="characters per text (tokens beyond the model's "
                                                                "limit are cut anyway)")
     max_body_bytes: int = setting(1_000_000, positive=True, help="the largest request body")
+    max_new_tokens: int = setting(256, positive=True, help="/generate: the most new tokens a request may ask for")
+    max_beams: int = setting(8, positive=True, help="/generate: the most beams a request may ask for")
     threads: int | None = setting(None, positive=True, help="PyTorch threads (default: PyTorch's choice)")
     # /embed's vectors are compared with vectors made elsewhere: bf16 would make them depend on the processor.
     precision: str = setting("fp32", choices=PRECISIONS,
@@ -90,6 +96,28 @@ class EmbedRequest(BaseModel):
     texts: list[str]
     pooling: Literal["mean", "cls", "max"] = Field("mean", description="how token vectors become one vector")
     normalize: bool = Field(True, description="scale to unit length (a dot product is then the cosine similarity)")
+
+
+class GenerateRequest(BaseModel):
+    """Prompts to continue, and how (the settings of `bertology generate`, transformers' names)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    prompts: list[str] = Field(description="the texts to continue")
+    max_new_tokens: int | None = Field(None, description="the most tokens added to each prompt (default: 50, or "
+                                                         "the server's limit if that is lower)")
+    do_sample: bool = Field(False, description="sample each token instead of taking the most probable one")
+    temperature: float = Field(1.0, description="sampling: divide the logits by this")
+    top_k: int | None = Field(None, description="sampling: only the k most probable tokens")
+    top_p: float | None = Field(None, description="sampling: the most probable tokens up to this probability mass")
+    num_beams: int = Field(1, description="beam search over this many continuations (1: none)")
+    stop: list[str] = Field([], description="end a continuation before the first of these strings")
+    seed: int = Field(0, description="the random seed of sampling (the same request gives the same answer)")
+
+
+class GenerateResponse(BaseModel):
+    """One continuation per prompt, in order (the prompt itself left out)."""
+
+    continuations: list[str]
 
 
 class ClassPrediction(BaseModel):
@@ -231,18 +259,49 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-def create_app(predictor: Predictor, config: ServeConfig) -> FastAPI:
-    """The FastAPI application serving `predictor` with `config`'s limits and batching.
+def generation_settings(request: GenerateRequest, config: ServeConfig) -> GenerationConfig:
+    """The request's generation settings, checked against the server's limits (422 naming the field)."""
+    max_new_tokens = min(50, config.max_new_tokens) if request.max_new_tokens is None else request.max_new_tokens
+    if max_new_tokens > config.max_new_tokens:
+        raise HTTPException(422, f"max_new_tokens: {request.max_new_tokens}; at most {config.max_new_tokens} "
+                                 "(the server's --max-new-tokens)")
+    if request.num_beams > config.max_beams:
+        raise HTTPException(422, f"num_beams: {request.num_beams}; at most {config.max_beams} (the server's --max-beams)")
+    settings = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=request.do_sample,
+                                temperature=request.temperature, top_k=request.top_k, top_p=request.top_p,
+                                num_beams=request.num_beams)
+    try:
+        settings.validate()
+    except UserError as err:
+        raise HTTPException(422, str(err)) from None
+    return settings
+
+
+def load_served(model_dir: str, precision: str) -> Predictor | TextGenerator:
+    """What a model directory serves: a GPT generates; any other model predicts and embeds."""
+    if family_of(model_dir).name == "gpt":
+        if precision == "bf16":
+            raise UserError("--precision bf16: a GPT is served in fp32 (generation picks tokens by exact "
+                            "comparisons of logits, which bf16 would make machine-dependent)")
+        return TextGenerator.load(model_dir)
+    return Predictor.load(model_dir, precision)
+
+
+def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAPI:
+    """The FastAPI application serving a model (`load_served`) with `config`'s limits and batching.
 
     The batchers start and stop with the application's lifespan (use TestClient as a
     context manager in tests); on shutdown they answer every queued text first.
     """
+    generator = served if isinstance(served, TextGenerator) else None
+    predictor = served if isinstance(served, Predictor) else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         executor = ThreadPoolExecutor(1, thread_name_prefix="bertology-model")  # one forward pass at a time
         settings = {"executor": executor, "max_batch": config.max_batch, "max_wait_ms": config.max_wait_ms,
                     "max_queue": config.max_queue}
+        app.state.executor, app.state.generating = executor, 0
         app.state.predict = MicroBatcher(lambda _, items: predict_items(predictor, items, config.max_batch), **settings)
         app.state.embed = MicroBatcher(lambda key, texts: predictor.embed(texts, *key, config.max_batch).tolist(),
                                        **settings)
@@ -252,8 +311,9 @@ def create_app(predictor: Predictor, config: ServeConfig) -> FastAPI:
         await asyncio.gather(app.state.predict.close(), app.state.embed.close())
         executor.shutdown()
 
+    kind = served.describe()["kind"]
     app = FastAPI(title="bertology", version=__version__, lifespan=lifespan,
-                  description=f"Predictions and embeddings from {predictor.model_dir} ({predictor.kind}).")
+                  description=f"Predictions, embeddings or generations from {served.model_dir} ({kind}).")
     app.add_middleware(BodyLimit, limit=config.max_body_bytes, drain=16 * config.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
@@ -276,6 +336,8 @@ def create_app(predictor: Predictor, config: ServeConfig) -> FastAPI:
     @app.post("/predict", response_model=PredictResponse)
     async def predict(request: PredictRequest) -> dict:
         """One prediction per text: a label with every label's probability, a score, tags or an answer span."""
+        if generator is not None:
+            raise UserError(f"{generator.model_dir} is a GPT: it serves /generate only")
         if predictor.spec is None:
             raise UserError(f"{predictor.model_dir} is a bare encoder with no task head: it serves /embed only")
         check_texts(request.texts, "texts", config)
@@ -286,8 +348,34 @@ def create_app(predictor: Predictor, config: ServeConfig) -> FastAPI:
     @app.post("/embed", response_model=EmbedResponse)
     async def embed(request: EmbedRequest) -> dict:
         """One vector per text: the last layer's token vectors pooled (mean by default) and normalised."""
+        if generator is not None:
+            raise UserError(f"{generator.model_dir} is a GPT: it serves /generate only")
         check_texts(request.texts, "texts", config)
         return {"embeddings": await app.state.embed.submit(request.texts, key=(request.pooling, request.normalize))}
+
+    @app.post("/generate", response_model=GenerateResponse)
+    async def generate(request: GenerateRequest) -> dict:
+        """One continuation per prompt: greedy, sampled (seeded) or beam search, as `bertology generate`."""
+        if generator is None:
+            raise UserError(f"{predictor.model_dir} ({predictor.kind}) does not generate text: /generate needs a GPT "
+                            "(bertology pretrain --arch gpt)")
+        check_texts(request.prompts, "prompts", config)
+        settings = generation_settings(request, config)
+        if app.state.generating + len(request.prompts) > config.max_queue:
+            raise Overloaded(f"{app.state.generating} prompts are waiting; at most {config.max_queue}")
+
+        def run() -> list[str]:
+            try:
+                return generator.generate(request.prompts, settings, request.stop, config.max_batch, request.seed)
+            except UserError as err:  # a prompt too long for the context
+                raise HTTPException(422, f"prompts: {err}") from None
+
+        app.state.generating += len(request.prompts)
+        try:
+            continuations = await asyncio.get_running_loop().run_in_executor(app.state.executor, run)
+        finally:
+            app.state.generating -= len(request.prompts)
+        return {"continuations": continuations}
 
     @app.get("/health")
     async def health() -> dict:
@@ -302,7 +390,10 @@ def create_app(predictor: Predictor, config: ServeConfig) -> FastAPI:
         for route in ("predict", "embed"):
             batcher: MicroBatcher = getattr(app.state, route)
             batching[route] = {**asdict(batcher.stats), "queued": batcher.waiting}
-        return {**predictor.describe(), "limits": limits, "batching": batching}
+        if generator is not None:
+            limits.update(max_new_tokens=config.max_new_tokens, max_beams=config.max_beams)
+            batching["generate"] = {"queued": app.state.generating}
+        return {**served.describe(), "limits": limits, "batching": batching}
 
     return app
 
@@ -355,12 +446,12 @@ def run_server(config: ServeConfig) -> None:
     config.validate()
     if config.threads:
         torch.set_num_threads(config.threads)
-    predictor = Predictor.load(config.model, config.precision)
+    served = load_served(config.model, config.precision)
     sock = bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
-    server = uvicorn.Server(uvicorn.Config(create_app(predictor, config), log_level="warning", access_log=False,
+    server = uvicorn.Server(uvicorn.Config(create_app(served, config), log_level="warning", access_log=False,
                                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-    print(f"bertology serve: {predictor.kind} model {config.model} at {url} (docs: {url}/docs)", flush=True)
+    print(f"bertology serve: {served.describe()['kind']} model {config.model} at {url} (docs: {url}/docs)", flush=True)
     with quiet_stop_signals():
         server.run(sockets=[sock])

@@ -6,28 +6,17 @@ import json
 import pytest
 import torch
 
+from helpers import save_tiny_gpt
+
 from bertology.cli import main
-from bertology.data.tokenizer import train_tokenizer
 from bertology.inference.generation import GenerationConfig, generate
 from bertology.models.bert import BertConfig, BertModel
-from bertology.models.gpt import GPTConfig, GPTLMHeadModel
 from bertology.uses.generate import generate_text, load_generator
-
-TEXT = ["the cat sat on the mat and looked at the dog", "a dog ran in the park after a ball",
-        "the module reads a file and writes the result", "import os and sys to read the path"] * 20
 
 
 @pytest.fixture(scope="module")
 def gpt_dir(tmp_path_factory):
-    """A tiny GPT with random weights (std 0.3, so that continuations vary) and a WordPiece vocabulary."""
-    root = tmp_path_factory.mktemp("gpt")
-    (root / "text.txt").write_text("\n".join(TEXT) + "\n")
-    tokenizer = train_tokenizer([root / "text.txt"], vocab_size=160, out_dir=root / "model")
-    torch.manual_seed(0)
-    model = GPTLMHeadModel(GPTConfig(vocab_size=tokenizer.vocab_size, n_positions=48, n_embd=32, n_layer=2,
-                                     n_head=4, initializer_range=0.3))
-    model.save_pretrained(root / "model")
-    return root / "model"
+    return save_tiny_gpt(tmp_path_factory.mktemp("gpt"))
 
 
 def run(capsys, *args):

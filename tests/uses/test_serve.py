@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from helpers import free_port, save_task_model
+from helpers import free_port, save_task_model, save_tiny_gpt
 
 from bertology.cli import main
 from bertology.inference.embedding import embed_texts
@@ -22,7 +22,10 @@ from bertology.inference.predict import predict
 from bertology.inference.predictor import Predictor
 from bertology.tasks.inputs import encode
 from bertology.tasks.readers import SequenceExample, SpanExample, TokenExample
-from bertology.uses.serve import ServeConfig, bind, create_app
+from bertology.errors import UserError
+from bertology.inference.generation import GenerationConfig
+from bertology.uses.generate import generate_text, load_generator
+from bertology.uses.serve import ServeConfig, bind, create_app, load_served
 
 SENTENCES = ["a gorgeous , witty , seductive movie .", "the worst film of the year .",
              "it 's a charming and often affecting journey .", "unflinchingly bleak and desperate",
@@ -324,3 +327,61 @@ def test_server_process_answers_then_stops_gracefully_on_sigterm(models):
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+@pytest.fixture(scope="module")
+def gpt(tmp_path_factory):
+    model_dir = save_tiny_gpt(tmp_path_factory.mktemp("gpt"))
+    with client_for(model_dir, load_served(str(model_dir), "fp32"), max_texts=4, max_new_tokens=16,
+                    max_beams=3) as client:
+        yield client, model_dir
+
+
+def test_generate_gives_what_bertology_generate_gives(gpt):
+    client, model_dir = gpt
+    prompts = ["the cat", "import os and sys to"]
+    model, tokenizer = load_generator(model_dir)
+    for settings in ({"max_new_tokens": 8}, {"max_new_tokens": 6, "num_beams": 3},
+                     {"max_new_tokens": 8, "do_sample": True, "top_k": 5, "temperature": 0.7, "seed": 3}):
+        response = client.post("/generate", json={"prompts": prompts, **settings})
+        assert response.status_code == 200, response.text
+        seed = settings.pop("seed", 0)
+        expected = generate_text(model, tokenizer, prompts, GenerationConfig(**settings), seed=seed)
+        assert response.json() == {"continuations": expected}
+    stopped = client.post("/generate", json={"prompts": prompts[:1], "max_new_tokens": 8, "stop": ["the"]}).json()
+    assert "the" not in stopped["continuations"][0]
+    info = client.get("/info").json()
+    assert info["kind"] == "generation" and info["context"] == 48 and info["model_type"] == "openai-gpt"
+    assert info["limits"]["max_new_tokens"] == 16 and info["limits"]["max_beams"] == 3
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({"prompts": ["  "]}, 422, "prompts[0]: empty text"),
+    ({"prompts": []}, 422, "prompts: empty list"),
+    ({"prompts": ["a"] * 5}, 422, "prompts: 5 texts; at most 4"),
+    ({"prompts": ["the cat"], "top_p": 1.5}, 422, "top_p (--top-p) must be in (0, 1], got 1.5"),
+    ({"prompts": ["the cat"], "max_new_tokens": 17}, 422, "max_new_tokens: 17; at most 16"),
+    ({"prompts": ["the cat"], "num_beams": 4}, 422, "num_beams: 4; at most 3"),
+    ({"prompts": ["the cat"], "num_beams": 2, "do_sample": True}, 422, "choose beam search or sampling"),
+    ({"prompts": ["the cat"], "temperature": 0}, 422, "temperature (--temperature) must be positive"),
+    ({"prompts": [" ".join(["cat"] * 40)]}, 422, "prompts: prompt 1 has 41 tokens"),
+    ({"prompts": ["the cat"], "max_new_tokens": "8"}, 422, "max_new_tokens: Input should be a valid integer"),
+    ({"prompts": ["the cat"], "beams": 2}, 422, "beams: Extra inputs are not permitted"),
+])
+def test_generate_rejects_bad_requests_with_4xx_and_keeps_serving(gpt, body, status, message):
+    client, _ = gpt
+    response = client.post("/generate", json=body)
+    assert response.status_code == status and message in response.json()["detail"], response.text
+    assert "\n" not in response.json()["detail"]
+    assert client.post("/generate", json={"prompts": ["the cat"], "max_new_tokens": 2}).status_code == 200
+
+
+def test_each_model_answers_only_the_routes_it_can(gpt, sst2):
+    client, _ = gpt
+    for route in ("/predict", "/embed"):
+        response = client.post(route, json={"texts": ["good"]})
+        assert response.status_code == 400 and "is a GPT: it serves /generate only" in response.json()["detail"]
+    response = sst2.post("/generate", json={"prompts": ["good"]})
+    assert response.status_code == 400 and "(classification) does not generate text" in response.json()["detail"]
+    with pytest.raises(UserError, match="a GPT is served in fp32"):
+        load_served(str(client.get("/info").json()["model_dir"]), "bf16")
