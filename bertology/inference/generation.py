@@ -1,11 +1,13 @@
-"""Text generation from a left-to-right language model: greedy, sampling, beam search.
+"""Text generation from a left-to-right language model or an encoder-decoder: greedy, sampling, beam search.
 
 The names and defaults are transformers' `generate`: greedy unless `do_sample` (then
 `temperature`, `top_k`, `top_p` shape the distribution, in that order) or `num_beams` > 1.
 A key/value cache makes each new token cost one position's work (`use_cache=False` recomputes
 the whole sequence every step, for comparison). Prompts of different lengths go in one batch
 left-padded: the model counts positions from each prompt's first real token, so a padded
-prompt continues exactly as it would alone.
+prompt continues exactly as it would alone. An encoder-decoder (T5) encodes its input once;
+its decoder starts from `decoder_start_token_id` and generates as a decoder-only model does,
+attending to the encoder states (their keys and values cached too).
 """
 
 from __future__ import annotations
@@ -74,9 +76,17 @@ def filter_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | N
     return logits
 
 
-def _step(model, ids: torch.Tensor, mask: torch.Tensor, past, use_cache: bool) -> tuple[torch.Tensor, list | None]:
+def _step(model, ids: torch.Tensor, mask: torch.Tensor, past, use_cache: bool,
+          encoded: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, list | None]:
     """Next-token logits (B, V) and the new cache; with a cache only the new tokens are fed.
-    Positions count from each sequence's first real token, so left padding changes nothing."""
+    Decoder-only: positions count from each sequence's first real token, so left padding
+    changes nothing. Encoder-decoder: `encoded` holds the encoder states (B, S, D) and mask (B, S)."""
+    if encoded is not None:
+        states, encoder_mask = encoded
+        fed = ids.shape[1] if past is None or not use_cache else 1
+        out = model(attention_mask=encoder_mask, decoder_input_ids=ids[:, -fed:], encoder_outputs=states,
+                    past_key_values=past if use_cache else None)
+        return out.logits[:, -1].float(), out.past_key_values if use_cache else None
     positions = position_ids_for(mask)
     if not use_cache:
         return model(ids, mask, position_ids=positions).logits[:, -1].float(), None
@@ -92,15 +102,18 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
     """Continue each prompt.
 
     Args:
-        model: a left-to-right LM: model(ids (B, T), mask (B, S), past_key_values=...) -> .logits (B, T, V).
-        input_ids: (B, T) prompts, left-padded when their lengths differ.
+        model: a left-to-right LM: model(ids (B, T), mask (B, S), past_key_values=...) -> .logits (B, T, V);
+            or an encoder-decoder (a config with `decoder_start_token_id`, and `model.encode`).
+        input_ids: (B, T) prompts, left-padded when their lengths differ; an encoder-decoder's
+            inputs, padded either side.
         attention_mask: (B, T), 1 = a real token (default: all real).
         generator: the random source of sampling, for reproducible samples.
         stopping: greedy and sampling: called after each step with the new tokens so far (B, n);
             returns (B,) bool, True for a sequence to end there (stop strings use it).
     Returns:
         (B, T + n) the prompts followed by n <= max_new_tokens new tokens; a sequence that ended
-        (eos) early is filled with the padding id.
+        (eos) early is filled with the padding id. An encoder-decoder's rows are its decoder's,
+        (B, 1 + n): decoder_start_token_id, then the new tokens (as transformers' generate).
     """
     config = config or GenerationConfig()
     config.validate()
@@ -108,12 +121,17 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         raise UserError("the prompt is empty: give at least one token")
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(input_ids.dtype)
     model.eval()
+    encoded = None
+    if is_encoder_decoder(model):
+        encoded = (model.encode(input_ids, mask), mask)
+        input_ids = input_ids.new_full((len(input_ids), 1), model.config.decoder_start_token_id)
+        mask = torch.ones_like(input_ids)
     if config.num_beams > 1:
-        return _beam_search(model, input_ids, mask, config)
+        return _beam_search(model, input_ids, mask, config, encoded)
     ids, past = input_ids, None
     finished = torch.zeros(len(ids), dtype=torch.bool, device=ids.device)
     for _ in range(config.max_new_tokens):
-        logits, past = _step(model, ids, mask, past, config.use_cache)
+        logits, past = _step(model, ids, mask, past, config.use_cache, encoded)
         if config.do_sample:
             probabilities = filter_logits(logits, config.temperature, config.top_k, config.top_p).softmax(-1)
             chosen = torch.multinomial(probabilities, 1, generator=generator).squeeze(1)
@@ -131,7 +149,13 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
     return ids
 
 
-def _beam_search(model, input_ids: torch.Tensor, mask: torch.Tensor, config: GenerationConfig) -> torch.Tensor:
+def is_encoder_decoder(model) -> bool:
+    """Whether `model` encodes an input and decodes from a start token (T5), rather than continuing a prompt."""
+    return hasattr(model.config, "decoder_start_token_id") and hasattr(model, "encode")
+
+
+def _beam_search(model, input_ids: torch.Tensor, mask: torch.Tensor, config: GenerationConfig,
+                 encoded: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Beam search: keep the num_beams most probable continuations of each prompt; a hypothesis
     that emits eos is finished and scored sum(log p) / length ** length_penalty (length of the
     new tokens). A prompt is done when it has num_beams finished hypotheses and no running one
@@ -140,13 +164,15 @@ def _beam_search(model, input_ids: torch.Tensor, mask: torch.Tensor, config: Gen
     batch, beams = len(input_ids), config.num_beams
     ids = input_ids.repeat_interleave(beams, dim=0)  # (B * beams, T)
     mask = mask.repeat_interleave(beams, dim=0)
+    if encoded is not None:  # a prompt's beams share its encoder states: no reordering needed later
+        encoded = tuple(t.repeat_interleave(beams, dim=0) for t in encoded)
     scores = torch.full((batch, beams), float("-inf"), device=ids.device)
     scores[:, 0] = 0.0  # the beams start identical: count only one of them
     finished: list[list[tuple[float, torch.Tensor]]] = [[] for _ in range(batch)]
     done = [False] * batch
     past = None
     for step in range(1, config.max_new_tokens + 1):
-        logits, past = _step(model, ids, mask, past, config.use_cache)
+        logits, past = _step(model, ids, mask, past, config.use_cache, encoded)
         vocab = logits.shape[-1]
         candidates = (scores[:, :, None] + logits.log_softmax(-1).view(batch, beams, vocab)).view(batch, -1)
         top_scores, top = candidates.topk(2 * beams, dim=1)  # enough to refill the beams after eos ones leave
@@ -175,7 +201,7 @@ def _beam_search(model, input_ids: torch.Tensor, mask: torch.Tensor, config: Gen
         ids = torch.cat([ids[rows], next_token.view(-1, 1)], dim=1)
         mask = torch.cat([mask[rows], torch.ones_like(mask[:, :1])], dim=1)
         if past is not None:
-            past = [(key[rows], value[rows]) for key, value in past]
+            past = [tuple(t[rows] for t in layer) for layer in past]
         scores = next_scores
     results = []
     for b in range(batch):

@@ -56,6 +56,8 @@ FAMILIES: dict[str, Family] = {
         Family("static", "bertology.models.static", ("static",), "one vector per word type: word2vec, fastText, GloVe"),
         Family("gpt", "bertology.models.gpt", ("openai-gpt", "gpt2"),
                "left-to-right Transformer language model that generates text (GPT-1; GPT-2's pre-LN by config)"),
+        Family("t5", "bertology.models.t5", ("t5",),
+               "Transformer encoder-decoder, text to text, relative position buckets (T5; v1.1 by config)"),
     )
 }
 ARCHITECTURES = tuple(FAMILIES)

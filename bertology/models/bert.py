@@ -246,7 +246,8 @@ class ModelOutput:
     pooler_output: torch.Tensor | None = None  # (B, H)
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings output, then each layer: (B, T, H)
     attentions: tuple[torch.Tensor, ...] | None = None  # each layer: (B, heads, T, T)
-    past_key_values: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # decoders: per layer (B, heads, S, H/heads) x2
+    past_key_values: list[tuple[torch.Tensor, ...]] | None = None  # decoders: per layer keys, values (B, heads, S, H/heads)
+    encoder_last_hidden_state: torch.Tensor | None = None  # encoder-decoders: the encoder's states (B, S, H)
     # bertology's own, for the pre-training loop's metrics (pre-training models given labels):
     masked_lm_loss: torch.Tensor | None = None  # scalar: the masked LM's part of `loss`
     masked_lm_correct: torch.Tensor | None = None  # scalar: labelled positions whose argmax is the label
