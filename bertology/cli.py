@@ -58,8 +58,13 @@ class TokenizerTrainConfig:
                                 help="text files, or folders of them (also JSONL, Parquet, compressed)")
     out: str = setting(required=True, metavar="DIR", output="dir",
                        help="output directory: vocab.txt, tokenizer.json, tokenizer_config.json")
-    vocab_size: int = setting(30522, positive=True, help="vocabulary size, the five special tokens included")
-    cased: bool = setting(False, help="keep case and accents (BERT cased)")
+    vocab_size: int = setting(30522, positive=True, help="vocabulary size, the special tokens and sentinels included")
+    model: str = setting("wordpiece", choices=("wordpiece", "unigram"),
+                         help="wordpiece (BERT's: longest match, split at punctuation) or unigram (SentencePiece's, "
+                              "T5's: most probable split, spaces kept as '▁')")
+    sentinels: int = setting(0, minimum=0, help="add this many sentinel tokens <extra_id_0> ... for T5's span "
+                                                "corruption (T5: 100)")
+    cased: bool = setting(False, help="keep case (and, for wordpiece, accents: BERT cased)")
     min_frequency: int = setting(2, positive=True, help="drop pieces seen fewer times")
     skip_bad_lines: bool = setting(False, help="skip (and count) lines that are not UTF-8 instead of stopping")
     text_field: str = setting("text", help="JSONL corpus files: the field that holds the text")
@@ -230,9 +235,9 @@ def run_tokenizer_train(cfg: TokenizerTrainConfig) -> None:
     stats = ReadStats()
     tokenizer = train_tokenizer(cfg.corpus, vocab_size=cfg.vocab_size, cased=cfg.cased, out_dir=cfg.out,
                                 min_frequency=cfg.min_frequency, skip_bad_lines=cfg.skip_bad_lines,
-                                text_field=cfg.text_field, stats=stats)
+                                text_field=cfg.text_field, stats=stats, model=cfg.model, sentinels=cfg.sentinels)
     notes = reading_notes(stats.skipped_lines, stats.control_characters)
-    print(f"wrote {'a cased' if cfg.cased else 'an uncased'} vocabulary of {tokenizer.vocab_size} tokens "
+    print(f"wrote {'a cased' if cfg.cased else 'an uncased'} {cfg.model} vocabulary of {tokenizer.vocab_size} tokens "
           f"to {cfg.out}{'; ' + notes if notes else ''}")
 
 
@@ -489,10 +494,11 @@ COMMANDS = [
             description="Pre-train a tiny BERT on the Python standard library's own documentation, fine-tune it to "
             "tell which part of the library a docstring comes from, and compare with the same model trained from "
             "scratch. Writes results.json and PNGs into --out."),
-    Command("tokenizer train", "train a WordPiece vocabulary on text files or folders", ":TokenizerTrainConfig",
+    Command("tokenizer train", "train a WordPiece or unigram vocabulary on text files or folders", ":TokenizerTrainConfig",
             run_tokenizer_train,
-            description="Train a BERT WordPiece vocabulary ([PAD]=0 [UNK] [CLS] [SEP] [MASK] first) and write "
-            "vocab.txt, tokenizer.json and tokenizer_config.json into --out."),
+            description="Train a BERT WordPiece vocabulary, or with --model unigram a SentencePiece-style unigram "
+            "one (T5's; --sentinels 100 adds its <extra_id_N> tokens), [PAD]=0 [UNK] [CLS] [SEP] [MASK] first, and "
+            "write vocab.txt, tokenizer.json and tokenizer_config.json into --out."),
     Command("info", "print a model directory's config, size and vocabulary", ":InfoConfig", run_info),
     Command("pretrain", "pre-train an encoder on raw text (BERT, RoBERTa, ALBERT, ELECTRA or a left-to-right LM)",
             ".recipes.pretrain:PretrainConfig", run_pretrain, config_file=True,
@@ -560,7 +566,7 @@ COMMANDS = [
             description="`bertology evaluate` and `predict` run every export. Outputs are built beside --out and "
             "renamed into place."),
 ]
-GROUPS = {"tokenizer": "train a WordPiece vocabulary",
+GROUPS = {"tokenizer": "train a WordPiece or unigram vocabulary",
           "static": "static word vectors before BERT: word2vec, fastText, GloVe",
           "explain": "draw attention maps, or a word's contextual vs static vectors"}
 

@@ -140,7 +140,7 @@ def test_tokenizer_train_can_skip_bad_lines(capsys, tmp_path):
     status, out, err = run_cli(capsys, "tokenizer", "train", corpus, "--vocab-size", "200", "--out", tmp_path / "tok",
                                "--skip-bad-lines")
     assert status == 0, err
-    assert "an uncased vocabulary" in out and "skipped 1 bad line(s)" in out
+    assert "an uncased wordpiece vocabulary" in out and "skipped 1 bad line(s)" in out
     vocab = (tmp_path / "tok" / "vocab.txt").read_text(encoding="utf-8").splitlines()
     assert "cat" in vocab and "broken" not in vocab
 

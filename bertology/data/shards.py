@@ -101,6 +101,7 @@ def _cache_key(files: list[Path], tokenizer, doc_format: str, skip_bad_lines: bo
         "skip_bad_lines": skip_bad_lines,
         "text_field": text_field,
         "vocab": tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size))),
+        "unigram_scores": tokenizer.scores,  # None for WordPiece
         "normalisation": [
             tokenizer.do_lower_case,
             tokenizer.strip_accents,

@@ -1,4 +1,4 @@
-"""BERT's WordPiece tokenizer, run by the Hugging Face `tokenizers` engine (Rust, parallel).
+"""BERT's WordPiece tokenizer (and T5's unigram vocabulary), run by the Hugging Face `tokenizers` engine.
 
 BERT (Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers for
 Language Understanding") splits text into WordPiece units (Wu et al. 2016, "Google's
@@ -35,26 +35,40 @@ Python's `str.lower()` turns a word-final capital sigma into "ς" where the engi
 "σ" ("ΟΔΟΣ" -> "οδος" vs "οδοσ"); and the engine's Unicode tables are older than
 Python's, so a few hundred rare code points that were assigned or re-categorised in
 recent Unicode versions are treated differently (Python drops unassigned characters, the
-engine keeps them as [UNK])."""
+engine keeps them as [UNK]).
+
+A unigram vocabulary (Kudo 2018, "Subword Regularization"; SentencePiece's default and T5's)
+is the same class with `scores` (each piece's log probability): the engine picks the most
+probable segmentation of each word (Viterbi) instead of the longest match. Its text is not
+split at punctuation: spaces become "▁" and begin the piece that follows, so `decode` restores
+the text's spacing (after NFKC normalisation, and lowercasing when uncased; accents are kept).
+`train_tokenizer(model="unigram")` learns one with the `tokenizers` UnigramTrainer (EM, then
+pruning) and appends T5's sentinel tokens <extra_id_99> ... <extra_id_0> (<extra_id_0> last),
+which span corruption (span_corruption.py) puts in place of dropped spans. The five special
+tokens are the same in both models, so every pipeline here works with either.
+"""
 
 from __future__ import annotations
 
 import itertools
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import tokenizers
 import torch
 from tokenizers import decoders, normalizers, pre_tokenizers, processors, trainers
-from tokenizers.models import WordPiece
+from tokenizers.models import Unigram, WordPiece
 
 from ..errors import UserError
 from ..files import atomic_path, loads_json, write_json_atomic, write_text_atomic
 from .corpus import ReadStats, corpus_lines, text_files
 
 PAD, UNK, CLS, SEP, MASK = SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+TOKENIZER_MODELS = ("wordpiece", "unigram")
+SENTINEL = re.compile(r"<extra_id_(\d+)>")  # T5's sentinel tokens, numbered from 0
 
 
 # Longer words become [UNK] whole. Google's tokenization.py allows 200 characters; we follow
@@ -131,6 +145,8 @@ class Tokenizer:
     Args:
         vocab: the tokens in id order (line i of vocab.txt is id i). Must hold
             [PAD] [UNK] [CLS] [SEP] [MASK], each once.
+        scores: a unigram vocabulary: each token's log probability, in the same order
+            (None: WordPiece).
         do_lower_case: lowercase the text (uncased models).
         strip_accents: drop accents; None follows `do_lower_case`, as in BERT.
         tokenize_chinese_chars: put spaces around CJK ideographs, so each is its own word.
@@ -143,6 +159,7 @@ class Tokenizer:
         self,
         vocab: Sequence[str],
         *,
+        scores: Sequence[float] | None = None,
         do_lower_case: bool = True,
         strip_accents: bool | None = None,
         tokenize_chinese_chars: bool = True,
@@ -150,6 +167,9 @@ class Tokenizer:
         model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
     ):
         _check_vocab(vocab, "vocabulary")
+        if scores is not None and len(scores) != len(vocab):
+            raise UserError(f"a unigram vocabulary needs one score per token: {len(vocab)} tokens, {len(scores)} scores")
+        self.scores = None if scores is None else [float(score) for score in scores]
         self.do_lower_case = do_lower_case
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = tokenize_chinese_chars
@@ -157,31 +177,47 @@ class Tokenizer:
         self.model_max_length = model_max_length
         self._tokens = list(vocab)
         self._ids = {token: i for i, token in enumerate(self._tokens)}
+        numbered = {int(m.group(1)): i for i, token in enumerate(self._tokens) if (m := SENTINEL.fullmatch(token))}
+        self._sentinel_ids = [numbered[n] for n in sorted(numbered)]
         self._engine = self._build_engine()
 
+    @property
+    def model(self) -> str:
+        """"wordpiece" or "unigram"."""
+        return "wordpiece" if self.scores is None else "unigram"
+
     def _build_engine(self) -> tokenizers.Tokenizer:
-        engine = tokenizers.Tokenizer(
-            WordPiece(
-                self._ids,
-                unk_token=UNK,
-                continuing_subword_prefix="##",
-                max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
-            )
-        )
-        engine.normalizer = _normalizer(
+        normalizer = _normalizer(
             do_lower_case=self.do_lower_case,
             strip_accents=self.strip_accents,
             tokenize_chinese_chars=self.tokenize_chinese_chars,
             recompose_hangul=self._recomposes_hangul,
         )
-        engine.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        if self.scores is None:
+            engine = tokenizers.Tokenizer(
+                WordPiece(
+                    self._ids,
+                    unk_token=UNK,
+                    continuing_subword_prefix="##",
+                    max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
+                )
+            )
+            engine.normalizer = normalizer
+            engine.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+            engine.decoder = decoders.WordPiece(prefix="##")
+        else:
+            engine = tokenizers.Tokenizer(Unigram(list(zip(self._tokens, self.scores)), unk_id=self._ids[UNK]))
+            # NFKC first: it can make capitals ("№" -> "No") that lowercasing must then see.
+            engine.normalizer = _unigram_normalizer(normalizer)
+            engine.pre_tokenizer = pre_tokenizers.Metaspace()
+            engine.decoder = decoders.Metaspace()
         engine.post_processor = processors.TemplateProcessing(
             single=f"{CLS} $A {SEP}",
             pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
             special_tokens=[(CLS, self._ids[CLS]), (SEP, self._ids[SEP])],
         )
-        engine.decoder = decoders.WordPiece(prefix="##")
-        engine.add_special_tokens(list(SPECIAL_TOKENS))  # already in the vocab: keeps their ids
+        # Already in the vocab: they keep their ids, and the text is never split inside them.
+        engine.add_special_tokens(list(SPECIAL_TOKENS) + [self._tokens[i] for i in self.sentinel_token_ids])
         return engine
 
     @property
@@ -206,8 +242,11 @@ class Tokenizer:
         directory = Path(directory)
         if not directory.is_dir():
             raise UserError(f"{directory}: tokenizer folder not found")
-        vocab = read_vocab(directory / VOCAB_FILE)
-        return cls(vocab, **_read_config(directory / CONFIG_FILE))
+        options = _read_config(directory / CONFIG_FILE)
+        if options.pop("tokenizer_model", "wordpiece") == "unigram":
+            vocab, scores = _read_unigram(directory / PIPELINE_FILE)
+            return cls(vocab, scores=scores, **options)
+        return cls(read_vocab(directory / VOCAB_FILE), **options)
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         """Write `vocab.txt`, `tokenizer.json`, `tokenizer_config.json` and `special_tokens_map.json`.
@@ -230,8 +269,11 @@ class Tokenizer:
     def _config(self) -> dict:
         # transformers 5's BertTokenizer rebuilds its normalizer from the config keys and
         # would drop the NFC step of keep_hangul; the generic class runs tokenizer.json as is.
+        generic = self._recomposes_hangul or self.scores is not None
+        sentinels = [self._tokens[i] for i in self.sentinel_token_ids]
         return {
-            "tokenizer_class": "PreTrainedTokenizerFast" if self._recomposes_hangul else "BertTokenizer",
+            "tokenizer_class": "PreTrainedTokenizerFast" if generic else "BertTokenizer",
+            "tokenizer_model": self.model,
             "do_lower_case": self.do_lower_case,
             "strip_accents": self.strip_accents,
             "tokenize_chinese_chars": self.tokenize_chinese_chars,
@@ -240,6 +282,7 @@ class Tokenizer:
             # The generic class would otherwise leave token_type_ids out, losing segment B.
             "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
             **_special_tokens_map(),
+            **({"extra_special_tokens": sentinels} if sentinels else {}),
         }
 
     def __call__(
@@ -358,7 +401,7 @@ class Tokenizer:
         return encoding.ids
 
     def tokenize(self, text: str) -> list[str]:
-        """The WordPiece tokens of `text`, without special tokens or truncation."""
+        """The WordPiece (or unigram) tokens of `text`, without special tokens or truncation."""
         (encoding,) = self._encode(
             [text], max_length=None, padding=False, truncation=False, add_special_tokens=False
         )
@@ -425,12 +468,18 @@ class Tokenizer:
 
     @property
     def special_token_ids(self) -> frozenset[int]:
-        """The ids of [PAD] [UNK] [CLS] [SEP] [MASK] (never masked or predicted in pre-training)."""
-        return frozenset(self._ids[token] for token in SPECIAL_TOKENS)
+        """The ids of [PAD] [UNK] [CLS] [SEP] [MASK] and the sentinels (never masked or predicted
+        in pre-training)."""
+        return frozenset([self._ids[token] for token in SPECIAL_TOKENS] + self.sentinel_token_ids)
+
+    @property
+    def sentinel_token_ids(self) -> list[int]:
+        """The ids of <extra_id_0>, <extra_id_1>, ... in that order ([] when the vocabulary has none)."""
+        return list(self._sentinel_ids)
 
     def __repr__(self) -> str:
         return (
-            f"Tokenizer(vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case}, "
+            f"Tokenizer(model={self.model}, vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case}, "
             f"strip_accents={self.strip_accents}, keep_hangul={self.keep_hangul})"
         )
 
@@ -445,8 +494,10 @@ def train_tokenizer(
     skip_bad_lines: bool = False,
     text_field: str = "text",
     stats: ReadStats | None = None,
+    model: str = "wordpiece",
+    sentinels: int = 0,
 ) -> Tokenizer:
-    """Learn a new WordPiece vocabulary from a corpus (text, JSONL or Parquet, maybe compressed).
+    """Learn a new WordPiece (or unigram) vocabulary from a corpus (text, JSONL or Parquet, maybe compressed).
 
     Text is normalized and pre-tokenized as BERT does (uncased: lowercase, strip accents,
     with `keep_hangul=True`), then the `tokenizers` WordPieceTrainer learns the vocabulary.
@@ -466,6 +517,9 @@ def train_tokenizer(
         text_field: the JSONL field or Parquet column holding the text.
         stats: if given, gets the number of files and of skipped lines (counted once,
             though the corpus is read twice).
+        model: "wordpiece" (BERT's) or "unigram" (SentencePiece's, T5's: see the module docstring).
+        sentinels: append this many sentinel tokens, <extra_id_{sentinels-1}> ... <extra_id_0>
+            (T5: 100), counted in vocab_size.
 
     Returns:
         The tokenizer, with [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
@@ -474,8 +528,22 @@ def train_tokenizer(
         UserError: as `read_documents` for the corpus, or a vocabulary too small for it.
     """
     paths = text_files(files)
-    if vocab_size < MIN_VOCAB_SIZE:
-        raise UserError(f"vocab_size={vocab_size} is too small: use at least {MIN_VOCAB_SIZE}")
+    if model not in TOKENIZER_MODELS:
+        raise UserError(f"unknown tokenizer model {model!r}; choose one of {', '.join(TOKENIZER_MODELS)}")
+    if not 0 <= sentinels <= 1000:
+        raise UserError(f"sentinels={sentinels}: give 0 to 1000 sentinel tokens (T5 has 100)")
+    if vocab_size - sentinels < MIN_VOCAB_SIZE:
+        raise UserError(f"vocab_size={vocab_size} is too small: use at least {MIN_VOCAB_SIZE}"
+                        f"{f' besides the {sentinels} sentinels' if sentinels else ''}")
+    sentinel_tokens = [f"<extra_id_{n}>" for n in reversed(range(sentinels))]  # T5: <extra_id_0> last
+    if model == "unigram":
+        tokens, scores = _learn_unigram(_line_batches(paths, text_field, skip_bad_lines, stats), cased,
+                                        vocab_size - sentinels)
+        tokenizer = Tokenizer(tokens + sentinel_tokens, scores=scores + [0.0] * sentinels, do_lower_case=not cased,
+                              strip_accents=False, tokenize_chinese_chars=False)
+        if out_dir is not None:
+            tokenizer.save_pretrained(out_dir)
+        return tokenizer
     # The trainer numbers the "##" pieces of single characters in hash-map order, and ranks
     # merges of equal count by those numbers, so two runs can learn different vocabularies
     # (tokenizers issue #1794). A first pass without merges finds the alphabet; passing its
@@ -492,9 +560,9 @@ def train_tokenizer(
     continuations = sorted(token for token in alphabet if token.startswith("##"))
     ids = _learn_wordpiece(
         _line_batches(paths, text_field, skip_bad_lines, stats),
-        cased, vocab_size, min_frequency, limit_alphabet, SPECIAL_TOKENS + tuple(continuations),
+        cased, vocab_size - sentinels, min_frequency, limit_alphabet, SPECIAL_TOKENS + tuple(continuations),
     )
-    tokenizer = Tokenizer(sorted(ids, key=ids.get), do_lower_case=not cased, keep_hangul=True)
+    tokenizer = Tokenizer(sorted(ids, key=ids.get) + sentinel_tokens, do_lower_case=not cased, keep_hangul=True)
     if out_dir is not None:
         tokenizer.save_pretrained(out_dir)
     return tokenizer
@@ -534,6 +602,31 @@ def _learn_wordpiece(
     return engine.get_vocab()
 
 
+def _learn_unigram(batches: Iterator[list[str]], cased: bool, vocab_size: int) -> tuple[list[str], list[float]]:
+    """The `tokenizers` UnigramTrainer over the corpus's line `batches`: the pieces in id order
+    (the five special tokens first) and their log probabilities."""
+    engine = tokenizers.Tokenizer(Unigram())
+    bert = _normalizer(do_lower_case=not cased, strip_accents=False, tokenize_chinese_chars=False,
+                       recompose_hangul=False)
+    engine.normalizer = _unigram_normalizer(bert)  # as Tokenizer builds it
+    engine.pre_tokenizer = pre_tokenizers.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), unk_token=UNK,
+                                      max_piece_length=16, show_progress=False)
+    engine.train_from_iterator(batches, trainer)
+    pieces = json.loads(engine.to_str())["model"]["vocab"]
+    special, learned = pieces[:len(SPECIAL_TOKENS)], pieces[len(SPECIAL_TOKENS):]
+    # Two things vary from run to run (the trainer iterates hash sets): its sums, in the 11th
+    # decimal, and which of the rarest characters it keeps as learned pieces at the lowest score
+    # and which it adds below them, 1e-4 apart, so that every text can be spelled. Rounded
+    # scores, one score for all of those characters (1 below the least probable piece of
+    # several characters), and ties ordered by the piece give the same ids on every run.
+    floor = round(min((score for piece, score in learned if len(piece) > 1), default=0.0), 4)
+    learned = [(piece, floor - 1.0 if len(piece) == 1 and round(score, 4) <= floor else round(score, 4))
+               for piece, score in learned]
+    learned.sort(key=lambda item: (-item[1], item[0]))
+    return [piece for piece, _ in special + learned], [score for _, score in special + learned]
+
+
 def read_vocab(path: str | os.PathLike) -> list[str]:
     """Read a BERT vocab.txt: one token per line, line i (from 0) is id i.
 
@@ -551,6 +644,24 @@ def read_vocab(path: str | os.PathLike) -> list[str]:
         tokens.pop()
     _check_vocab(tokens, str(path))
     return tokens
+
+
+def _read_unigram(path: Path) -> tuple[list[str], list[float]]:
+    """The pieces and scores of a unigram tokenizer.json (its model's "vocab": [[piece, score], ...])."""
+    if not path.is_file():
+        raise UserError(f"{path}: not found (a unigram tokenizer keeps its pieces and their scores there)")
+    try:
+        model = loads_json(_decode_utf8(path.read_bytes(), path)).get("model", {})
+        pieces = [(str(piece), float(score)) for piece, score in model["vocab"]] if model.get("type") == "Unigram" else None
+    except json.JSONDecodeError as error:
+        raise UserError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
+    except (AttributeError, KeyError, TypeError, ValueError):
+        pieces = None
+    if not pieces:
+        raise UserError(f"{path}: expected a Unigram model with a vocab of [piece, score] pairs")
+    tokens = [piece for piece, _ in pieces]
+    _check_vocab(tokens, str(path))
+    return tokens, [score for _, score in pieces]
 
 
 def _check_vocab(tokens: Sequence[str], source: str) -> None:
@@ -597,11 +708,13 @@ def _read_config(path: Path) -> dict:
         ("tokenize_chinese_chars", "true or false", (bool,)),
         ("keep_hangul", "true or false", (bool,)),
         ("model_max_length", "a positive integer", (int,)),
+        ("tokenizer_model", " or ".join(TOKENIZER_MODELS), (str,)),
     ):
         if key not in config:
             continue
         value = config[key]
-        if type(value) not in kinds or (key == "model_max_length" and value < 1):
+        if (type(value) not in kinds or (key == "model_max_length" and value < 1)
+                or (key == "tokenizer_model" and value not in TOKENIZER_MODELS)):
             raise UserError(f"{path}: field {key!r} must be {allowed}, got {value!r}")
         options[key] = value
     if options.get("model_max_length", 0) >= _HF_NO_LIMIT:
@@ -628,6 +741,14 @@ def _normalizer(
         # Hangul syllables (and a few Indic vowel signs).
         return normalizers.Sequence([bert, normalizers.NFC()])
     return bert
+
+
+def _unigram_normalizer(bert: normalizers.Normalizer) -> normalizers.Normalizer:
+    """SentencePiece's normalisation around BERT's cleaning and lowercasing: NFKC first (it can
+    make capitals, "№" -> "No", that lowercasing must then see), then runs of whitespace become
+    one space and the ends are stripped, so that decoding restores the text's words and spacing."""
+    return normalizers.Sequence([normalizers.NFKC(), bert, normalizers.Replace(tokenizers.Regex(" {2,}"), " "),
+                                 normalizers.Strip()])
 
 
 def _line_batches(
