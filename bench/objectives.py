@@ -1,9 +1,10 @@
-"""Every pre-training objective on the same encoder, data and budget: does each one learn?
+"""Every pre-training objective on the same data and budget: does each one learn?
 
-Runs `bertology pretrain` once per objective (bert, roberta, albert, electra, clm) on the
-shared corpus (WikiText-2 valid + the Project Gutenberg books) with a freshly trained
-WordPiece vocabulary, and prints, per objective, the training loss at the start and end
-and each held-out metric at the first and the last evaluation next to its chance level.
+Runs `bertology pretrain` once per objective (bert, roberta, albert, electra, clm on the BERT
+encoder; t5, span corruption on T5's encoder-decoder) on the shared corpus (WikiText-2 valid +
+the Project Gutenberg books) with a freshly trained WordPiece vocabulary (t5: a unigram one of
+the same size with 100 sentinels), and prints, per objective, the training loss at the start
+and end and each held-out metric at the first and the last evaluation next to its chance level.
 Also prints the parameter counts that ALBERT's switches (factorized embeddings, shared
 layers) give at several sizes.
 
@@ -28,6 +29,7 @@ import json
 import os
 import shutil
 import sys
+from collections import Counter
 from pathlib import Path
 
 from bertology import BertConfig, BertModel
@@ -46,6 +48,7 @@ METRICS = {
     "albert": ["mlm_accuracy", "sop_accuracy"],
     "electra": ["rtd_auc", "rtd_balanced_accuracy", "mlm_accuracy"],
     "clm": ["lm_accuracy", "perplexity"],
+    "t5": ["span_accuracy", "lm_accuracy", "perplexity"],
 }
 
 
@@ -74,6 +77,19 @@ def sop_length_baseline(cfg: PretrainConfig) -> float:
     return sum(g == p.pair_label for g, p in zip(guesses, pairs)) / len(pairs)
 
 
+def most_frequent_token_share(cfg: PretrainConfig) -> float:
+    """The share of the most frequent token in the held-out documents of `cfg`'s run: what always
+    guessing one token scores on masked (or dropped) tokens, which are a uniform sample of them."""
+    tokenizer = Tokenizer.from_pretrained(cfg.tokenizer)
+    corpus = build_corpus([Path(p) for p in cfg.corpus], tokenizer, cfg.cache_dir)
+    _, eval_docs = corpus.split(cfg.eval_fraction, cfg.seed)
+    counts = Counter()
+    for document in eval_docs.tolist():
+        for sentence in corpus.document(document):
+            counts.update(sentence.tolist())
+    return max(counts.values()) / sum(counts.values())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="tiny")
@@ -89,15 +105,20 @@ def main() -> None:
     corpus = [data / "wikitext-2-raw" / "wiki.valid.raw", data / "gutenberg"]
     if not all(p.exists() for p in corpus):
         sys.exit(f"{data}: shared data not found (set BERTOLOGY_DATA)")
-    tokenizer = args.out / "tokenizer"
-    if not (tokenizer / "vocab.txt").is_file():
-        train_tokenizer(corpus, vocab_size=args.vocab_size, out_dir=tokenizer)
+    tokenizers = {"wordpiece": args.out / "tokenizer", "unigram": args.out / "tokenizer-unigram"}
+    for model, folder in tokenizers.items():
+        if not (folder / "vocab.txt").is_file() and (model == "unigram") == ("t5" in args.objectives):
+            train_tokenizer(corpus, vocab_size=args.vocab_size, out_dir=folder, model=model,
+                            sentinels=100 if model == "unigram" else 0)
+    chance = {}
 
     results = {}
     for objective in args.objectives:
         out = args.out / objective
         shutil.rmtree(out, ignore_errors=True)  # a fresh run each time (the bench owns this folder)
+        tokenizer = tokenizers["unigram" if objective == "t5" else "wordpiece"]
         cfg = PretrainConfig(corpus=[str(p) for p in corpus], tokenizer=str(tokenizer), out=str(out),
+                             arch="t5" if objective == "t5" else "bert",
                              preset=args.preset, objective=objective, seq_len=128, batch_size=32, lr=1e-3,
                              max_steps=args.steps, eval_every=args.steps // 4, eval_fraction=0.02,
                              eval_batches=args.eval_batches, log_every=50, save_every=0, progress=False)
@@ -106,6 +127,8 @@ def main() -> None:
         results[objective] = rows
         if objective == "albert":
             length_baseline = sop_length_baseline(cfg)
+        if objective in ("t5", "bert"):
+            chance[objective] = most_frequent_token_share(cfg)
 
     print(f"\npreset {args.preset}, {args.steps} steps of 32 x 128 tokens, lr 1e-3, vocabulary {args.vocab_size}\n")
     print("| objective | training loss (first 50 steps -> last 50) | held-out metric: first eval -> last eval |")
@@ -116,6 +139,8 @@ def main() -> None:
         metrics = ", ".join(f"{m} {evals[0][m]:.3f} -> {evals[-1][m]:.3f}" for m in METRICS[objective] if m in evals[-1])
         if objective == "albert":
             metrics += f" (length-only guess: {length_baseline:.3f})"
+        if objective in chance:
+            metrics += f" (the most frequent token's share of the held-out text: {chance[objective]:.3f})"
         print(f"| {objective} | {train[0]['loss']:.3f} -> {train[-1]['loss']:.3f} | {metrics} |")
     print("\nChance: 0.5 for nsp/sop accuracy, rtd_balanced_accuracy and rtd_auc (SOP: also the length-only guess); "
           "for mlm/lm accuracy, the share of the most frequent token.\n")

@@ -305,6 +305,7 @@ def run_pretrain(cfg: Any) -> None:
     """Pre-train, then say what was trained, how fast, how well, and where it is."""
     from .models.bert import BertConfig
     from .models.gpt import GPTConfig
+    from .models.t5 import T5Config
     from .recipes.pretrain import run_pretraining
 
     if run_pretraining(cfg) == "interrupted":
@@ -313,6 +314,9 @@ def run_pretrain(cfg: Any) -> None:
     if cfg.arch == "gpt":
         gpt = GPTConfig.load(out)
         kind, layers, width, vocab = f"{gpt.model_type} decoder", gpt.n_layer, gpt.n_embd, gpt.vocab_size
+    elif cfg.arch == "t5":
+        t5 = T5Config.load(out)
+        kind, layers, width, vocab = "encoder-decoder", f"{t5.num_layers}+{t5.num_decoder_layers}", t5.d_model, t5.vocab_size
     else:
         bert = BertConfig.load(out)
         kind, layers, width, vocab = "encoder", bert.num_hidden_layers, bert.hidden_size, bert.vocab_size

@@ -16,6 +16,7 @@ from bertology.cli import main
 from bertology.data.tokenizer import train_tokenizer
 from bertology.inference.modeldir import describe_task
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel
+from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.tasks.inputs import InputSettings
 from bertology.tasks.readers import TASKS
 from bertology.training.tasks import MODEL_FOR_KIND
@@ -118,5 +119,22 @@ def save_tiny_gpt(root: Path) -> Path:
     torch.manual_seed(0)
     model = GPTLMHeadModel(GPTConfig(vocab_size=tokenizer.vocab_size, n_positions=48, n_embd=32, n_layer=2,
                                      n_head=4, initializer_range=0.3))
+    model.save_pretrained(root / "model")
+    return root / "model"
+
+
+def save_tiny_t5(root: Path) -> Path:
+    """A tiny T5 (v1.1 layout) with random weights (std 0.3) and a unigram vocabulary of GPT_TEXT
+    with 10 sentinels, saved in root/model; returns that directory."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "text.txt").write_text("\n".join(GPT_TEXT) + "\n")
+    tokenizer = train_tokenizer([root / "text.txt"], vocab_size=150, out_dir=root / "model", model="unigram",
+                                sentinels=10)
+    torch.manual_seed(0)
+    model = T5ForConditionalGeneration(T5Config(
+        vocab_size=tokenizer.vocab_size, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, n_positions=64,
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False, initializer_factor=3.0,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.sep_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id))
     model.save_pretrained(root / "model")
     return root / "model"

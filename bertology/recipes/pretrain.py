@@ -26,6 +26,7 @@ from ..files import cache_root, write_json_atomic
 from ..models import ARCHITECTURES, family_named
 from ..models.bert import PRESETS, BertConfig
 from ..models.gpt import GPTConfig
+from ..models.t5 import T5Config
 from ..plots import plot_training_curves
 from ..training.loop import (
     Distributed,
@@ -42,7 +43,9 @@ RESOLVED_CONFIG_NAME = "pretrain_config.json"
 
 OBJECTIVE_HELP = ("pre-training objective: bert (masked LM + next-sentence prediction), roberta (masked LM over "
                   "full sentences), albert (masked LM + sentence order), electra (replaced-token detection), "
-                  "clm (left-to-right LM)")
+                  "clm (left-to-right LM), t5 (span corruption)")
+# The objective each family trains with by default, and the only ones it takes (None: any but t5).
+FAMILY_OBJECTIVES = {"bert": ("bert", None), "gpt": ("clm", ("clm",)), "t5": ("t5", ("t5",))}
 
 
 @dataclass
@@ -73,8 +76,8 @@ class PretrainConfig(TrainConfig):
                                                                    "projected to the hidden size (default: off)")
     share_layers: bool = setting(False, help="ALBERT's cross-layer parameter sharing")
     segment_embeddings: bool = setting(True, help="segment (token type) embeddings")
-    objective: str | None = setting(None, choices=OBJECTIVES, help=f"{OBJECTIVE_HELP} (default: bert; clm for "
-                                                                    "--arch gpt, the only objective it takes)")
+    objective: str | None = setting(None, choices=OBJECTIVES, help=f"{OBJECTIVE_HELP} (default: bert; --arch gpt "
+                                                                    "takes clm only, --arch t5 t5 only)")
     seq_len: int = setting(128, minimum=8, help="sequence length in tokens")
     batch_size: int = setting(32, positive=True, help="sequences per micro-batch")
     short_seq_prob: float = setting(0.1, minimum=0, help="share of shorter sequences, as BERT's data has")
@@ -90,6 +93,9 @@ class PretrainConfig(TrainConfig):
     electra_masking: str = setting("bert", choices=tuple(ELECTRA_MASKING),
                                    help="electra: the generator's input, bert (80% [MASK], 10% random, 10% kept) "
                                         "or release (85% [MASK], 15% kept, as ELECTRA's code)")
+    noise_density: float = setting(0.15, positive=True, help="t5: the share of each text dropped in spans")
+    mean_span_length: float = setting(3.0, positive=True, help="t5: the mean length of a dropped span, in tokens")
+    gated_gelu: bool = setting(False, help="t5: T5 v1.1's gated-GELU feed-forward and an output matrix of its own")
     eval_fraction: float = setting(0.01, positive=True, help="share of the documents held out for evaluation")
     eval_batches: int = setting(20, positive=True, help="held-out batches per evaluation")
     lr: float = override(TrainConfig, "lr", 5e-4)
@@ -103,16 +109,28 @@ class PretrainConfig(TrainConfig):
                 raise UserError(f"{path}: no such file or directory")
         if self.tokenizer is not None and not Path(self.tokenizer).is_dir():
             raise UserError(f"{self.tokenizer}: no such tokenizer directory")
+        default, allowed = FAMILY_OBJECTIVES[self.arch]
         if self.objective is None:
-            self.objective = "clm" if self.arch == "gpt" else "bert"
-        if self.arch == "gpt":
-            if self.objective != "clm":
-                raise UserError(f"--arch gpt is a left-to-right language model: its objective is clm, not "
-                                f"{self.objective}")
+            self.objective = default
+        if allowed and self.objective not in allowed:
+            what = "a left-to-right language model" if self.arch == "gpt" else "trained by span corruption"
+            raise UserError(f"--arch {self.arch} is {what}: its objective is {default}, not {self.objective}")
+        if self.arch == "bert" and self.objective == "t5":
+            raise UserError("--objective t5 (span corruption) trains an encoder-decoder: use --arch t5")
+        if self.arch != "bert":
             for flag, value in (("--share-layers", self.share_layers), ("--embedding-size", self.embedding_size),
-                                ("--whole-word-masking", self.whole_word_masking)):
+                                ("--whole-word-masking", self.whole_word_masking),
+                                ("--pre-layer-norm", self.pre_layer_norm and self.arch == "t5")):
                 if value:
-                    raise UserError(f"{flag} is a switch of the bert family, not of --arch gpt")
+                    raise UserError(f"{flag} is a switch of the bert family, not of --arch {self.arch}")
+        if self.arch != "t5":
+            for flag, value, default_value in (("--noise-density", self.noise_density, 0.15),
+                                               ("--mean-span-length", self.mean_span_length, 3.0),
+                                               ("--gated-gelu", self.gated_gelu, False)):
+                if value != default_value:
+                    raise UserError(f"{flag} is a switch of span corruption (--arch t5), not of --arch {self.arch}")
+        if not 0 < self.noise_density < 1:
+            raise UserError(f"--noise-density must be between 0 and 1, got {self.noise_density}")
         if self.sop_balance and self.objective != "albert":
             raise UserError(f"--sop-balance balances ALBERT's sentence order, not the {self.objective} objective")
         if self.eval_fraction >= 1:
@@ -126,14 +144,20 @@ class PretrainConfig(TrainConfig):
         return {**self.model, **{k: v for k, v in switches.items() if v is not None}}
 
 
-def build_model_config(cfg: PretrainConfig, vocab_size: int) -> BertConfig | GPTConfig:
-    """Preset or config file, then the model overrides; the vocabulary decides vocab_size.
-    --arch gpt gives a GPTConfig (its [model] table holds GPTConfig fields)."""
+def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig | GPTConfig | T5Config:
+    """Preset or config file, then the model overrides; the vocabulary decides vocab_size (and
+    T5's special ids: [PAD] starts the decoder and pads, [SEP] ends a text). --arch gpt gives a
+    GPTConfig, --arch t5 a T5Config (their [model] tables hold their own fields)."""
+    vocab_size = tokenizer.vocab_size
     if cfg.arch == "gpt":
         overrides = {**cfg.model, **({"pre_layer_norm": True} if cfg.pre_layer_norm else {})}
+    elif cfg.arch == "t5":
+        v1_1 = {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False} if cfg.gated_gelu else {}
+        overrides = {**cfg.model, **v1_1, "pad_token_id": tokenizer.pad_token_id,
+                     "decoder_start_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.sep_token_id}
     else:
         overrides = cfg.model_overrides()
-    config_class = GPTConfig if cfg.arch == "gpt" else BertConfig
+    config_class = {"gpt": GPTConfig, "t5": T5Config}.get(cfg.arch, BertConfig)
     try:
         if cfg.model_config:
             config = dataclasses.replace(config_class.load(cfg.model_config), **overrides, vocab_size=vocab_size)
@@ -141,26 +165,37 @@ def build_model_config(cfg: PretrainConfig, vocab_size: int) -> BertConfig | GPT
             config = config_class.from_preset(cfg.preset, vocab_size=vocab_size, **overrides)
     except TypeError as err:
         raise UserError(f"model settings: {err}") from None
-    positions = config.n_positions if cfg.arch == "gpt" else config.max_position_embeddings
+    positions = config.n_positions if cfg.arch in ("gpt", "t5") else config.max_position_embeddings
     if cfg.seq_len > positions:
         raise UserError(f"--seq-len {cfg.seq_len} is larger than the model's context ({positions} positions)")
     return config
 
 
+T5_SENTINELS = 100
+
+
 def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer:
-    """The given tokenizer, or one trained on the corpus (by rank 0; the others wait and load it)."""
-    if cfg.tokenizer:
-        return Tokenizer.from_pretrained(cfg.tokenizer)
+    """The given tokenizer, or one trained on the corpus (by rank 0; the others wait and load it):
+    WordPiece, or for --arch t5 a unigram vocabulary with T5's 100 sentinels."""
     out = Path(cfg.out)
-    if (out / "vocab.txt").is_file() and cfg.resume:
-        return Tokenizer.from_pretrained(out)
-    if dist.is_main:
-        print(f"training a {cfg.vocab_size}-token WordPiece vocabulary on the corpus", file=sys.stderr)
-        # Lines it skips are the ones the corpus reading below skips and reports.
-        train_tokenizer([Path(p) for p in cfg.corpus], vocab_size=cfg.vocab_size, cased=cfg.cased, out_dir=out,
-                        skip_bad_lines=cfg.skip_bad_lines, text_field=cfg.text_field)
-    dist.barrier()
-    return Tokenizer.from_pretrained(out)
+    if cfg.tokenizer:
+        tokenizer = Tokenizer.from_pretrained(cfg.tokenizer)
+    elif (out / "vocab.txt").is_file() and cfg.resume:
+        tokenizer = Tokenizer.from_pretrained(out)
+    else:
+        model, sentinels = ("unigram", T5_SENTINELS) if cfg.arch == "t5" else ("wordpiece", 0)
+        if dist.is_main:
+            print(f"training a {cfg.vocab_size}-token {model} vocabulary on the corpus", file=sys.stderr)
+            # Lines it skips are the ones the corpus reading below skips and reports.
+            train_tokenizer([Path(p) for p in cfg.corpus], vocab_size=cfg.vocab_size, cased=cfg.cased, out_dir=out,
+                            skip_bad_lines=cfg.skip_bad_lines, text_field=cfg.text_field, model=model,
+                            sentinels=sentinels)
+        dist.barrier()
+        tokenizer = Tokenizer.from_pretrained(out)
+    if cfg.arch == "t5" and not tokenizer.sentinel_token_ids:
+        raise UserError(f"{cfg.tokenizer}: the tokenizer has no sentinel tokens <extra_id_N> for span corruption; "
+                        "train one with `bertology tokenizer train --model unigram --sentinels 100`")
+    return tokenizer
 
 
 def prepare_batch(instances: list, objective, pad_id: int, seed: int, index: int,
@@ -262,14 +297,14 @@ def accuracy_keys(objective: str) -> tuple[str, ...]:
     """The held-out metrics worth plotting for an objective."""
     return {"bert": ("mlm_accuracy", "nsp_accuracy"), "roberta": ("mlm_accuracy",),
             "albert": ("mlm_accuracy", "sop_accuracy"), "electra": ("mlm_accuracy", "rtd_auc"),
-            "clm": ("lm_accuracy",)}[objective]
+            "clm": ("lm_accuracy",), "t5": ("span_accuracy", "lm_accuracy")}[objective]
 
 
 def run_pretraining(cfg: PretrainConfig) -> str:
     """Run a whole pre-training job; returns "completed" or "interrupted"."""
     family = family_named(cfg.arch)  # the registry's one-line error names the families there are
-    if family.name not in ("bert", "gpt"):  # the objectives (training/objectives.py) train these two
-        raise UserError(f"--arch {family.name}: pretrain trains the bert and gpt families; "
+    if family.name not in FAMILY_OBJECTIVES:  # the objectives (training/objectives.py) train these
+        raise UserError(f"--arch {family.name}: pretrain trains the {', '.join(FAMILY_OBJECTIVES)} families; "
                         f"{family.name} ({family.description}) is trained by its own command")
     cfg.validate()
     dist = Distributed()
@@ -278,7 +313,13 @@ def run_pretraining(cfg: PretrainConfig) -> str:
     if not cfg.resume:
         check_no_earlier_run(out)
     tokenizer = load_or_train_tokenizer(cfg, dist)
-    model_config = build_model_config(cfg, tokenizer.vocab_size)
+    model_config = build_model_config(cfg, tokenizer)
+    if cfg.objective == "t5":
+        spans = max(round(round(cfg.seq_len * cfg.noise_density) / cfg.mean_span_length), 1)
+        if spans + 1 > len(tokenizer.sentinel_token_ids):  # a target may end with one more sentinel
+            raise UserError(f"--seq-len {cfg.seq_len} with --noise-density {cfg.noise_density} and --mean-span-length "
+                            f"{cfg.mean_span_length} drops {spans} spans per text: more than the tokenizer's "
+                            f"{len(tokenizer.sentinel_token_ids)} sentinels allow")
     if dist.is_main:
         write_json_atomic(out / RESOLVED_CONFIG_NAME, {**dataclasses.asdict(cfg), "model_config_resolved": model_config.to_dict()})
 
@@ -298,8 +339,11 @@ def run_pretraining(cfg: PretrainConfig) -> str:
     torch.manual_seed(cfg.seed)
     electra = {"generator_size": cfg.generator_size, "temperature": cfg.generator_temperature,
                "masking": cfg.electra_masking} if cfg.objective == "electra" else {}
+    span_corruption = {"sentinel_ids": tokenizer.sentinel_token_ids, "noise_density": cfg.noise_density,
+                       "mean_span_length": cfg.mean_span_length} if cfg.objective == "t5" else {}
     objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id,
-                                whole_word=cfg.whole_word_masking, max_predictions=cfg.max_predictions, **electra)
+                                whole_word=cfg.whole_word_masking, max_predictions=cfg.max_predictions,
+                                **electra, **span_corruption)
     continuation = torch.from_numpy(continuation_table(tokenizer)) if cfg.whole_word_masking else None
     train_batches = PretrainingBatches(datasets[0], objective, cfg.batch_size, cfg.grad_accum, cfg.seed,
                                        tokenizer.pad_token_id, dist.rank, dist.world_size, continuation)

@@ -7,9 +7,12 @@
 | `albert`  | masked LM + sentence-order prediction            | Lan et al. 2020               |
 | `electra` | a small MLM generator + replaced-token detection | Clark et al. 2020             |
 | `clm`     | left-to-right LM with a causal mask              | Radford et al. 2018 (GPT)     |
+| `t5`      | span corruption: an encoder-decoder writes the   | Raffel et al. 2020 (T5)       |
+|           | spans dropped from its input                     |                               |
 
 `clm` trains BERT's encoder with a causal mask (the BERT paper's LTR baseline) or, with
-`--arch gpt`, GPT's own decoder (models/gpt.py: `GPTLanguageModel` below).
+`--arch gpt`, GPT's own decoder (models/gpt.py: `GPTLanguageModel` below); `t5` trains T5's
+encoder-decoder (models/t5.py, data/span_corruption.py: `SpanCorruption` below).
 
 Each objective prepares its batch (masking is dynamic: fresh for every batch, drawn
 from the generator it is given), computes its loss, and returns counts from which the
@@ -24,7 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..data.padding import pad_rows
 from ..data.pretraining import mask_tokens
+from ..data.span_corruption import corrupt_spans, random_spans_noise_mask
 from ..models.bert import (
     BertConfig,
     BertForMaskedLM,
@@ -37,6 +42,7 @@ from ..models.bert import (
     init_module,
 )
 from ..models.gpt import GPTConfig, GPTLMHeadModel
+from ..models.t5 import T5Config, T5ForConditionalGeneration
 from ..ops import IGNORE_INDEX, Linear
 from .loop import Batch, StepOutput, accuracy_counts
 
@@ -55,6 +61,7 @@ OBJECTIVES: dict[str, ObjectiveSpec] = {
     "albert": ObjectiveSpec("pairs", "sop"),
     "electra": ObjectiveSpec("pairs", None),
     "clm": ObjectiveSpec("contiguous", None),
+    "t5": ObjectiveSpec("contiguous", None),
 }
 
 
@@ -163,6 +170,53 @@ class GPTLanguageModel(nn.Module):
 
     def model_to_save(self) -> GPTLMHeadModel:
         """The GPT language model (transformers' OpenAIGPT or GPT-2 layout)."""
+        return self.model
+
+
+class SpanCorruption(nn.Module):
+    """T5's objective (models/t5.py): drop ~15% of each text in spans (mean length 3), one
+    sentinel per span in the input; the decoder writes each sentinel and its span."""
+
+    def __init__(self, config: T5Config, sentinel_ids: list[int], noise_density: float = 0.15,
+                 mean_span_length: float = 3.0):
+        super().__init__()
+        self.model = T5ForConditionalGeneration(config)
+        self.sentinel_ids = sentinel_ids
+        self.noise_density, self.mean_span_length = noise_density, mean_span_length
+
+    def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
+        """[CLS] text [SEP] rows -> input_ids, attention_mask (B, S): the corrupted texts + eos;
+        labels (B, T): the targets + eos, -100 after. eos is [SEP], as at the end of every
+        training text; the rows' [SEP]s between documents stay in the text."""
+        eos = batch["input_ids"].new_tensor([self.model.config.eos_token_id])
+        inputs, targets = [], []
+        for row, length in zip(batch["input_ids"], batch["attention_mask"].sum(1).tolist()):
+            text = row[1:length - 1]
+            if len(text) < 2:  # the corpus's last few tokens: nothing to drop and keep
+                corrupted, target = text, text[:0]
+            else:
+                noise = random_spans_noise_mask(len(text), self.noise_density, self.mean_span_length, generator)
+                corrupted, target = corrupt_spans(text, noise, self.sentinel_ids)
+            inputs.append(torch.cat([corrupted, eos]).tolist())
+            targets.append(torch.cat([target, eos]).tolist())
+        encoder = pad_rows(inputs, [[]] * len(inputs), self.model.config.pad_token_id)
+        labels = pad_rows(targets, [[]] * len(targets), IGNORE_INDEX)["input_ids"]
+        return {"input_ids": encoder["input_ids"], "attention_mask": encoder["attention_mask"], "labels": labels}
+
+    def forward(self, batch: Batch) -> StepOutput:
+        """Loss = the targets' cross-entropy (teacher forcing); counts give accuracy and perplexity
+        over every target token (`lm`), and accuracy over the dropped tokens alone (`span`): the
+        sentinels and eos around them are easy to predict and would flatter the model."""
+        out = self.model(batch["input_ids"], batch["attention_mask"], labels=batch["labels"])
+        labels = batch["labels"][batch["labels"] != IGNORE_INDEX]
+        structure = torch.tensor(self.sentinel_ids + [self.model.config.eos_token_id], device=labels.device)
+        dropped = ~torch.isin(labels, structure)
+        hits = (out.logits.detach().argmax(-1) == labels) & dropped
+        return StepOutput(out.loss, {**lm_counts(out, batch["labels"], "lm"), "span_correct": hits.sum(),
+                                     "span_total": dropped.sum()})
+
+    def model_to_save(self) -> T5ForConditionalGeneration:
+        """T5ForConditionalGeneration (transformers' layout)."""
         return self.model
 
 
@@ -292,10 +346,16 @@ def electra_diagnostics(logits: torch.Tensor, replaced: torch.Tensor, sampled: t
     return counts
 
 
-def build_objective(name: str, config: BertConfig | GPTConfig, mask_token_id: int, whole_word: bool = False,
-                    max_predictions: int | None = None, **electra_options) -> nn.Module:
+def build_objective(name: str, config: BertConfig | GPTConfig | T5Config, mask_token_id: int, whole_word: bool = False,
+                    max_predictions: int | None = None, sentinel_ids: list[int] | None = None,
+                    noise_density: float = 0.15, mean_span_length: float = 3.0, **electra_options) -> nn.Module:
     """The objective module called `name` (see OBJECTIVES) over a model of `config` (a GPTConfig
-    takes `clm` only); `electra_options` (generator_size, temperature, masking) go to `Electra`."""
+    takes `clm` only, a T5Config `t5` only, with the tokenizer's `sentinel_ids`);
+    `electra_options` (generator_size, temperature, masking) go to `Electra`."""
+    if isinstance(config, T5Config):
+        if name != "t5":
+            raise ValueError(f"T5 is trained by span corruption: objective t5, not {name!r}")
+        return SpanCorruption(config, sentinel_ids or [], noise_density, mean_span_length)
     if isinstance(config, GPTConfig):
         if name != "clm":
             raise ValueError(f"GPT is a left-to-right LM: objective clm, not {name!r}")

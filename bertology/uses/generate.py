@@ -1,9 +1,12 @@
-"""`bertology generate`: continue prompts with a GPT (pretrain --arch gpt, or transformers' GPT-1 /
-GPT-2 directory with bertology's tokenizer files).
+"""`bertology generate`: continue prompts with a GPT, or transform inputs with a T5 (pretrain
+--arch gpt / t5, or transformers' GPT-1, GPT-2 or T5 directory with bertology's tokenizer files).
 
-A prompt is encoded as the model saw its training text, [CLS] then the WordPiece tokens, and
-the continuation ends at [SEP] (the end of a document in training), at a stop string, or after
---max-new-tokens. Prompts go through the model in left-padded batches (inference/generation.py).
+GPT: a prompt is encoded as the model saw its training text, [CLS] then the tokens, and the
+continuation ends at [SEP] (the end of a document in training), at a stop string, or after
+--max-new-tokens; prompts go through the model in left-padded batches (inference/generation.py).
+T5: an input is its tokens then [SEP] (its end of text); the decoder writes the output until
+[SEP], a stop string or --max-new-tokens. The output keeps T5's sentinels (<extra_id_0> ...),
+so a span-corruption model's answer shows which span it fills.
 """
 
 from __future__ import annotations
@@ -19,13 +22,15 @@ import torch
 from .. import __version__
 from ..config import setting
 from ..data.corpus import text_lines
+from ..data.padding import pad_rows
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import atomic_path
-from ..inference.generation import GenerationConfig, generate
+from ..inference.generation import GenerationConfig, generate, is_encoder_decoder
 from ..inference.modeldir import load_model
 from ..models import family_of
 from ..models.gpt import GPTLMHeadModel
+from ..models.t5 import T5ForConditionalGeneration
 from ..text import is_invisible
 
 
@@ -34,7 +39,7 @@ class GenerateConfig:
     """What to continue and how: the settings of `bertology generate` (transformers' names)."""
 
     model: str = setting(required=True, metavar="MODEL", model_dir=True,
-                         help="a GPT model directory (bertology pretrain --arch gpt)")
+                         help="a GPT or T5 model directory (bertology pretrain --arch gpt / t5)")
     prompt: list[str] = setting([], metavar="TEXT", help="the prompts to continue (several after one flag); or "
                                                          "--input")
     input: str | None = setting(None, metavar="FILE", help="a text file with one prompt per line (default: none)")
@@ -54,13 +59,16 @@ class GenerateConfig:
     seed: int = setting(0, help="the random seed of sampling")
 
 
-def load_generator(model_dir: str | Path) -> tuple[GPTLMHeadModel, Tokenizer]:
-    """A GPT and its tokenizer; any other model is a one-line error saying why it cannot generate."""
+Generator = GPTLMHeadModel | T5ForConditionalGeneration
+
+
+def load_generator(model_dir: str | Path) -> tuple[Generator, Tokenizer]:
+    """A GPT or T5 and its tokenizer; any other model is a one-line error saying why it cannot generate."""
     model = load_model(model_dir)
-    if not isinstance(model, GPTLMHeadModel):
+    if not isinstance(model, (GPTLMHeadModel, T5ForConditionalGeneration)):
         family = family_of(model_dir)
         raise UserError(f"{model_dir}: a {family.name} model, which does not generate text; generate needs a GPT "
-                        "(bertology pretrain --arch gpt)")
+                        "or a T5 (bertology pretrain --arch gpt / t5)")
     return model, Tokenizer.from_pretrained(model_dir)
 
 
@@ -77,29 +85,76 @@ def _continuation(tokenizer: Tokenizer, prompt_ids: list[int], new_ids: list[int
     return after[len(before):] if after.startswith(before) else " " + tokenizer.decode(new_ids)
 
 
-def generate_text(model: GPTLMHeadModel, tokenizer: Tokenizer, prompts: list[str], config: GenerationConfig,
-                  stop: list[str] | None = None, batch_size: int = 8, seed: int = 0) -> list[str]:
-    """The continuation of each prompt, as text (the prompt itself left out).
+def _encode_prompts(model: Generator, tokenizer: Tokenizer, prompts: list[str], max_new_tokens: int) -> list[list[int]]:
+    """Each prompt's ids: [CLS] + tokens for a GPT, tokens + [SEP] for a T5. An empty prompt, or
+    one that does not fit the model's context (a GPT: with max_new_tokens more), is a one-line error."""
+    encoder_decoder = is_encoder_decoder(model)
+    context = model.config.n_positions
+    if encoder_decoder and max_new_tokens + 1 > context:
+        raise UserError(f"--max-new-tokens {max_new_tokens} is longer than the model's decoder limit of {context - 1} "
+                        "tokens (n_positions, the start token included)")
+    encoded = []
+    for number, prompt in enumerate(prompts, start=1):
+        tokens = tokenizer.encode(prompt, add_special_tokens=False, truncation=False)
+        if is_invisible(prompt) or not tokens:
+            raise UserError(f"prompt {number} is empty: give some text to {'transform' if encoder_decoder else 'continue'}")
+        ids = tokens + [tokenizer.sep_token_id] if encoder_decoder else [tokenizer.cls_token_id] + tokens
+        if encoder_decoder and len(ids) > context:
+            raise UserError(f"prompt {number} has {len(ids)} tokens: more than the model's input limit of {context} "
+                            "tokens (n_positions)")
+        if not encoder_decoder and len(ids) + max_new_tokens > context:
+            raise UserError(f"prompt {number} has {len(ids)} tokens: with --max-new-tokens {max_new_tokens} it "
+                            f"does not fit the model's context of {context} tokens")
+        encoded.append(ids)
+    return encoded
 
-    Each prompt is [CLS] + its WordPieces; generation ends at [SEP], a `stop` string (left out
-    of the text) or config.max_new_tokens. A prompt that is empty or does not fit the model's
-    context with max_new_tokens more is a one-line error naming it.
+
+def _generated_ids(row: list[int], tokenizer: Tokenizer) -> list[int]:
+    """New token ids up to the end of text ([SEP]), without the padding after a stop string."""
+    if tokenizer.sep_token_id in row:
+        row = row[:row.index(tokenizer.sep_token_id)]
+    while row and row[-1] == tokenizer.pad_token_id:
+        row = row[:-1]
+    return row
+
+
+def _transform(model: T5ForConditionalGeneration, tokenizer: Tokenizer, encoded: list[list[int]],
+               config: GenerationConfig, stop: list[str], batch_size: int, generator: torch.Generator) -> list[str]:
+    """An encoder-decoder's output for each encoded input, as text (sentinels kept)."""
+    def text_of(ids: list[int]) -> str:
+        return tokenizer.decode([i for i in ids if i != tokenizer.pad_token_id], skip_special_tokens=False)
+
+    texts = []
+    for start in range(0, len(encoded), batch_size):
+        batch = encoded[start:start + batch_size]
+        padded = pad_rows(batch, [[]] * len(batch), tokenizer.pad_token_id)
+
+        def stopped(new: torch.Tensor) -> torch.Tensor:
+            return torch.tensor([_cut_at_stop(text_of(row.tolist()), stop)[1] for row in new])
+
+        output = generate(model, padded["input_ids"], padded["attention_mask"], config, generator,
+                          stopping=stopped if stop else None)
+        texts += [_cut_at_stop(text_of(_generated_ids(row, tokenizer)), stop)[0] for row in output[:, 1:].tolist()]
+    return texts
+
+
+def generate_text(model: Generator, tokenizer: Tokenizer, prompts: list[str], config: GenerationConfig,
+                  stop: list[str] | None = None, batch_size: int = 8, seed: int = 0) -> list[str]:
+    """A GPT's continuation of each prompt (the prompt itself left out), or a T5's output for
+    each input, as text.
+
+    GPT: each prompt is [CLS] + its tokens. T5: its tokens + [SEP]. Generation ends at [SEP],
+    a `stop` string (left out of the text) or config.max_new_tokens. A prompt that is empty or
+    does not fit the model's context is a one-line error naming it.
     """
     stop = [s for s in stop or [] if s]
     # A copy: the caller's settings are not changed by this tokenizer's ids.
     config = dataclasses.replace(config, eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id)
     config.validate()
-    context = model.config.n_positions
-    encoded = []
-    for number, prompt in enumerate(prompts, start=1):
-        ids = [tokenizer.cls_token_id] + tokenizer.encode(prompt, add_special_tokens=False, truncation=False)
-        if is_invisible(prompt) or len(ids) == 1:
-            raise UserError(f"prompt {number} is empty: give some text to continue")
-        if len(ids) + config.max_new_tokens > context:
-            raise UserError(f"prompt {number} has {len(ids)} tokens: with --max-new-tokens {config.max_new_tokens} it "
-                            f"does not fit the model's context of {context} tokens")
-        encoded.append(ids)
+    encoded = _encode_prompts(model, tokenizer, prompts, config.max_new_tokens)
     generator = torch.Generator().manual_seed(seed)
+    if is_encoder_decoder(model):
+        return _transform(model, tokenizer, encoded, config, stop, batch_size, generator)
     texts = []
     for start in range(0, len(encoded), batch_size):
         batch = encoded[start:start + batch_size]
@@ -113,43 +168,41 @@ def generate_text(model: GPTLMHeadModel, tokenizer: Tokenizer, prompts: list[str
 
         output = generate(model, input_ids, mask, config, generator, stopping=stopped if stop else None)
         for ids, row in zip(batch, output[:, width:].tolist()):
-            if tokenizer.sep_token_id in row:  # the end of the text, then padding
-                row = row[:row.index(tokenizer.sep_token_id)]
-            while row and row[-1] == tokenizer.pad_token_id:  # padding after a stop string
-                row.pop()
-            texts.append(_cut_at_stop(_continuation(tokenizer, ids, row), stop)[0])
+            texts.append(_cut_at_stop(_continuation(tokenizer, ids, _generated_ids(row, tokenizer)), stop)[0])
     return texts
 
 
 @dataclass
 class TextGenerator:
-    """A loaded GPT directory, ready for prompts: what `bertology serve` answers on /generate."""
+    """A loaded GPT or T5 directory, ready for prompts: what `bertology serve` answers on /generate."""
 
     model_dir: str
-    model: GPTLMHeadModel
+    model: Generator
     tokenizer: Tokenizer
 
     @classmethod
     def load(cls, model_dir: str | Path) -> TextGenerator:
-        """Load a GPT directory (any other family is a one-line error, as in load_generator)."""
+        """Load a GPT or T5 directory (any other family is a one-line error, as in load_generator)."""
         return cls(str(model_dir), *load_generator(model_dir))
 
     def generate(self, prompts: list[str], config: GenerationConfig, stop: list[str] | None = None,
                  batch_size: int = 8, seed: int = 0) -> list[str]:
-        """The continuation of each prompt (see generate_text)."""
+        """The continuation (GPT) or output (T5) of each prompt (see generate_text)."""
         return generate_text(self.model, self.tokenizer, prompts, config, stop, batch_size, seed)
 
     def describe(self) -> dict:
         """What /info reports about the model."""
         config = self.model.config
         return {"model_dir": self.model_dir, "task": None, "kind": "generation", "model_type": config.model_type,
+                "encoder_decoder": is_encoder_decoder(self.model),
                 "parameters": sum(p.numel() for p in self.model.parameters()), "context": config.n_positions,
                 "precision": "fp32", "version": __version__}
 
 
 def run_generate(cfg: GenerateConfig) -> list[dict]:
-    """Continue every prompt of --prompt and --input; print each prompt with its continuation
-    and, with --out, write them as JSON lines. Returns the records."""
+    """Continue (GPT) or transform (T5) every prompt of --prompt and --input; print each prompt
+    with its continuation, or each output, and with --out write them as JSON lines ({prompt,
+    continuation} or {prompt, output}). Returns the records."""
     prompts = list(cfg.prompt)
     if cfg.input:
         if not Path(cfg.input).is_file():
@@ -160,10 +213,15 @@ def run_generate(cfg: GenerateConfig) -> list[dict]:
     model, tokenizer = load_generator(cfg.model)
     config = GenerationConfig(max_new_tokens=cfg.max_new_tokens, do_sample=cfg.do_sample, temperature=cfg.temperature,
                               top_k=cfg.top_k, top_p=cfg.top_p, num_beams=cfg.num_beams)
-    continuations = generate_text(model, tokenizer, prompts, config, cfg.stop, cfg.batch_size, cfg.seed)
-    records = [{"prompt": p, "continuation": c} for p, c in zip(prompts, continuations)]
-    for record in records:
-        print(record["prompt"] + record["continuation"])
+    generated = generate_text(model, tokenizer, prompts, config, cfg.stop, cfg.batch_size, cfg.seed)
+    if is_encoder_decoder(model):
+        records = [{"prompt": p, "output": o} for p, o in zip(prompts, generated)]
+        lines = [record["output"] for record in records]
+    else:
+        records = [{"prompt": p, "continuation": c} for p, c in zip(prompts, generated)]
+        lines = [record["prompt"] + record["continuation"] for record in records]
+    for line in lines:
+        print(line)
     if cfg.out:
         with atomic_path(Path(cfg.out)) as tmp:
             tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")

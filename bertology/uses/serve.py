@@ -1,8 +1,8 @@
 """`bertology serve`: a model directory as an HTTP JSON API (FastAPI on uvicorn).
 
 Routes: POST /predict (what the fine-tuned task predicts, see predictor.py), POST /embed
-(sentence vectors, any encoder), POST /generate (continuations of prompts, a GPT directory:
-see generate.py), GET /health, GET /info, and FastAPI's own /openapi.json and /docs.
+(sentence vectors, any encoder), POST /generate (a GPT's continuations of prompts or a T5's
+outputs: see generate.py), GET /health, GET /info, and FastAPI's own /openapi.json and /docs.
 Concurrent requests share forward passes through a micro-batcher (batching.py), so throughput
 grows with load while a lone request waits at most `max_wait_ms`; generation requests run one
 after another on the same model thread, each with its own settings.
@@ -11,7 +11,8 @@ Every mistake in a request is a 4xx answer with a one-line JSON {"detail": "..."
 field ("texts[3]: empty text"), and the server keeps going: malformed JSON 400, a bare encoder
 asked to predict 400, wrong types, missing fields and limits 422, a body over
 `max_body_bytes` 413 (checked before anything is parsed), a body not labelled as JSON 415,
-a full queue 503; a route the model cannot answer (/generate on an encoder, /predict on a GPT) 400. SIGINT or SIGTERM stops accepting connections, lets the requests in
+a full queue 503; a route the model cannot answer (/generate on an encoder, /predict on a GPT)
+400. SIGINT or SIGTERM stops accepting connections, lets the requests in
 flight finish, and exits with status 0."""
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ..text import is_invisible
 from .batching import MicroBatcher, Overloaded
 from .generate import TextGenerator
 
+GENERATING_FAMILIES = ("gpt", "t5")
 GRACEFUL_SHUTDOWN_S = 30  # requests still running after this long are cancelled
 
 
@@ -278,10 +280,10 @@ def generation_settings(request: GenerateRequest, config: ServeConfig) -> Genera
 
 
 def load_served(model_dir: str, precision: str) -> Predictor | TextGenerator:
-    """What a model directory serves: a GPT generates; any other model predicts and embeds."""
-    if family_of(model_dir).name == "gpt":
+    """What a model directory serves: a GPT or T5 generates; any other model predicts and embeds."""
+    if family_of(model_dir).name in GENERATING_FAMILIES:
         if precision == "bf16":
-            raise UserError("--precision bf16: a GPT is served in fp32 (generation picks tokens by exact "
+            raise UserError("--precision bf16: a GPT or T5 is served in fp32 (generation picks tokens by exact "
                             "comparisons of logits, which bf16 would make machine-dependent)")
         return TextGenerator.load(model_dir)
     return Predictor.load(model_dir, precision)
@@ -337,7 +339,8 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
     async def predict(request: PredictRequest) -> dict:
         """One prediction per text: a label with every label's probability, a score, tags or an answer span."""
         if generator is not None:
-            raise UserError(f"{generator.model_dir} is a GPT: it serves /generate only")
+            raise UserError(f"{generator.model_dir} generates text ({generator.model.config.model_type}): it "
+                            "serves /generate only")
         if predictor.spec is None:
             raise UserError(f"{predictor.model_dir} is a bare encoder with no task head: it serves /embed only")
         check_texts(request.texts, "texts", config)
@@ -349,7 +352,8 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
     async def embed(request: EmbedRequest) -> dict:
         """One vector per text: the last layer's token vectors pooled (mean by default) and normalised."""
         if generator is not None:
-            raise UserError(f"{generator.model_dir} is a GPT: it serves /generate only")
+            raise UserError(f"{generator.model_dir} generates text ({generator.model.config.model_type}): it "
+                            "serves /generate only")
         check_texts(request.texts, "texts", config)
         return {"embeddings": await app.state.embed.submit(request.texts, key=(request.pooling, request.normalize))}
 
@@ -358,7 +362,7 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
         """One continuation per prompt: greedy, sampled (seeded) or beam search, as `bertology generate`."""
         if generator is None:
             raise UserError(f"{predictor.model_dir} ({predictor.kind}) does not generate text: /generate needs a GPT "
-                            "(bertology pretrain --arch gpt)")
+                            "or a T5 (bertology pretrain --arch gpt / t5)")
         check_texts(request.prompts, "prompts", config)
         settings = generation_settings(request, config)
         if app.state.generating + len(request.prompts) > config.max_queue:

@@ -24,7 +24,7 @@ from bertology import (
 )
 from bertology.cli import main
 from bertology.config import read_settings
-from bertology.data.tokenizer import train_tokenizer
+from bertology.data.tokenizer import Tokenizer, train_tokenizer
 from bertology.recipes.pretrain import (
     PretrainConfig,
     PretrainingBatches,
@@ -409,3 +409,62 @@ def test_gpt_refuses_what_only_bert_has(tmp_path, flags, message):
     cfg = PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), max_steps=1)
     cfg.validate()
     assert cfg.objective == "bert"  # the default objective follows the architecture
+
+
+@pytest.mark.parametrize("arch, flags, message", [
+    ("t5", dict(objective="bert"), "--arch t5 is trained by span corruption: its objective is t5, not bert"),
+    ("t5", dict(share_layers=True), "--share-layers is a switch of the bert family, not of --arch t5"),
+    ("t5", dict(pre_layer_norm=True), "--pre-layer-norm is a switch of the bert family, not of --arch t5"),
+    ("t5", dict(noise_density=1.5), "--noise-density must be between 0 and 1, got 1.5"),
+    ("bert", dict(objective="t5"), "--objective t5 (span corruption) trains an encoder-decoder: use --arch t5"),
+    ("gpt", dict(noise_density=0.3), "--noise-density is a switch of span corruption (--arch t5), not of --arch gpt"),
+    ("bert", dict(gated_gelu=True), "--gated-gelu is a switch of span corruption (--arch t5), not of --arch bert")])
+def test_t5_flags_belong_to_t5(tmp_path, arch, flags, message):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("One sentence.\n")
+    with pytest.raises(UserError, match=re.escape(message)):
+        PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), arch=arch, max_steps=1, **flags).validate()
+    cfg = PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), arch="t5", max_steps=1)
+    cfg.validate()
+    assert cfg.objective == "t5"
+
+
+def test_t5_needs_a_tokenizer_with_enough_sentinels(corpus, tmp_path, capsys):
+    status = main(["pretrain", "--arch", "t5", "--corpus", str(corpus / "wiki.txt"), "--tokenizer",
+                   str(corpus / "tokenizer"), "--out", str(tmp_path / "a"), "--max-steps", "1"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and "has no sentinel tokens <extra_id_N>" in err and "--model unigram --sentinels 100" in err
+    train_tokenizer([corpus / "wiki.txt"], vocab_size=500, model="unigram", sentinels=3, out_dir=tmp_path / "few")
+    status = main(["pretrain", "--arch", "t5", "--corpus", str(corpus / "wiki.txt"), "--tokenizer",
+                   str(tmp_path / "few"), "--out", str(tmp_path / "b"), "--max-steps", "1", "--seq-len", "128"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and "drops 6 spans per text: more than the tokenizer's 3 sentinels allow" in err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_t5_learns_span_corruption_and_its_directory_is_transformers_own(corpus, tmp_path):
+    """400 tiny steps: the loss falls and the held-out perplexity with it; the dropped tokens
+    themselves take longer (bench/objectives.py measures them against the unigram guess)."""
+    cfg = settings(corpus, tmp_path, arch="t5", tokenizer=None, vocab_size=2000, max_steps=400, batch_size=32,
+                   eval_every=200, gated_gelu=True)
+    assert run_pretraining(cfg) == "completed" and cfg.objective == "t5"
+    train = rows(tmp_path)
+    assert sum(r["loss"] for r in train[-5:]) / 5 < 0.8 * train[0]["loss"]
+    evals = rows(tmp_path, "eval")
+    assert [r["step"] for r in evals] == [200, 400]
+    assert evals[-1]["perplexity"] < evals[0]["perplexity"] and 0 < evals[-1]["span_accuracy"] < evals[-1]["lm_accuracy"]
+    tokenizer = Tokenizer.from_pretrained(tmp_path)
+    assert tokenizer.model == "unigram" and len(tokenizer.sentinel_token_ids) == 100
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "t5" and config["feed_forward_proj"] == "gated-gelu"
+    assert config["eos_token_id"] == tokenizer.sep_token_id and config["decoder_start_token_id"] == tokenizer.pad_token_id
+    reference, info = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    from bertology.inference.modeldir import load_model
+
+    ids = torch.tensor([tokenizer.encode("the <extra_id_0> of the game", add_special_tokens=False) + [3]])
+    decoder = torch.tensor([[0, tokenizer.sentinel_token_ids[0], 100, 200]])
+    with torch.no_grad():
+        torch.testing.assert_close(load_model(tmp_path)(ids, decoder_input_ids=decoder).logits,
+                                   reference.eval()(input_ids=ids, decoder_input_ids=decoder).logits, rtol=0, atol=1e-5)

@@ -1,12 +1,12 @@
-"""`bertology generate`: prompts in, prompt + continuation out, as the Python API computes them;
-stop strings, batches, and every bad input a one-line error."""
+"""`bertology generate`: prompts in, prompt + continuation out (a GPT) or the output (a T5), as
+the Python API computes them; stop strings, batches, and every bad input a one-line error."""
 
 import json
 
 import pytest
 import torch
 
-from helpers import save_tiny_gpt
+from helpers import save_tiny_gpt, save_tiny_t5
 
 from bertology.cli import main
 from bertology.inference.generation import GenerationConfig, generate
@@ -17,6 +17,11 @@ from bertology.uses.generate import generate_text, load_generator
 @pytest.fixture(scope="module")
 def gpt_dir(tmp_path_factory):
     return save_tiny_gpt(tmp_path_factory.mktemp("gpt"))
+
+
+@pytest.fixture(scope="module")
+def t5_dir(tmp_path_factory):
+    return save_tiny_t5(tmp_path_factory.mktemp("t5"))
 
 
 def run(capsys, *args):
@@ -85,7 +90,7 @@ def test_bad_input_is_one_line(gpt_dir, capsys, args, message):
 def test_an_encoder_is_refused_with_the_reason(gpt_dir, tmp_path, capsys):
     BertModel(BertConfig.from_preset("tiny", vocab_size=160)).save_pretrained(tmp_path / "bert")
     status, _, err = run(capsys, "--model", str(tmp_path / "bert"), "--prompt", "the cat")
-    assert status == 2 and "a bert model, which does not generate text; generate needs a GPT" in err
+    assert status == 2 and "a bert model, which does not generate text; generate needs a GPT or a T5" in err
 
 
 def test_prompts_from_a_file(gpt_dir, tmp_path, capsys):
@@ -94,3 +99,44 @@ def test_prompts_from_a_file(gpt_dir, tmp_path, capsys):
                          "--max-new-tokens", "3")
     lines = out.splitlines()
     assert status == 0 and len(lines) == 2 and lines[0].startswith("the cat") and lines[1].startswith("a dog")
+
+
+def test_t5_prints_its_output_as_the_decoder_writes_it(t5_dir, capsys, tmp_path):
+    prompts = ["a <extra_id_0> ran in the <extra_id_1>", "import os and sys to read the path"]
+    status, out, _ = run(capsys, "--model", str(t5_dir), "--prompt", *prompts, "--max-new-tokens", "8",
+                         "--out", str(tmp_path / "out.jsonl"))
+    assert status == 0
+    model, tokenizer = load_generator(t5_dir)
+    outputs = generate_text(model, tokenizer, prompts, GenerationConfig(max_new_tokens=8))
+    assert out.splitlines() == outputs and all(o.strip() for o in outputs)
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert records == [{"prompt": p, "output": o} for p, o in zip(prompts, outputs)]
+    # the output is the decoder's greedy tokens after its start token, for the input's tokens + [SEP]
+    ids = torch.tensor([tokenizer.encode(prompts[0], add_special_tokens=False) + [tokenizer.sep_token_id]])
+    assert tokenizer.sentinel_token_ids[0] in ids[0].tolist()  # the sentinel is one token, not its letters
+    new = generate(model, ids, config=GenerationConfig(max_new_tokens=8, eos_token_id=tokenizer.sep_token_id))
+    assert new[0, 0] == model.config.decoder_start_token_id
+    new = new[0, 1:].tolist()
+    if tokenizer.sep_token_id in new:
+        new = new[:new.index(tokenizer.sep_token_id)]
+    assert outputs[0] == tokenizer.decode(new, skip_special_tokens=False)
+
+
+def test_t5_batches_give_what_each_input_gives_alone(t5_dir):
+    model, tokenizer = load_generator(t5_dir)
+    prompts = ["the cat", "a dog ran in the park after a ball and", "the", "the module reads a file"]
+    for config in (GenerationConfig(max_new_tokens=6), GenerationConfig(max_new_tokens=6, num_beams=3)):
+        together = generate_text(model, tokenizer, prompts, config, batch_size=4)
+        alone = [generate_text(model, tokenizer, [p], config, batch_size=1)[0] for p in prompts]
+        assert together == alone
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt", "  "], "prompt 1 is empty: give some text to transform"),
+    (["--prompt", " ".join(["cat"] * 70)], "more than the model's input limit of 64 tokens"),
+    (["--prompt", "the cat", "--max-new-tokens", "64"], "longer than the model's decoder limit of 63 tokens"),
+    (["--prompt", "the cat", "--top-p", "1.5"], "top_p (--top-p) must be in (0, 1], got 1.5")])
+def test_t5_bad_input_is_one_line(t5_dir, capsys, args, message):
+    status, out, err = run(capsys, "--model", str(t5_dir), *args)
+    assert status == 2 and not out
+    assert len(err.strip().splitlines()) == 1 and message in err, err

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from helpers import free_port, save_task_model, save_tiny_gpt
+from helpers import free_port, save_task_model, save_tiny_gpt, save_tiny_t5
 
 from bertology.cli import main
 from bertology.inference.embedding import embed_texts
@@ -380,8 +380,23 @@ def test_each_model_answers_only_the_routes_it_can(gpt, sst2):
     client, _ = gpt
     for route in ("/predict", "/embed"):
         response = client.post(route, json={"texts": ["good"]})
-        assert response.status_code == 400 and "is a GPT: it serves /generate only" in response.json()["detail"]
+        assert response.status_code == 400 and "generates text (openai-gpt): it serves /generate only" in response.json()["detail"]
     response = sst2.post("/generate", json={"prompts": ["good"]})
     assert response.status_code == 400 and "(classification) does not generate text" in response.json()["detail"]
-    with pytest.raises(UserError, match="a GPT is served in fp32"):
+    with pytest.raises(UserError, match="a GPT or T5 is served in fp32"):
         load_served(str(client.get("/info").json()["model_dir"]), "bf16")
+
+
+def test_generate_serves_a_t5s_outputs(tmp_path):
+    model_dir = save_tiny_t5(tmp_path)
+    prompts = ["a <extra_id_0> ran in the <extra_id_1>", "the module reads a file"]
+    with client_for(model_dir, load_served(str(model_dir), "fp32")) as client:
+        response = client.post("/generate", json={"prompts": prompts, "max_new_tokens": 8, "num_beams": 2})
+        assert response.status_code == 200, response.text
+        model, tokenizer = load_generator(model_dir)
+        expected = generate_text(model, tokenizer, prompts, GenerationConfig(max_new_tokens=8, num_beams=2))
+        assert response.json() == {"continuations": expected}
+        info = client.get("/info").json()
+        assert info["model_type"] == "t5" and info["encoder_decoder"] is True
+        response = client.post("/generate", json={"prompts": ["x"], "max_new_tokens": 64})
+        assert response.status_code == 422 and "decoder limit of 63 tokens" in response.json()["detail"]
