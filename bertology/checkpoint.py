@@ -43,6 +43,7 @@ _KEY_TABLE: list[tuple[str, tuple[str, ...]]] = [
     ("layers.{i}.ffn_out", ("encoder.layer.{i}.output.dense",)),
     ("layers.{i}.ffn_norm", ("encoder.layer.{i}.output.LayerNorm",)),
     ("final_norm", ("encoder.final_layer_norm",)),  # pre-LN stacks only
+    ("relative_attention_bias", ("encoder.relative_attention_bias",)),  # position_embedding_type "relative" only
     ("pooler", ("pooler.dense",)),
     # Heads (top level, never under "bert.").
     ("mlm.dense", ("cls.predictions.transform.dense",)),

@@ -16,11 +16,14 @@ whose per-element Bernoulli sampling costs more than the layers around it.
 `cross_entropy_with_accuracy` scores a language model's (N, V) logits in cache-sized
 chunks. `resolve_precision` and `autocast` choose and apply fp32 or bf16 for training and
 inference alike; `IGNORE_INDEX` marks label positions that carry no loss.
+`relative_position_bucket` is T5's bucketing of query-key distances, which T5 and BERT's
+relative positions share.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 import torch.nn.functional as F
@@ -196,3 +199,26 @@ def autocast(precision: str, device: torch.device):
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def relative_position_bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets: int,
+                             max_distance: int) -> torch.Tensor:
+    """The bucket of each relative distance (key position - query position), any shape: T5's
+    relative positions (models/t5.py), also BERT's `position_embedding_type="relative"`.
+
+    Bidirectional: half the buckets for keys after the query. Of each half, the first half
+    are exact distances 0, 1, ...; the rest cover up to `max_distance` logarithmically, and
+    anything further falls in the last bucket. Causal: keys after the query all map to 0."""
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (relative_position > 0).long() * num_buckets
+        distance = relative_position.abs()
+    else:
+        distance = (-relative_position).clamp(min=0)
+    max_exact = num_buckets // 2
+    # The float division before the log and the truncation toward zero are the reference's (Mesh TensorFlow).
+    logarithmic = max_exact + (torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact)
+                               * (num_buckets - max_exact)).long()
+    logarithmic = logarithmic.clamp(max=num_buckets - 1)
+    return buckets + torch.where(distance < max_exact, distance, logarithmic)

@@ -40,6 +40,7 @@ from ..ops import (
     cross_entropy_with_accuracy,
     dropout,
     linear,
+    relative_position_bucket,
 )
 from . import ConfigFile
 
@@ -56,6 +57,7 @@ PRESETS: dict[str, tuple[int, int]] = {
 
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+POSITION_TYPES = ("absolute", "relative")
 
 # Upper bounds for the size fields of a config.json: well above every published BERT-family
 # model (BERT-large: 30,522 x 1,024, 24 layers, 512 positions; multilingual vocabularies
@@ -98,6 +100,12 @@ class BertConfig(ConfigFile):
     share_layers: bool = False  # ALBERT: one set of layer weights applied num_hidden_layers times
     pre_layer_norm: bool = False  # LayerNorm before each sub-layer (GPT-2 style) instead of after
     causal: bool = False  # left-to-right attention: GPT's objective, the BERT paper's LTR baseline
+    # "absolute": learned position embeddings (BERT); "relative": none, and instead every attention
+    # adds a learned scalar per head and bucket of distance (T5's, models/t5.py), one table shared by
+    # all layers, so that relative vs absolute positions can be compared on one architecture.
+    position_embedding_type: str = "absolute"
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
 
     # Task head.
     num_labels: int = 2
@@ -129,6 +137,7 @@ class BertConfig(ConfigFile):
             and not self.pre_layer_norm
             and self.type_vocab_size > 0
             and not self.causal
+            and self.position_embedding_type == "absolute"
         )
 
     def validate(self) -> None:
@@ -160,6 +169,12 @@ class BertConfig(ConfigFile):
             value = getattr(self, name)
             if type(value) not in (int, float) or not 0.0 < value < 1.0:
                 raise UserError(f"config field {name!r} must be a number in (0, 1), got {value!r}")
+        if self.position_embedding_type not in POSITION_TYPES:
+            raise UserError(f"config field 'position_embedding_type' must be one of {', '.join(POSITION_TYPES)}, got "
+                            f"{self.position_embedding_type!r} (transformers' relative_key variants are not supported)")
+        for name in ("relative_attention_num_buckets", "relative_attention_max_distance"):
+            if type(getattr(self, name)) is not int or not 4 <= getattr(self, name) <= 4096:
+                raise UserError(f"config field {name!r} must be an integer in [4, 4096], got {getattr(self, name)!r}")
         for name in ("share_layers", "pre_layer_norm", "causal"):
             if type(getattr(self, name)) is not bool:
                 raise UserError(f"config field {name!r} must be true or false, got {getattr(self, name)!r}")
@@ -207,9 +222,6 @@ class BertConfig(ConfigFile):
         model_type = data.pop("model_type", "bert")
         if model_type not in ("bert", "bertology"):
             raise UserError(f"{source}: model_type {model_type!r} is not a BERT encoder")
-        if data.get("position_embedding_type", "absolute") != "absolute":
-            raise UserError(f"{source}: position_embedding_type {data['position_embedding_type']!r} is not supported "
-                            "(bertology's BERT uses absolute positions)")
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: v for k, v in data.items() if k in names}
         extra = {k: v for k, v in data.items() if k not in names and k != "label2id"}
@@ -277,7 +289,8 @@ class Embeddings(nn.Module):
         super().__init__()
         width = config.embedding_width
         self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
+        relative = config.position_embedding_type == "relative"  # positions enter as attention biases instead
+        self.position_embeddings = None if relative else nn.Embedding(config.max_position_embeddings, width)
         self.token_type_embeddings = (
             nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size > 0 else None
         )
@@ -288,8 +301,9 @@ class Embeddings(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
         """(B, T) ids -> (B, T, H) input vectors for the first layer."""
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
+        x = self.word_embeddings(input_ids)
+        if self.position_embeddings is not None:
+            x = x + self.position_embeddings(torch.arange(input_ids.shape[1], device=input_ids.device))
         if self.token_type_embeddings is not None:
             if token_type_ids is None:
                 x = x + self.token_type_embeddings.weight[0]  # all segment A
@@ -314,8 +328,9 @@ class SelfAttention(nn.Module):
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, T, H), mask (B, 1, 1|T, T) bool, True = may attend. Returns (B, T, H) and the
-        attention probabilities (B, heads, T, T) when `need_weights`."""
+        """x (B, T, H), mask (B, 1, 1|T, T) bool, True = may attend, or float (B|1, heads|1, T, T)
+        added to the scores (relative positions). Returns (B, T, H) and the attention
+        probabilities (B, heads, T, T) when `need_weights`."""
         B, T, H = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
         dropout_p = self.dropout_p if self.training else 0.0
@@ -323,8 +338,10 @@ class SelfAttention(nn.Module):
         # same explicit form anyway, there with slower masks than ops.dropout.
         if need_weights or (dropout_p > 0 and x.device.type == "cpu"):
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_size)  # (B, nh, T, T)
-            if mask is not None:
+            if mask is not None and mask.dtype == torch.bool:
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            elif mask is not None:
+                scores = scores + mask
             weights = scores.softmax(dim=-1)
             y = dropout(weights, dropout_p, self.training) @ v
         else:  # fused kernel (flash / memory-efficient attention where the device has one)
@@ -462,6 +479,8 @@ class BertModel(BertPreTrainedModel):
         # Pre-LN blocks leave the residual stream unnormalised, so the stack ends with one LayerNorm.
         self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_layer_norm else None
         self.pooler = Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
+        if config.position_embedding_type == "relative":
+            self.relative_attention_bias = nn.Embedding(config.relative_attention_num_buckets, config.num_attention_heads)
         self.init_weights()
 
     def attention_mask(self, attention_mask: torch.Tensor | None, seq_len: int, device) -> torch.Tensor | None:
@@ -475,6 +494,16 @@ class BertModel(BertPreTrainedModel):
             causal = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()  # (T, T)
             mask = causal[None, None] if mask is None else mask & causal
         return mask
+
+    def position_bias(self, seq_len: int, mask: torch.Tensor | None, dtype: torch.dtype, device) -> torch.Tensor:
+        """Relative positions: the bias (1|B, heads, T, T) of each query-key distance's bucket
+        (T5's buckets: models/t5.py), with the `mask`'s hidden keys at the dtype's minimum."""
+        positions = torch.arange(seq_len, device=device)
+        buckets = relative_position_bucket(positions[None, :] - positions[:, None], not self.config.causal,
+                                           self.config.relative_attention_num_buckets,
+                                           self.config.relative_attention_max_distance)
+        bias = self.relative_attention_bias(buckets).permute(2, 0, 1)[None].to(dtype)  # (1, heads, T, T)
+        return bias if mask is None else bias.masked_fill(~mask, torch.finfo(dtype).min)
 
     def forward(
         self,
@@ -502,6 +531,8 @@ class BertModel(BertPreTrainedModel):
             )
         mask = self.attention_mask(attention_mask, seq_len, input_ids.device)
         x = self.embeddings(input_ids, token_type_ids)
+        if self.config.position_embedding_type == "relative":
+            mask = self.position_bias(seq_len, mask, x.dtype, x.device)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for i in range(self.config.num_hidden_layers):

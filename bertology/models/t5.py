@@ -35,7 +35,6 @@ token's work per new token.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +48,7 @@ from torch import nn
 from .. import checkpoint
 from ..errors import UserError
 from ..files import atomic_path
-from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy
+from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy, relative_position_bucket
 from . import ConfigFile
 from .bert import PRESETS, ModelOutput, activation
 
@@ -166,28 +165,6 @@ class T5LayerNorm(nn.Module):
         """(..., D) -> (..., D); the mean square in fp32 whatever the input's precision."""
         variance = x.float().pow(2).mean(-1, keepdim=True)
         return self.weight * (x.float() * torch.rsqrt(variance + self.variance_epsilon)).to(x.dtype)
-
-
-def relative_position_bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets: int,
-                             max_distance: int) -> torch.Tensor:
-    """The bucket of each relative distance (key position - query position), any shape.
-
-    Bidirectional: half the buckets for keys after the query. Of each half, the first half
-    are exact distances 0, 1, ...; the rest cover up to `max_distance` logarithmically, and
-    anything further falls in the last bucket. Causal: keys after the query all map to 0."""
-    buckets = torch.zeros_like(relative_position)
-    if bidirectional:
-        num_buckets //= 2
-        buckets += (relative_position > 0).long() * num_buckets
-        distance = relative_position.abs()
-    else:
-        distance = (-relative_position).clamp(min=0)
-    max_exact = num_buckets // 2
-    # The float division before the log and the truncation toward zero are the reference's (Mesh TensorFlow).
-    logarithmic = max_exact + (torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact)
-                               * (num_buckets - max_exact)).long()
-    logarithmic = logarithmic.clamp(max=num_buckets - 1)
-    return buckets + torch.where(distance < max_exact, distance, logarithmic)
 
 
 class T5Attention(nn.Module):

@@ -24,7 +24,7 @@ from ..data.tokenizer import Tokenizer, train_tokenizer
 from ..errors import UserError
 from ..files import cache_root, write_json_atomic
 from ..models import ARCHITECTURES, family_named
-from ..models.bert import PRESETS, BertConfig
+from ..models.bert import POSITION_TYPES, PRESETS, BertConfig
 from ..models.gpt import GPTConfig
 from ..models.t5 import T5Config
 from ..plots import plot_training_curves
@@ -76,6 +76,9 @@ class PretrainConfig(TrainConfig):
                                                                    "projected to the hidden size (default: off)")
     share_layers: bool = setting(False, help="ALBERT's cross-layer parameter sharing")
     segment_embeddings: bool = setting(True, help="segment (token type) embeddings")
+    position: str = setting("absolute", choices=POSITION_TYPES,
+                            help="absolute: learned position embeddings (BERT); relative: T5's bucketed relative "
+                                 "position bias in every attention instead")
     objective: str | None = setting(None, choices=OBJECTIVES, help=f"{OBJECTIVE_HELP} (default: bert; --arch gpt "
                                                                     "takes clm only, --arch t5 t5 only)")
     seq_len: int = setting(128, minimum=8, help="sequence length in tokens")
@@ -120,7 +123,8 @@ class PretrainConfig(TrainConfig):
         if self.arch != "bert":
             for flag, value in (("--share-layers", self.share_layers), ("--embedding-size", self.embedding_size),
                                 ("--whole-word-masking", self.whole_word_masking),
-                                ("--pre-layer-norm", self.pre_layer_norm and self.arch == "t5")):
+                                ("--pre-layer-norm", self.pre_layer_norm and self.arch == "t5"),
+                                ("--position relative", self.position == "relative")):
                 if value:
                     raise UserError(f"{flag} is a switch of the bert family, not of --arch {self.arch}")
         if self.arch != "t5":
@@ -140,7 +144,8 @@ class PretrainConfig(TrainConfig):
         """The BertConfig fields to set over the preset or --model-config: the `model` table, then
         the switches given (so a flag wins over the config file's table)."""
         switches = {"pre_layer_norm": self.pre_layer_norm or None, "share_layers": self.share_layers or None,
-                    "embedding_size": self.embedding_size, "type_vocab_size": None if self.segment_embeddings else 0}
+                    "embedding_size": self.embedding_size, "type_vocab_size": None if self.segment_embeddings else 0,
+                    "position_embedding_type": "relative" if self.position == "relative" else None}
         return {**self.model, **{k: v for k, v in switches.items() if v is not None}}
 
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
+from safetensors.torch import load_file
 
 from bertology import (
     BertConfig,
@@ -13,8 +14,9 @@ from bertology import (
     BertForSequenceClassification,
     BertForTokenClassification,
     BertModel,
+    UserError,
 )
-from bertology.ops import IGNORE_INDEX
+from bertology.ops import IGNORE_INDEX, relative_position_bucket
 
 TOL = 1e-5
 
@@ -277,3 +279,66 @@ def test_training_step_reduces_loss():
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0] * 0.5
+
+
+# --- Relative positions (position_embedding_type "relative": T5's bucketed bias) ----------
+
+
+def relative_config(**overrides) -> BertConfig:
+    settings = dict(vocab_size=100, position_embedding_type="relative", relative_attention_num_buckets=8,
+                    relative_attention_max_distance=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return BertConfig.from_preset("tiny", **{**settings, **overrides})
+
+
+def test_relative_positions_make_left_padding_change_nothing():
+    """With no absolute positions a token sees only distances: a left-padded copy of a sequence
+    encodes to the same vectors; with BERT's absolute embeddings it does not."""
+    ids = torch.randint(5, 100, (1, 12), generator=torch.Generator().manual_seed(0))
+    padded = torch.cat([torch.zeros(1, 4, dtype=torch.long), ids], dim=1)
+    mask = torch.cat([torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 12, dtype=torch.long)], dim=1)
+    for relative in (True, False):
+        torch.manual_seed(0)
+        config = relative_config() if relative else BertConfig.from_preset("tiny", vocab_size=100,
+                                                                            hidden_dropout_prob=0.0)
+        model = BertModel(config, add_pooling_layer=False).eval()
+        with torch.no_grad():
+            alone = model(ids).last_hidden_state[0]
+            shifted = model(padded, mask).last_hidden_state[0, 4:]
+        assert torch.allclose(alone, shifted, atol=1e-5) == relative
+
+
+def test_relative_bias_is_t5s_buckets_and_reaches_every_layer():
+    torch.manual_seed(0)
+    model = BertModel(relative_config(), add_pooling_layer=False).eval()
+    assert model.embeddings.position_embeddings is None
+    bias = model.position_bias(20, None, torch.float32, "cpu")
+    distances = torch.arange(20)[None, :] - torch.arange(20)[:, None]
+    buckets = relative_position_bucket(distances, True, 8, 16)
+    assert torch.equal(bias[0], model.relative_attention_bias.weight[buckets].permute(2, 0, 1))
+    # distances -19..19 reach every bucket but 4 (a key after the query at distance 0 cannot be)
+    assert buckets.unique().tolist() == [0, 1, 2, 3, 5, 6, 7]
+    # the table is trained: a loss on the output reaches it
+    model.train()
+    model(torch.randint(5, 100, (2, 20))).last_hidden_state.sum().backward()
+    assert model.relative_attention_bias.weight.grad.abs().sum() > 0
+    causal = BertModel(relative_config(causal=True), add_pooling_layer=False).eval()
+    causal_bias = causal.position_bias(6, causal.attention_mask(None, 6, "cpu"), torch.float32, "cpu")
+    assert (causal_bias[0, :, 0, 1:] == torch.finfo(torch.float32).min).all()  # the causal mask kept
+
+
+def test_relative_model_saves_loads_and_explains_its_mistakes(tmp_path):
+    torch.manual_seed(0)
+    model = BertForMaskedLM(relative_config())
+    model.save_pretrained(tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    assert "bert.encoder.relative_attention_bias.weight" in state
+    assert not any("position_embeddings" in key for key in state)
+    again = BertForMaskedLM.from_pretrained(tmp_path)
+    assert again.config.position_embedding_type == "relative" and not again.config.is_vanilla_bert
+    ids = torch.randint(5, 100, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, model.eval()(ids).logits)
+    with pytest.raises(UserError, match="transformers' relative_key variants are not supported"):
+        BertConfig.from_dict({"position_embedding_type": "relative_key"})
+    with pytest.raises(UserError, match="'relative_attention_num_buckets' must be an integer in"):
+        relative_config(relative_attention_num_buckets=2)

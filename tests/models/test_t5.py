@@ -12,7 +12,8 @@ from bertology.errors import UserError
 from bertology.inference.generation import GenerationConfig, generate
 from bertology.inference.modeldir import load_model
 from bertology.models import family_of
-from bertology.models.t5 import T5Config, T5ForConditionalGeneration, relative_position_bucket, shift_right
+from bertology.models.t5 import T5Config, T5ForConditionalGeneration, shift_right
+from bertology.ops import relative_position_bucket
 
 # Odd sizes (d_ff 37, heads x d_kv != d_model) and few buckets, so that distances of a 30-token
 # input reach the logarithmic buckets and the last one.

@@ -468,3 +468,14 @@ def test_t5_learns_span_corruption_and_its_directory_is_transformers_own(corpus,
     with torch.no_grad():
         torch.testing.assert_close(load_model(tmp_path)(ids, decoder_input_ids=decoder).logits,
                                    reference.eval()(input_ids=ids, decoder_input_ids=decoder).logits, rtol=0, atol=1e-5)
+
+
+def test_position_relative_pretrains_a_bert_with_t5s_bias(corpus, tmp_path):
+    cfg = settings(corpus, tmp_path, position="relative", objective="roberta", max_steps=20)
+    assert run_pretraining(cfg) == "completed"
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["position_embedding_type"] == "relative" and config["relative_attention_num_buckets"] == 32
+    encoder = BertModel.from_pretrained(tmp_path)  # what fine-tuning opens
+    assert encoder.embeddings.position_embeddings is None and encoder.relative_attention_bias.weight.shape == (32, 2)
+    with pytest.raises(UserError, match="--position relative is a switch of the bert family, not of --arch gpt"):
+        PretrainConfig(corpus=cfg.corpus, out=str(tmp_path / "o"), arch="gpt", position="relative", max_steps=1).validate()
