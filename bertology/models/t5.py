@@ -48,7 +48,7 @@ from torch import nn
 from .. import checkpoint
 from ..errors import UserError
 from ..files import atomic_path
-from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy, relative_position_bucket
+from ..ops import IGNORE_INDEX, Dropout, Linear, cross_entropy_with_accuracy, dropout, relative_position_bucket
 from . import ConfigFile
 from .bert import PRESETS, ModelOutput, activation
 
@@ -174,10 +174,10 @@ class T5Attention(nn.Module):
         super().__init__()
         self.n_heads, self.key_value_proj_dim = config.num_heads, config.d_kv
         inner = config.num_heads * config.d_kv
-        self.q = nn.Linear(config.d_model, inner, bias=False)
-        self.k = nn.Linear(config.d_model, inner, bias=False)
-        self.v = nn.Linear(config.d_model, inner, bias=False)
-        self.o = nn.Linear(inner, config.d_model, bias=False)
+        self.q = Linear(config.d_model, inner, bias=False)
+        self.k = Linear(config.d_model, inner, bias=False)
+        self.v = Linear(config.d_model, inner, bias=False)
+        self.o = Linear(inner, config.d_model, bias=False)
         self.is_decoder = is_decoder
         self.num_buckets = config.relative_attention_num_buckets
         self.max_distance = config.relative_attention_max_distance
@@ -212,8 +212,15 @@ class T5Attention(nn.Module):
                 key, value = torch.cat([past[0], key], dim=2), torch.cat([past[1], value], dim=2)
         else:
             key, value = keys_values
-        context = F.scaled_dot_product_attention(self._heads(self.q(x)), key, value, attn_mask=bias, scale=1.0,
-                                                 dropout_p=self.dropout if self.training else 0.0)
+        query = self._heads(self.q(x))
+        if self.training and self.dropout > 0 and x.device.type == "cpu":
+            # PyTorch's fused CPU attention has no dropout and falls back to this form anyway,
+            # with a slower dropout mask than ops.dropout's (as BERT's SelfAttention).
+            weights = (query @ key.transpose(-2, -1) + bias).softmax(dim=-1)
+            context = dropout(weights, self.dropout, True) @ value
+        else:
+            context = F.scaled_dot_product_attention(query, key, value, attn_mask=bias, scale=1.0,
+                                                     dropout_p=self.dropout if self.training else 0.0)
         batch, _, length, _ = context.shape
         return self.o(context.transpose(1, 2).reshape(batch, length, -1)), (key, value)
 
@@ -229,7 +236,7 @@ class T5LayerSelfAttention(nn.Module):
         super().__init__()
         self.SelfAttention = T5Attention(config, has_relative_attention_bias, is_decoder)
         self.layer_norm = T5LayerNorm(config.d_model, config.layer_norm_epsilon)
-        self.dropout = nn.Dropout(config.dropout_rate)
+        self.dropout = Dropout(config.dropout_rate)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
@@ -245,7 +252,7 @@ class T5LayerCrossAttention(nn.Module):
         super().__init__()
         self.EncDecAttention = T5Attention(config, has_relative_attention_bias=False, is_decoder=True)
         self.layer_norm = T5LayerNorm(config.d_model, config.layer_norm_epsilon)
-        self.dropout = nn.Dropout(config.dropout_rate)
+        self.dropout = Dropout(config.dropout_rate)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor, keys_values: tuple[torch.Tensor, torch.Tensor]
                 ) -> torch.Tensor:
@@ -260,13 +267,13 @@ class T5DenseActDense(nn.Module):
     def __init__(self, config: T5Config):
         super().__init__()
         if config.is_gated:
-            self.wi_0 = nn.Linear(config.d_model, config.d_ff, bias=False)
-            self.wi_1 = nn.Linear(config.d_model, config.d_ff, bias=False)
+            self.wi_0 = Linear(config.d_model, config.d_ff, bias=False)
+            self.wi_1 = Linear(config.d_model, config.d_ff, bias=False)
         else:
-            self.wi = nn.Linear(config.d_model, config.d_ff, bias=False)
-        self.wo = nn.Linear(config.d_ff, config.d_model, bias=False)
+            self.wi = Linear(config.d_model, config.d_ff, bias=False)
+        self.wo = Linear(config.d_ff, config.d_model, bias=False)
         self.act = activation(FEED_FORWARD_PROJ[config.feed_forward_proj])
-        self.dropout = nn.Dropout(config.dropout_rate)
+        self.dropout = Dropout(config.dropout_rate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (B, T, D)."""
@@ -281,7 +288,7 @@ class T5LayerFF(nn.Module):
         super().__init__()
         self.DenseReluDense = T5DenseActDense(config)
         self.layer_norm = T5LayerNorm(config.d_model, config.layer_norm_epsilon)
-        self.dropout = nn.Dropout(config.dropout_rate)
+        self.dropout = Dropout(config.dropout_rate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (B, T, D)."""
@@ -326,7 +333,7 @@ class T5Stack(nn.Module):
         layers = config.num_decoder_layers if is_decoder else config.num_layers
         self.block = nn.ModuleList(T5Block(config, index == 0, is_decoder) for index in range(layers))
         self.final_layer_norm = T5LayerNorm(config.d_model, config.layer_norm_epsilon)
-        self.dropout = nn.Dropout(config.dropout_rate)
+        self.dropout = Dropout(config.dropout_rate)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
@@ -382,7 +389,7 @@ class T5ForConditionalGeneration(nn.Module):
         self.shared = nn.Embedding(config.vocab_size, config.d_model)
         self.encoder = T5Stack(config, self.shared, is_decoder=False)
         self.decoder = T5Stack(config, self.shared, is_decoder=True)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.shared.weight
         self.init_weights()
