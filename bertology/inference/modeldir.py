@@ -29,6 +29,7 @@ from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..models import family_of, read_config, resolve_model_dir
 from ..models.bert import BertConfig, BertPreTrainedModel, model_class, tensor_shapes
+from ..models.gpt import GPTConfig
 from ..models.features import HEAD_CONFIG, FeatureModel
 from ..models.quantized import load_quantized
 from ..tasks.inputs import InputSettings
@@ -43,7 +44,13 @@ EXPORT_KEY = "bertology_export"  # the export format that wrote the directory
 CPU_FORMATS = ("int8", "onnx")  # run on the CPU only (PyTorch's quantized kernels, ONNX Runtime's CPU provider)
 
 
-def describe_task(config: BertConfig, spec: TaskSpec, settings: InputSettings) -> None:
+def load_config(directory: str | os.PathLike) -> BertConfig | GPTConfig:
+    """The config of a model directory that tasks can fine-tune: a BERT encoder's, or a GPT's
+    (fine-tuned for sequence tasks the GPT paper's way)."""
+    return GPTConfig.load(directory) if family_of(directory).name == "gpt" else BertConfig.load(directory)
+
+
+def describe_task(config: BertConfig | GPTConfig, spec: TaskSpec, settings: InputSettings) -> None:
     """Record the task and input settings in the model's config.json, for evaluate and predict."""
     config.extra[FINETUNING_TASK_KEY] = spec.name
     config.extra[TASK_KEY] = dataclasses.asdict(spec)
@@ -114,7 +121,7 @@ def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer, TaskSpec, Inpu
     if family_of(model_dir).name == "static":
         raise UserError(f"{model_dir}: static word vectors (with a feature head): evaluate, predict and serve run BERT "
                         "models only for now; the head's dev scores are in its eval_results.json")
-    config = BertConfig.load(model_dir)
+    config = load_config(model_dir)
     spec, settings = task_of(config, model_dir)
     exported = export_format(config)
     if is_feature_model(model_dir):

@@ -23,7 +23,7 @@ from .. import __version__
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..models import resolve_model_dir
-from ..models.bert import BertConfig, BertModel
+from ..models.bert import BertModel
 from ..ops import resolve_precision
 from ..tasks.inputs import (
     InputSettings,
@@ -35,7 +35,7 @@ from ..tasks.inputs import (
 )
 from ..tasks.readers import SequenceExample, SpanExample, TaskSpec, TokenExample
 from .embedding import embed_texts, length_limit, load_encoder
-from .modeldir import is_finetuned, load_finetuned
+from .modeldir import is_finetuned, load_config, load_finetuned
 from .predict import model_device, precision_for, run_rows
 
 
@@ -60,7 +60,7 @@ class Predictor:
         `model_dir` may also name an installed model (see models.resolve_model_dir).
         """
         model_dir = str(resolve_model_dir(model_dir))
-        if not is_finetuned(BertConfig.load(model_dir)):
+        if not is_finetuned(load_config(model_dir)):
             encoder, tokenizer = load_encoder(model_dir)
             return cls(model_dir, tokenizer, encoder, precision=resolve_precision(precision, model_device(encoder)))
         model, tokenizer, spec, settings = load_finetuned(model_dir)

@@ -71,6 +71,11 @@ class GPTConfig(ConfigFile):
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     pad_token_id: int | None = None
+    # Fine-tuning (GPTForSequenceClassification): the labels, and the weight of the auxiliary
+    # language-model loss on the task's own inputs (the GPT paper's lambda, 0.5).
+    num_labels: int = 2
+    id2label: dict[int, str] | None = None
+    lm_coef: float = 0.5
     extra: dict[str, Any] = field(default_factory=dict, repr=False)  # other config.json keys, kept
 
     def __post_init__(self) -> None:
@@ -89,6 +94,10 @@ class GPTConfig(ConfigFile):
             activation(self.activation_function)
         except KeyError:
             raise UserError(f"config field 'activation_function' {self.activation_function!r} is not known") from None
+        if type(self.num_labels) is not int or self.num_labels < 1:
+            raise UserError(f"config field 'num_labels' must be a positive integer, got {self.num_labels!r}")
+        if type(self.lm_coef) not in (int, float) or self.lm_coef < 0:
+            raise UserError(f"config field 'lm_coef' must be a number >= 0, got {self.lm_coef!r}")
         for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
             # Not checked against vocab_size: transformers' GPT-2 config keeps 50256 at any size.
             if getattr(self, name) is not None and (type(getattr(self, name)) is not int or getattr(self, name) < 0):
@@ -125,6 +134,11 @@ class GPTConfig(ConfigFile):
                 raise UserError("GPT-1's layout (openai-gpt) has a feed-forward of 4 * n_embd; n_inner needs "
                                 "pre_layer_norm (GPT-2's layout)")
             del data["n_inner"]
+        if self.id2label is not None:  # transformers' keys: string ids, and the inverse map
+            data["id2label"] = {str(k): v for k, v in self.id2label.items()}
+            data["label2id"] = {v: int(k) for k, v in self.id2label.items()}
+        else:
+            del data["id2label"]
         return {**self.extra, **data, "model_type": self.model_type}
 
     @classmethod
@@ -139,7 +153,13 @@ class GPTConfig(ConfigFile):
             del data["afn"]
         names = {f.name for f in dataclasses.fields(cls)} - {"extra", "pre_layer_norm"}
         known = {k: v for k, v in data.items() if k in names}
-        extra = {k: v for k, v in data.items() if k not in names}
+        extra = {k: v for k, v in data.items() if k not in names and k != "label2id"}
+        if isinstance(known.get("id2label"), dict):
+            try:
+                known["id2label"] = {int(k): v for k, v in known["id2label"].items()}
+            except ValueError:
+                raise UserError(f"{source}: config field 'id2label' must map label ids to names") from None
+            known.setdefault("num_labels", len(known["id2label"]))
         try:
             return cls(**known, pre_layer_norm=model_type == "gpt2", extra=extra)
         except UserError as err:
@@ -265,7 +285,8 @@ class GPTPreTrainedModel(nn.Module):
         model_type, atomically (the tied output matrix is stored once, as transformers does)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.config.extra["architectures"] = [TRANSFORMERS_CLASSES[self.config.model_type]]
+        classes = CLASSIFIER_CLASSES if isinstance(self, GPTForSequenceClassification) else TRANSFORMERS_CLASSES
+        self.config.extra["architectures"] = [classes[self.config.model_type]]
         state = to_transformers(self.state_dict(), self.config)
         with atomic_path(directory / checkpoint.WEIGHTS_NAME) as tmp:
             save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
@@ -364,7 +385,59 @@ class GPTLMHeadModel(GPTPreTrainedModel):
                            masked_lm_loss=loss, masked_lm_correct=correct)
 
 
+class GPTForSequenceClassification(GPTPreTrainedModel):
+    """GPT fine-tuned the GPT paper's way: the task's text framed by task tokens ([CLS] text
+    [SEP], or [CLS] A [SEP] B [SEP] for pairs: start, delimiter, extract), a linear layer on the
+    last real token's state (the only one that has read the whole input), and the language
+    model's loss on the input as an auxiliary term, weighted `lm_coef` (0.5)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.transformer = GPTModel(config)
+        self.score = nn.Linear(config.n_embd, config.num_labels, bias=False)  # transformers' name
+        nn.init.normal_(self.score.weight, std=config.initializer_range)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ModelOutput:
+        """input_ids, attention_mask (B, T), right-padded; token_type_ids are ignored (a GPT tells
+        the segments by the delimiter). Returns logits (B, num_labels); with `labels` (B,) the
+        task's loss (cross-entropy, or MSE for one label) + lm_coef x the next-token loss."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        hidden = self.transformer(input_ids, attention_mask).last_hidden_state
+        last = attention_mask.long().sum(1) - 1
+        logits = self.score(hidden[torch.arange(len(hidden), device=hidden.device), last])
+        if labels is None:
+            return ModelOutput(logits=logits)
+        if self.config.num_labels == 1:
+            loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
+        else:
+            loss = F.cross_entropy(logits, labels)
+        if self.config.lm_coef > 0:
+            targets = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, IGNORE_INDEX)
+            scored = targets != IGNORE_INDEX
+            lm_logits = F.linear(hidden[:, :-1][scored], self.transformer.wte.weight)
+            loss = loss + self.config.lm_coef * cross_entropy_with_accuracy(lm_logits, targets[scored])[0]
+        return ModelOutput(loss=loss, logits=logits)
+
+    @classmethod
+    def from_language_model(cls, directory: str | os.PathLike, num_labels: int,
+                            id2label: dict[int, str] | None) -> GPTForSequenceClassification:
+        """A pre-trained GPT (LM or classifier directory) with a fresh head for `num_labels` labels."""
+        config = dataclasses.replace(GPTConfig.load(directory), num_labels=num_labels, id2label=id2label)
+        model = cls(config)
+        lm = GPTLMHeadModel.from_pretrained(directory) if _holds_lm(directory) else cls.from_pretrained(directory)
+        model.transformer.load_state_dict(lm.transformer.state_dict())
+        return model
+
+
+def _holds_lm(directory: str | os.PathLike) -> bool:
+    """Whether a GPT directory holds a language model (not a fine-tuned classifier)."""
+    return not str((GPTConfig.load(directory).extra.get("architectures") or [""])[0]).endswith("SequenceClassification")
+
+
 TRANSFORMERS_CLASSES = {"openai-gpt": "OpenAIGPTLMHeadModel", "gpt2": "GPT2LMHeadModel"}
+CLASSIFIER_CLASSES = {"openai-gpt": "OpenAIGPTForSequenceClassification", "gpt2": "GPT2ForSequenceClassification"}
 TIED = ("lm_head.weight",)
 # transformers stores these as Conv1D weights, (in, out): the transpose of nn.Linear's.
 _CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
@@ -397,7 +470,7 @@ def from_transformers(state: dict[str, torch.Tensor], config: GPTConfig) -> dict
     for name, tensor in state.items():
         if name.endswith(_BUFFERS) or name in TIED:
             continue
-        if not name.startswith("transformer."):
+        if not name.startswith(("transformer.", "score.")):  # a bare model's keys have no prefix
             name = "transformer." + name
         for ours, theirs in _OPENAI_GPT_NAMES:
             if name.startswith(theirs):
@@ -408,6 +481,9 @@ def from_transformers(state: dict[str, torch.Tensor], config: GPTConfig) -> dict
     return converted
 
 
-def load_pretrained(directory: str | os.PathLike) -> GPTLMHeadModel:
-    """A GPT language model from a directory written here or by transformers."""
-    return GPTLMHeadModel.from_pretrained(directory)
+def load_pretrained(directory: str | os.PathLike) -> GPTLMHeadModel | GPTForSequenceClassification:
+    """A GPT language model (or fine-tuned classifier, as config.json's `architectures` says)
+    from a directory written here or by transformers."""
+    if _holds_lm(directory):
+        return GPTLMHeadModel.from_pretrained(directory)
+    return GPTForSequenceClassification.from_pretrained(directory)

@@ -53,6 +53,7 @@ from ..training.tasks import (
     hold_out_dev,
     layer_depth,
     load_task_model,
+    num_layers_of,
     read_inputs,
     read_split,
     resolve_task,
@@ -162,7 +163,7 @@ def finetune_once(cfg: FinetuneConfig, data: RunData, seed: int, out: Path) -> d
     torch.manual_seed(seed)
     model = load_task_model(cfg.model, data.spec)
     describe_task(model.config, data.spec, data.settings)
-    num_layers = len(model.bert.layers)
+    num_layers = num_layers_of(model)
     features = data.train_encoded.features
 
     def make_batch(rows: list[int]) -> dict:
@@ -189,7 +190,14 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
     cfg.validate()
     out = Path(cfg.out)
     check_output_dir(out, cfg.resume)
-    if family_of(cfg.model).name == "static":  # one vector per word: only a head can train
+    family = family_of(cfg.model).name
+    if family in ("gpt", "t5") and cfg.mode == "features":
+        raise UserError(f"{cfg.model}: a {family.upper()} is fine-tuned whole here (--mode finetune); feature-based "
+                        "heads read BERT encoders or static vectors")
+    if family == "t5":
+        raise UserError(f"{cfg.model}: a T5 is fine-tuned text to text, which bertology does not run yet; "
+                        "finetune takes BERT encoders and GPTs")
+    if family == "static":  # one vector per word: only a head can train
         if cfg.mode != "features":
             raise UserError(f"{cfg.model}: static word vectors have no encoder to fine-tune; use --mode features")
         check_task(resolve_task(cfg))

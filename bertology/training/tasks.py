@@ -26,15 +26,15 @@ from ..config import TaskConfig, TaskFiles, override, setting
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
-from ..inference.modeldir import has_head_for
+from ..inference.modeldir import has_head_for, load_config
 from ..inference.predict import predict, score
 from ..models.bert import (
-    BertConfig,
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
     BertPreTrainedModel,
 )
+from ..models.gpt import GPTConfig, GPTForSequenceClassification
 from ..plots import plot_training_curves
 from ..tasks.inputs import Encoded, InputSettings, bucketed_batches
 from ..tasks.readers import (
@@ -149,23 +149,36 @@ MODEL_FOR_KIND = {"sequence": BertForSequenceClassification, "token": BertForTok
                   "span": BertForQuestionAnswering}
 
 
-def load_task_model(directory: str, spec: TaskSpec) -> BertPreTrainedModel:
+def load_task_model(directory: str, spec: TaskSpec) -> BertPreTrainedModel | GPTForSequenceClassification:
     """The encoder in `directory` with `spec`'s head: kept if the directory already holds a
-    head for this very task and label set, else freshly initialised."""
+    head for this very task and label set, else freshly initialised. A GPT takes sequence
+    tasks (classification, regression) with the GPT paper's head on its last token."""
     num_labels = len(spec.labels) if spec.labels else 1
     id2label = dict(enumerate(spec.labels)) if spec.labels else None
-    same_head = has_head_for(BertConfig.load(directory), spec)
-    model = MODEL_FOR_KIND[spec.kind].from_pretrained(directory, num_labels=num_labels, id2label=id2label,
-                                                       drop_head=not same_head)
-    return model
+    config = load_config(directory)
+    if isinstance(config, GPTConfig):
+        if spec.kind != "sequence":
+            raise UserError(f"{directory}: a GPT reads left to right and is fine-tuned here for sequence tasks "
+                            f"(classification, regression), not {spec.name}'s {spec.kind}-level labels; use a BERT")
+        if has_head_for(config, spec):
+            return GPTForSequenceClassification.from_pretrained(directory)
+        return GPTForSequenceClassification.from_language_model(directory, num_labels, id2label)
+    return MODEL_FOR_KIND[spec.kind].from_pretrained(directory, num_labels=num_labels, id2label=id2label,
+                                                     drop_head=not has_head_for(config, spec))
+
+
+def num_layers_of(model: nn.Module) -> int:
+    """The number of Transformer layers under a task model's head (BERT's, or a GPT's blocks)."""
+    return len(model.transformer.h) if isinstance(model, GPTForSequenceClassification) else len(model.bert.layers)
 
 
 def layer_depth(name: str, num_layers: int) -> int:
-    """0 for embeddings, i + 1 for transformer layer i, num_layers + 1 for the pooler and head."""
-    match = re.search(r"\.layers\.(\d+)\.", name)
+    """0 for embeddings, i + 1 for transformer layer i, num_layers + 1 for the pooler and head
+    (BERT's names, or a GPT's: blocks `h.i`, embeddings `wte` and `wpe`)."""
+    match = re.search(r"\.(?:layers|h)\.(\d+)\.", f".{name}")
     if match:
         return int(match.group(1)) + 1
-    if ".embeddings." in f".{name}":
+    if re.search(r"\.(embeddings|wte|wpe)\.", f".{name}"):
         return 0
     return num_layers + 1
 
@@ -213,7 +226,7 @@ class EpochBatches:
 def gradual_unfreezer(model: BertPreTrainedModel):
     """ULMFiT's gradual unfreezing: in epoch e only the head and the top e + 1 layers train
     (the embeddings join once every layer has)."""
-    num_layers = len(model.bert.layers)
+    num_layers = num_layers_of(model)
 
     def unfreeze(epoch: int) -> None:
         lowest = num_layers - epoch  # the lowest depth that trains this epoch

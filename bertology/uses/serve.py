@@ -34,6 +34,7 @@ from .. import __version__
 from ..config import check_settings, setting
 from ..errors import UserError
 from ..inference.generation import GenerationConfig
+from ..inference.modeldir import is_finetuned, load_config
 from ..inference.predictor import Predictor
 from ..models import family_of, resolve_model_dir
 from ..ops import PRECISIONS
@@ -280,8 +281,10 @@ def generation_settings(request: GenerateRequest, config: ServeConfig) -> Genera
 
 
 def load_served(model_dir: str, precision: str) -> Predictor | TextGenerator:
-    """What a model directory serves: a GPT or T5 generates; any other model predicts and embeds."""
-    if family_of(model_dir).name in GENERATING_FAMILIES:
+    """What a model directory serves: a GPT or T5 generates (a GPT fine-tuned for a task predicts);
+    any other model predicts and embeds."""
+    family = family_of(model_dir).name
+    if family in GENERATING_FAMILIES and not (family == "gpt" and is_finetuned(load_config(model_dir))):
         if precision == "bf16":
             raise UserError("--precision bf16: a GPT or T5 is served in fp32 (generation picks tokens by exact "
                             "comparisons of logits, which bf16 would make machine-dependent)")

@@ -6,13 +6,14 @@ import re
 
 import pytest
 import torch
+import transformers
 from transformers import GPT2Config, GPT2LMHeadModel, OpenAIGPTConfig, OpenAIGPTLMHeadModel
 
 from bertology.errors import UserError
 from bertology.inference.generation import GenerationConfig, filter_logits, generate
 from bertology.inference.modeldir import load_model
 from bertology.models import family_of
-from bertology.models.gpt import GPTConfig, GPTLMHeadModel, GPTModel
+from bertology.models.gpt import GPTConfig, GPTForSequenceClassification, GPTLMHeadModel, GPTModel
 
 LAYOUTS = {"openai-gpt": (OpenAIGPTLMHeadModel, OpenAIGPTConfig), "gpt2": (GPT2LMHeadModel, GPT2Config)}
 SMALL = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4)
@@ -202,3 +203,54 @@ def test_config_round_trips_and_bad_fields_are_named(tmp_path):
         GPTConfig.from_dict({"model_type": "bert"})
     with pytest.raises(UserError, match="n_inner needs pre_layer_norm"):
         GPTConfig(**SMALL, n_inner=48).to_dict()
+
+
+# --- Fine-tuning the GPT paper's way: the last token's state, and the auxiliary LM loss ----
+
+
+CLASSIFIERS = {"openai-gpt": (transformers.OpenAIGPTForSequenceClassification, OpenAIGPTConfig),
+               "gpt2": (transformers.GPT2ForSequenceClassification, GPT2Config)}
+
+
+@pytest.mark.parametrize("layout", list(CLASSIFIERS))
+def test_classifier_matches_transformers_both_ways(layout, tmp_path):
+    model_class, config_class = CLASSIFIERS[layout]
+    torch.manual_seed(0)
+    theirs = model_class(config_class(**SMALL, num_labels=3, pad_token_id=0)).eval()
+    with torch.no_grad():
+        for parameter in theirs.parameters():
+            parameter.normal_(0.0, 0.3)
+    theirs.save_pretrained(tmp_path / "theirs")
+    ours = load_model(tmp_path / "theirs")
+    assert type(ours) is GPTForSequenceClassification and ours.config.num_labels == 3
+    ids = torch.randint(1, 99, (3, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    ids[1, 5:], mask[1, 5:] = 0, 0  # right padding: the last real token is read
+    with torch.no_grad():
+        expected = theirs(input_ids=ids, attention_mask=mask).logits
+        torch.testing.assert_close(ours(ids, mask).logits, expected, rtol=0, atol=1e-5)
+    ours.save_pretrained(tmp_path / "ours")
+    back, info = model_class.from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    with torch.no_grad():
+        torch.testing.assert_close(back.eval()(input_ids=ids, attention_mask=mask).logits, expected, rtol=0, atol=1e-5)
+
+
+def test_classifier_loss_adds_half_the_language_model_loss():
+    torch.manual_seed(0)
+    model = GPTForSequenceClassification(GPTConfig(**SMALL, num_labels=2, resid_pdrop=0.0, embd_pdrop=0.0,
+                                                   attn_pdrop=0.0)).eval()
+    ids = torch.randint(1, 99, (2, 7), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[0, 5:] = 0
+    labels = torch.tensor([0, 1])
+    with torch.no_grad():
+        out = model(ids, mask, labels=labels)
+        task = torch.nn.functional.cross_entropy(out.logits, labels)
+        lm = GPTLMHeadModel(model.config)
+        lm.transformer.load_state_dict(model.transformer.state_dict())
+        lm_loss = lm.eval()(ids, mask, labels=ids.masked_fill(mask == 0, -100)).loss
+    torch.testing.assert_close(out.loss, task + 0.5 * lm_loss)
+    model.config.lm_coef = 0.0
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, mask, labels=labels).loss, task)
