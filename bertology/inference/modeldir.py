@@ -47,7 +47,12 @@ CPU_FORMATS = ("int8", "onnx")  # run on the CPU only (PyTorch's quantized kerne
 def load_config(directory: str | os.PathLike) -> BertConfig | GPTConfig:
     """The config of a model directory that tasks can fine-tune: a BERT encoder's, or a GPT's
     (fine-tuned for sequence tasks the GPT paper's way)."""
-    return GPTConfig.load(directory) if family_of(directory).name == "gpt" else BertConfig.load(directory)
+    family = family_of(directory).name
+    if family == "t5":
+        raise UserError(f"{directory}: a T5 (text to text): evaluate, predict and serve's /predict run BERT and GPT "
+                        "classifiers; a fine-tuned T5's dev scores are in its eval_results.json, and "
+                        "`bertology generate` runs it")
+    return GPTConfig.load(directory) if family == "gpt" else BertConfig.load(directory)
 
 
 def describe_task(config: BertConfig | GPTConfig, spec: TaskSpec, settings: InputSettings) -> None:

@@ -61,6 +61,7 @@ from ..training.tasks import (
     summarize,
 )
 from .feature_mode import train_feature_head
+from .text_to_text import Casting, encode_pairs, finetune_text_to_text
 from .static_features import check_task, prepare_static_data, train_static_head
 
 CONFIG_NAME = "finetune_config.json"
@@ -185,6 +186,16 @@ def finetune_once(cfg: FinetuneConfig, data: RunData, seed: int, out: Path) -> d
     return best.results
 
 
+def prepare_text_to_text_data(cfg: FinetuneConfig) -> tuple[RunData, int]:
+    """A T5's task data (the examples as they are: each run casts them to strings; nothing is
+    encoded for a head), and how many training inputs are longer than --max-seq-len."""
+    tokenizer = Tokenizer.from_pretrained(cfg.model)
+    spec, train, dev = read_task(cfg)
+    settings = cfg.input_settings(spec)
+    _, _, cut = encode_pairs(Casting(spec), tokenizer, train, settings.max_seq_len, None)
+    return RunData(spec, tokenizer, settings, train, dev, None), cut
+
+
 def run_finetuning(cfg: FinetuneConfig) -> dict:
     """Fine-tune (or train a feature-based head) for cfg.seeds seeds; write and return the dev results."""
     cfg.validate()
@@ -194,10 +205,12 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
     if family in ("gpt", "t5") and cfg.mode == "features":
         raise UserError(f"{cfg.model}: a {family.upper()} is fine-tuned whole here (--mode finetune); feature-based "
                         "heads read BERT encoders or static vectors")
-    if family == "t5":
-        raise UserError(f"{cfg.model}: a T5 is fine-tuned text to text, which bertology does not run yet; "
-                        "finetune takes BERT encoders and GPTs")
-    if family == "static":  # one vector per word: only a head can train
+    if family == "t5" and (cfg.layer_lr_decay < 1 or cfg.gradual_unfreezing):
+        raise UserError("--layer-lr-decay and --gradual-unfreezing are ULMFiT's options for BERT and GPT layers, "
+                        "not for a T5's encoder-decoder")
+    if family == "t5":  # text to text: the task's strings, not a head
+        (data, too_long), train_one = prepare_text_to_text_data(cfg), finetune_text_to_text
+    elif family == "static":  # one vector per word: only a head can train
         if cfg.mode != "features":
             raise UserError(f"{cfg.model}: static word vectors have no encoder to fine-tune; use --mode features")
         check_task(resolve_task(cfg))

@@ -245,7 +245,7 @@ class RunData:
     settings: InputSettings
     train: list
     dev: dict[str, list]  # split name -> examples ("dev", and "dev_mismatched" for MNLI)
-    train_encoded: Encoded
+    train_encoded: Encoded | None  # None for text-to-text (recipes/text_to_text.py casts the examples itself)
 
 
 def evaluate_splits(model: BertPreTrainedModel, data: RunData, cfg: EpochLoop) -> dict[str, float]:

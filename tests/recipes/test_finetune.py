@@ -13,8 +13,11 @@ from bertology.cli import main
 from bertology.inference.modeldir import load_finetuned
 from bertology.inference.predict import predict
 from bertology.inference.predictor import Predictor
+from bertology.data.tokenizer import train_tokenizer
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel
+from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.recipes.finetune import FinetuneConfig, run_finetuning
+from bertology.recipes.text_to_text import Casting, encode_pairs, predict_text
 from bertology.tasks.inputs import (
     Encoded,
     Feature,
@@ -311,3 +314,67 @@ def test_gpt_refuses_tasks_it_cannot_read_left_to_right(tmp_path, tiny_gpt, data
                    "--out", str(tmp_path / "f"), "--mode", "features"])
     err = capsys.readouterr().err.strip()
     assert status == 2 and "a GPT is fine-tuned whole here (--mode finetune)" in err
+
+
+@pytest.fixture(scope="module")
+def tiny_t5(tmp_path_factory, keyword_task):
+    """A random tiny T5 with a unigram vocabulary of the keyword task's text."""
+    out = tmp_path_factory.mktemp("tiny_t5")
+    tokenizer = train_tokenizer([keyword_task / "unlabeled.txt", keyword_task / "train.csv"], vocab_size=300,
+                                model="unigram", sentinels=10, out_dir=out)
+    torch.manual_seed(0)
+    T5ForConditionalGeneration(T5Config.from_preset(
+        "tiny", vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id, n_positions=64,
+        eos_token_id=tokenizer.sep_token_id, decoder_start_token_id=tokenizer.pad_token_id)).save_pretrained(out)
+    return out
+
+
+def test_t5_fine_tunes_text_to_text_scored_on_its_decoded_answers(tmp_path, tiny_t5, keyword_task, capsys):
+    results, out = finetune(tmp_path, "t5", task="classification", train_file=str(keyword_task / "train.csv"),
+                            dev_file=str(keyword_task / "dev.csv"), model=str(tiny_t5), epochs=3, batch_size=16,
+                            lr=1e-3)
+    assert results["accuracy"] > 0.95 and results["invalid"] < 0.05, results
+    model = T5ForConditionalGeneration.from_pretrained(out)
+    tokenizer = Tokenizer.from_pretrained(out)
+    spec = load_config_task(out)
+    casting = Casting(spec)
+    dev = read_examples(spec, keyword_task / "dev.csv", "dev")
+    inputs, _, _ = encode_pairs(casting, tokenizer, dev, 128, None)
+    answers = predict_text(model, tokenizer, inputs, max_new_tokens=6)
+    labels = [casting.parse(answer, example)[0] for answer, example in zip(answers, dev)]
+    assert accuracy(labels, csv_labels(keyword_task / "dev.csv")) == pytest.approx(results["accuracy"])
+    assert main(["evaluate", "--model", str(out), "--data", str(keyword_task / "dev.csv")]) == 2
+    assert "a T5 (text to text)" in capsys.readouterr().err
+
+
+def load_config_task(directory):
+    from bertology.inference.modeldir import task_of
+    from bertology.models.t5 import T5Config
+
+    return task_of(T5Config.load(directory), str(directory))[0]
+
+
+def test_text_to_text_casting_is_t5s():
+    sst2, stsb = TASKS["sst2"], TASKS["stsb"]
+    example = SequenceExample("0", "a gorgeous, witty movie", None, "1", "dev.tsv:2")
+    assert Casting(sst2).source(example) == "sst2 sentence: a gorgeous, witty movie"
+    assert Casting(sst2).target(example) == "positive"
+    assert Casting(sst2).parse("negative", example) == ("0", True)
+    assert Casting(sst2).parse("positively", example) == ("0", False)  # invalid counts as the wrong label
+    pair = SequenceExample("1", "A man plays.", "A man is playing.", 3.87, "dev.tsv:3")
+    assert Casting(stsb).source(pair) == "stsb sentence1: A man plays. sentence2: A man is playing."
+    assert Casting(stsb).target(pair) == "3.8"  # rounded to the nearest 0.2, as T5
+    assert Casting(stsb).parse("4.2", pair) == (4.2, True) and Casting(stsb).parse("high", pair) == (2.5, False)
+    with pytest.raises(UserError, match="text-to-text fine-tuning casts sequence tasks"):
+        Casting(TASKS["conll2003"])
+
+
+def test_a_t5_target_longer_than_the_decoder_limit_is_a_one_line_error(tmp_path, tiny_t5, capsys):
+    rows = "text,label\nthe film,pos\nthe plot," + "_".join(["excellent"] * 80) + "\n"
+    for name in ("train.csv", "dev.csv"):
+        (tmp_path / name).write_text(rows)
+    status = main(["finetune", "--task", "classification", "--train-file", str(tmp_path / "train.csv"),
+                   "--dev-file", str(tmp_path / "dev.csv"), "--model", str(tiny_t5), "--out", str(tmp_path / "o"),
+                   "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and "train.csv:3: the target" in err[-1] and "the decoder takes 64 (n_positions)" in err[-1]
