@@ -30,16 +30,25 @@ def run(capsys, *args):
     return status, out, err
 
 
+def generated_by_the_command(capsys, model_dir, prompts, out_file):
+    """Run `generate` on `prompts` (8 new tokens, --out `out_file`); return its printed lines, the
+    JSON records it wrote, what the Python API computes for the same prompts, and the model and
+    tokenizer."""
+    status, out, _ = run(capsys, "--model", str(model_dir), "--prompt", *prompts, "--max-new-tokens", "8",
+                         "--out", str(out_file))
+    assert status == 0
+    model, tokenizer = load_generator(model_dir)
+    computed = generate_text(model, tokenizer, prompts, GenerationConfig(max_new_tokens=8))
+    records = [json.loads(line) for line in out_file.read_text().splitlines()]
+    return out.splitlines(), records, computed, model, tokenizer
+
+
 def test_prints_each_prompt_with_its_continuation_as_the_api_computes_it(gpt_dir, capsys, tmp_path):
     prompts = ["the cat", "import os and sys to"]
-    status, out, _ = run(capsys, "--model", str(gpt_dir), "--prompt", *prompts, "--max-new-tokens", "8",
-                         "--out", str(tmp_path / "out.jsonl"))
-    assert status == 0
-    model, tokenizer = load_generator(gpt_dir)
-    continuations = generate_text(model, tokenizer, prompts, GenerationConfig(max_new_tokens=8))
-    assert out.splitlines() == [p + c for p, c in zip(prompts, continuations)]
+    lines, records, continuations, model, tokenizer = generated_by_the_command(capsys, gpt_dir, prompts,
+                                                                               tmp_path / "out.jsonl")
+    assert lines == [p + c for p, c in zip(prompts, continuations)]
     assert all(c.strip() for c in continuations)  # random weights still add tokens
-    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert records == [{"prompt": p, "continuation": c} for p, c in zip(prompts, continuations)]
     # the continuation is the decoded greedy tokens after [CLS] + the prompt's pieces
     ids = torch.tensor([[tokenizer.cls_token_id] + tokenizer.encode(prompts[0], add_special_tokens=False)])
@@ -103,13 +112,9 @@ def test_prompts_from_a_file(gpt_dir, tmp_path, capsys):
 
 def test_t5_prints_its_output_as_the_decoder_writes_it(t5_dir, capsys, tmp_path):
     prompts = ["a <extra_id_0> ran in the <extra_id_1>", "import os and sys to read the path"]
-    status, out, _ = run(capsys, "--model", str(t5_dir), "--prompt", *prompts, "--max-new-tokens", "8",
-                         "--out", str(tmp_path / "out.jsonl"))
-    assert status == 0
-    model, tokenizer = load_generator(t5_dir)
-    outputs = generate_text(model, tokenizer, prompts, GenerationConfig(max_new_tokens=8))
-    assert out.splitlines() == outputs and all(o.strip() for o in outputs)
-    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    lines, records, outputs, model, tokenizer = generated_by_the_command(capsys, t5_dir, prompts,
+                                                                         tmp_path / "out.jsonl")
+    assert lines == outputs and all(o.strip() for o in outputs)
     assert records == [{"prompt": p, "output": o} for p, o in zip(prompts, outputs)]
     # the output is the decoder's greedy tokens after its start token, for the input's tokens + [SEP]
     ids = torch.tensor([tokenizer.encode(prompts[0], add_special_tokens=False) + [tokenizer.sep_token_id]])
