@@ -343,7 +343,7 @@ class T5Stack(nn.Module):
         their mask (B, S), and its cache. Returns last_hidden_state (B, T, D) (and the decoder's
         past_key_values)."""
         x = self.dropout(self.embed_tokens(input_ids))
-        batch, length = input_ids.shape
+        length = input_ids.shape[1]
         past_length = past_key_values[0][0].shape[2] if past_key_values else 0
         bias = self.block[0].layer[0].SelfAttention.compute_bias(length, past_length + length, past_length, x.device)
         bias = bias.to(x.dtype)
