@@ -11,8 +11,8 @@ as in pre-training. The casting is T5's own for GLUE:
 Other classification tasks write their label names (GLUE's 0/1 tasks as T5's words). The
 dev score is the task's official metric on the *decoded* text: the model generates greedily,
 its output is read back as a label or a number, and an output that is neither (T5's "invalid"
-predictions) counts as wrong: the label least like the gold one, or for a score the middle of
-the range. Their share is reported as `invalid`.
+predictions) counts as wrong: as a label other than the gold one, or for a score as the middle
+of the range. Their share is reported as `invalid`.
 
 Token-level and span tasks (CoNLL as a tagged string, SQuAD as question/context -> answer)
 are not cast yet: finetune refuses them for a T5 with a one-line error.
@@ -116,6 +116,7 @@ class TextToTextModule(nn.Module):
         self.model = model
 
     def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
+        """input_ids, attention_mask (B, S) and labels (B, T; -100 after each target) -> the loss."""
         return StepOutput(self.model(batch["input_ids"], batch["attention_mask"], labels=batch["labels"]).loss, {})
 
 
