@@ -140,12 +140,38 @@ def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer, TaskSpec, Inpu
     return model, Tokenizer.from_pretrained(model_dir), spec, settings
 
 
+def _family_problems(directory: Path) -> list[str]:
+    """`check_model_dir` for the families other than BERT (GPT, T5, static vectors): their own
+    loader checks the config and every weight's presence and shape; then the vocabulary against
+    the embedding rows, every tensor finite, and the tokenizer."""
+    try:
+        model = load_model(directory)
+    except UserError as err:
+        return [str(err)]
+    problems = []
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if vocab_size is not None:
+        try:
+            checkpoint.check_vocab(directory, vocab_size)
+        except UserError as err:
+            problems.append(str(err))
+        try:
+            Tokenizer.from_pretrained(directory)
+        except UserError as err:
+            problems.append(str(err))
+    problems += [f"{directory}: tensor {name} holds NaN or infinite values" for name, tensor in model.state_dict().items()
+                 if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    return problems
+
+
 def check_model_dir(directory: str | os.PathLike) -> list[str]:
     """Everything wrong with a model directory, one line per problem (`bertology info --check`):
     its config.json, the vocabulary against the embedding table, every tensor against the
     config (shape, dtype, finite), and the tokenizer. Empty when the directory is healthy."""
     directory = Path(directory)
     try:
+        if family_of(directory).name != "bert":
+            return _family_problems(directory)
         config = BertConfig.load(directory)
     except UserError as err:
         return [str(err)]

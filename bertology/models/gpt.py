@@ -312,6 +312,8 @@ class GPTPreTrainedModel(nn.Module):
             if state[name].shape != tensor.shape:
                 raise UserError(f"{source}: shape mismatch for {name}: checkpoint {tuple(state[name].shape)}, "
                                 f"config.json expects {tuple(tensor.shape)}")
+            if state[name].is_floating_point() and not bool(torch.isfinite(state[name]).all()):
+                raise UserError(f"{source}: tensor {name} holds NaN or infinite values")
         model.load_state_dict({k: v for k, v in state.items() if k in model.state_dict()}, strict=False)
         return model.eval()
 

@@ -141,3 +141,27 @@ def test_checking_the_weights_before_allocating_costs_no_torch_dynamo_import(min
             "print('torch._dynamo' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("family", ["gpt", "t5"])
+def test_info_check_reads_gpt_and_t5_directories(family, tmp_path):
+    """`bertology info --check` on the other families: healthy as saved, then a NaN and a missing
+    weight each reported on one line."""
+    from helpers import save_tiny_gpt, save_tiny_t5
+
+    from bertology.inference.modeldir import check_model_dir
+
+    directory = (save_tiny_gpt if family == "gpt" else save_tiny_t5)(tmp_path)
+    assert check_model_dir(directory) == []
+    state = load_file(directory / "model.safetensors")
+    name = next(key for key in state if key.endswith("weight") and "embed" not in key and "wte" not in key)
+    state[name][0] = float("nan")
+    save_file(state, directory / "model.safetensors")
+    problems = check_model_dir(directory)
+    assert len(problems) == 1 and f"tensor {name} holds NaN or infinite values" in problems[0]
+    with pytest.raises(UserError, match="holds NaN or infinite values"):  # and loading refuses it
+        load_model(directory)
+    del state[name]
+    save_file(state, directory / "model.safetensors")
+    problems = check_model_dir(directory)
+    assert len(problems) == 1 and "checkpoint has no weights for" in problems[0]
