@@ -49,9 +49,8 @@ def load_config(directory: str | os.PathLike) -> BertConfig | GPTConfig:
     (fine-tuned for sequence tasks the GPT paper's way)."""
     family = family_of(directory).name
     if family == "t5":
-        raise UserError(f"{directory}: a T5 (text to text): evaluate, predict and serve's /predict run BERT and GPT "
-                        "classifiers; a fine-tuned T5's dev scores are in its eval_results.json, and "
-                        "`bertology generate` runs it")
+        raise UserError(f"{directory}: a T5 (text to text): predict and serve's /predict run BERT and GPT "
+                        "classifiers; `bertology evaluate` scores a fine-tuned T5, and `bertology generate` runs it")
     return GPTConfig.load(directory) if family == "gpt" else BertConfig.load(directory)
 
 

@@ -23,10 +23,11 @@ from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
 from ..inference.embedding import POOLINGS
-from ..inference.modeldir import describe_task, load_finetuned, load_model
+from ..inference.modeldir import describe_task, load_finetuned, load_model, task_of
 from ..inference.predict import predict, score
 from ..models import family_of, resolve_model_dir
 from ..models.features import LAYER_CHOICES
+from ..models.t5 import T5Config
 from ..ops import PRECISIONS
 from ..tasks.inputs import InputSettings, collate, encode
 from ..tasks.readers import (
@@ -61,8 +62,8 @@ from ..training.tasks import (
     summarize,
 )
 from .feature_mode import train_feature_head
-from .text_to_text import Casting, encode_pairs, finetune_text_to_text
 from .static_features import check_task, prepare_static_data, train_static_head
+from .text_to_text import Casting, encode_pairs, evaluate_directory, finetune_text_to_text
 
 CONFIG_NAME = "finetune_config.json"
 
@@ -268,7 +269,15 @@ class PredictConfig:
 
 def run_evaluation(task: str | None, data: str, model_dir: str, split: str = "dev", batch_size: int = 128,
                    precision: str = "auto") -> dict:
-    """`bertology evaluate`: a fine-tuned model's metrics on a split of its task's files."""
+    """`bertology evaluate`: a fine-tuned model's metrics on a split of its task's files (a T5's
+    from its decoded answers, see text_to_text.py)."""
+    if family_of(resolve_model_dir(model_dir)).name == "t5":
+        spec, settings = task_of(T5Config.load(resolve_model_dir(model_dir)), model_dir)
+        if task and task != spec.name:
+            raise UserError(f"{model_dir} was fine-tuned for {spec.name}, not {task}")
+        examples = read_split(FinetuneConfig(task=spec.name, model=model_dir), spec, split, data)
+        return {"task": spec.name, "split": split,
+                **evaluate_directory(str(resolve_model_dir(model_dir)), spec, settings, split, examples, batch_size)}
     model, tokenizer, spec, settings = load_finetuned(model_dir)
     if task and task != spec.name:
         raise UserError(f"{model_dir} was fine-tuned for {spec.name}, not {task}")

@@ -35,6 +35,7 @@ from ..inference.modeldir import describe_task
 from ..inference.predict import score
 from ..models.t5 import T5ForConditionalGeneration
 from ..ops import IGNORE_INDEX
+from ..tasks.inputs import InputSettings
 from ..tasks.readers import SequenceExample, TaskSpec
 from ..training.loop import StepOutput, Trainer
 from ..training.tasks import BestModel, EpochBatches, RunData, epoch_train_config, fit_and_finish
@@ -88,6 +89,12 @@ class Casting:
         if text in self.labels_of:
             return self.labels_of[text], True
         return next(label for label in self.spec.labels if label != str(example.label)), False
+
+    def answer_tokens(self, tokenizer: Tokenizer) -> int:
+        """The most tokens an answer needs (the longest label word, or a score such as "3.8"),
+        its end included: what generation is allowed, plus one token of slack."""
+        answers = ["5.0"] if self.spec.regression else list(self.words.values())
+        return max(len(tokenizer.encode(answer, add_special_tokens=False, truncation=False)) for answer in answers) + 2
 
 
 def encode_pairs(casting: Casting, tokenizer: Tokenizer, examples: list[SequenceExample], max_input: int,
@@ -150,6 +157,17 @@ def evaluate_text_to_text(model: T5ForConditionalGeneration, data: RunData, cast
     return results
 
 
+def evaluate_directory(model_dir: str, spec: TaskSpec, settings: InputSettings, split: str, examples: list,
+                       batch_size: int) -> dict[str, float]:
+    """`bertology evaluate` for a T5 fine-tuned here: the split's metrics from decoded answers."""
+    model = T5ForConditionalGeneration.from_pretrained(model_dir)
+    tokenizer = Tokenizer.from_pretrained(model_dir)
+    casting = Casting(spec)
+    data = RunData(spec, tokenizer, settings, [], {split: examples}, None)
+    return evaluate_text_to_text(model, data, casting, settings.max_seq_len, casting.answer_tokens(tokenizer),
+                                 batch_size)
+
+
 def finetune_text_to_text(cfg, data: RunData, seed: int, out: Path) -> dict:
     """Fine-tune the T5 in cfg.model text to text for one seed into `out`; returns the best dev results."""
     torch.manual_seed(seed)
@@ -160,7 +178,7 @@ def finetune_text_to_text(cfg, data: RunData, seed: int, out: Path) -> dict:
     if cut:
         print(f"{cut:,} of {len(inputs):,} training inputs are longer than {max_input} tokens and were cut",
               file=sys.stderr)
-    max_new_tokens = max(len(t) for t in targets) + 2  # room for an answer a little longer than any seen
+    max_new_tokens = casting.answer_tokens(data.tokenizer)
     describe_task(model.config, data.spec, data.settings)
 
     def make_batch(rows: list[int]) -> dict:

@@ -343,8 +343,14 @@ def test_t5_fine_tunes_text_to_text_scored_on_its_decoded_answers(tmp_path, tiny
     answers = predict_text(model, tokenizer, inputs, max_new_tokens=6)
     labels = [casting.parse(answer, example)[0] for answer, example in zip(answers, dev)]
     assert accuracy(labels, csv_labels(keyword_task / "dev.csv")) == pytest.approx(results["accuracy"])
-    assert main(["evaluate", "--model", str(out), "--data", str(keyword_task / "dev.csv")]) == 2
-    assert "a T5 (text to text)" in capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out), "--data", str(keyword_task / "dev.csv"), "--out",
+                 str(tmp_path / "eval.json")]) == 0
+    evaluated = json.loads((tmp_path / "eval.json").read_text())
+    assert evaluated["accuracy"] == pytest.approx(results["accuracy"]) and evaluated["invalid"] == results["invalid"]
+    assert main(["predict", "--model", str(out), "--input", str(keyword_task / "dev.csv"), "--out",
+                 str(tmp_path / "p.tsv")]) == 2
+    assert "a T5 (text to text): predict and serve's /predict run BERT and GPT" in capsys.readouterr().err
 
 
 def load_config_task(directory):
