@@ -63,7 +63,7 @@ from ..training.tasks import (
 )
 from .feature_mode import train_feature_head
 from .static_features import check_task, prepare_static_data, train_static_head
-from .text_to_text import Casting, encode_pairs, evaluate_directory, finetune_text_to_text
+from .text_to_text import evaluate_directory, finetune_text_to_text, prepare_text_to_text
 
 CONFIG_NAME = "finetune_config.json"
 
@@ -187,16 +187,6 @@ def finetune_once(cfg: FinetuneConfig, data: RunData, seed: int, out: Path) -> d
     return best.results
 
 
-def prepare_text_to_text_data(cfg: FinetuneConfig) -> tuple[RunData, int]:
-    """A T5's task data (the examples as they are: each run casts them to strings; nothing is
-    encoded for a head), and how many training inputs are longer than --max-seq-len."""
-    tokenizer = Tokenizer.from_pretrained(cfg.model)
-    spec, train, dev = read_task(cfg)
-    settings = cfg.input_settings(spec)
-    _, _, cut = encode_pairs(Casting(spec), tokenizer, train, settings.max_seq_len, None)
-    return RunData(spec, tokenizer, settings, train, dev, None), cut
-
-
 def run_finetuning(cfg: FinetuneConfig) -> dict:
     """Fine-tune (or train a feature-based head) for cfg.seeds seeds; write and return the dev results."""
     cfg.validate()
@@ -210,7 +200,9 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
         raise UserError("--layer-lr-decay and --gradual-unfreezing are ULMFiT's options for BERT and GPT layers, "
                         "not for a T5's encoder-decoder")
     if family == "t5":  # text to text: the task's strings, not a head
-        (data, too_long), train_one = prepare_text_to_text_data(cfg), finetune_text_to_text
+        spec, train, dev = read_task(cfg)
+        data = prepare_text_to_text(cfg.model, spec, train, dev, cfg.input_settings(spec))
+        train_one, too_long = finetune_text_to_text, data.train_encoded.too_long
     elif family == "static":  # one vector per word: only a head can train
         if cfg.mode != "features":
             raise UserError(f"{cfg.model}: static word vectors have no encoder to fine-tune; use --mode features")

@@ -33,7 +33,7 @@ from ..errors import UserError
 from ..inference.generation import GenerationConfig, generate
 from ..inference.modeldir import describe_task
 from ..inference.predict import score
-from ..models.t5 import T5ForConditionalGeneration
+from ..models.t5 import T5Config, T5ForConditionalGeneration
 from ..ops import IGNORE_INDEX
 from ..tasks.inputs import InputSettings
 from ..tasks.readers import SequenceExample, TaskSpec
@@ -95,6 +95,15 @@ class Casting:
         its end included: what generation is allowed, plus one token of slack."""
         answers = ["5.0"] if self.spec.regression else list(self.words.values())
         return max(len(tokenizer.encode(answer, add_special_tokens=False, truncation=False)) for answer in answers) + 2
+
+
+@dataclass
+class TextPairs:
+    """A task's training examples as token ids, encoded once for every seed (RunData.train_encoded)."""
+
+    inputs: list[list[int]]
+    targets: list[list[int]]
+    too_long: int  # inputs cut to --max-seq-len
 
 
 def encode_pairs(casting: Casting, tokenizer: Tokenizer, examples: list[SequenceExample], max_input: int,
@@ -168,16 +177,27 @@ def evaluate_directory(model_dir: str, spec: TaskSpec, settings: InputSettings, 
                                  batch_size)
 
 
+def prepare_text_to_text(model_dir: str, spec: TaskSpec, train: list, dev: dict[str, list],
+                         settings: InputSettings) -> RunData:
+    """A T5's task data: the training examples cast and encoded once for every seed (a target
+    longer than the decoder is a one-line error before any work), the dev examples as they are."""
+    tokenizer = Tokenizer.from_pretrained(model_dir)
+    decoder_limit = T5Config.load(model_dir).n_positions
+    inputs, targets, cut = encode_pairs(Casting(spec), tokenizer, train, settings.max_seq_len, decoder_limit)
+    if cut:
+        print(f"{cut:,} of {len(inputs):,} training inputs are longer than {settings.max_seq_len} tokens and were cut",
+              file=sys.stderr)
+    return RunData(spec, tokenizer, settings, train, dev, TextPairs(inputs, targets, cut))
+
+
 def finetune_text_to_text(cfg, data: RunData, seed: int, out: Path) -> dict:
-    """Fine-tune the T5 in cfg.model text to text for one seed into `out`; returns the best dev results."""
+    """Fine-tune the T5 in cfg.model text to text for one seed into `out` (`data` from
+    prepare_text_to_text); returns the best dev results."""
     torch.manual_seed(seed)
     model = T5ForConditionalGeneration.from_pretrained(cfg.model)
     casting = Casting(data.spec)
     max_input = data.settings.max_seq_len
-    inputs, targets, cut = encode_pairs(casting, data.tokenizer, data.train, max_input, model.config.n_positions)
-    if cut:
-        print(f"{cut:,} of {len(inputs):,} training inputs are longer than {max_input} tokens and were cut",
-              file=sys.stderr)
+    inputs, targets = data.train_encoded.inputs, data.train_encoded.targets
     max_new_tokens = casting.answer_tokens(data.tokenizer)
     describe_task(model.config, data.spec, data.settings)
 

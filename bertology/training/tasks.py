@@ -16,7 +16,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -245,7 +245,7 @@ class RunData:
     settings: InputSettings
     train: list
     dev: dict[str, list]  # split name -> examples ("dev", and "dev_mismatched" for MNLI)
-    train_encoded: Encoded | None  # None for text-to-text (recipes/text_to_text.py casts the examples itself)
+    train_encoded: Encoded | Any  # text-to-text: recipes/text_to_text.py's TextPairs (None when only evaluating)
 
 
 def evaluate_splits(model: BertPreTrainedModel, data: RunData, cfg: EpochLoop) -> dict[str, float]:
