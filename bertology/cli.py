@@ -303,6 +303,7 @@ def epochs(count: float) -> str:
 
 def run_pretrain(cfg: Any) -> None:
     """Pre-train, then say what was trained, how fast, how well, and where it is."""
+    from .models.awd_lstm import AWDLSTMConfig
     from .models.bert import BertConfig
     from .models.gpt import GPTConfig
     from .models.t5 import T5Config
@@ -317,11 +318,15 @@ def run_pretrain(cfg: Any) -> None:
     elif cfg.arch == "t5":
         t5 = T5Config.load(out)
         kind, layers, width, vocab = "encoder-decoder", f"{t5.num_layers}+{t5.num_decoder_layers}", t5.d_model, t5.vocab_size
+    elif cfg.arch == "awd-lstm":
+        lstm = AWDLSTMConfig.load(out)
+        kind, layers, width, vocab = "AWD-LSTM", lstm.n_layers, f"{lstm.emb_sz}/{lstm.n_hid}", lstm.vocab_size
     else:
         bert = BertConfig.load(out)
         kind, layers, width, vocab = "encoder", bert.num_hidden_layers, bert.hidden_size, bert.vocab_size
     speed, held_out = training_summary([out])
-    source = f"a {cfg.preset}" if not cfg.model_config else f"a {Path(cfg.model_config).name}"
+    source = f"a {Path(cfg.model_config).name}" if cfg.model_config else \
+        f"{Path(cfg.init).name}, further" if cfg.init else f"a {cfg.preset}"
     print(f"pre-trained {source} {kind} ({cfg.objective} objective; {layers} layers, {width} wide, "
           f"{vocab:,}-token vocabulary): {speed}")
     print("held-out: " + ", ".join(f"{key} {value:.4f}" for key, value in held_out.items()))

@@ -260,6 +260,7 @@ class ModelOutput:
     attentions: tuple[torch.Tensor, ...] | None = None  # each layer: (B, heads, T, T)
     past_key_values: list[tuple[torch.Tensor, ...]] | None = None  # decoders: per layer keys, values (B, heads, S, H/heads)
     encoder_last_hidden_state: torch.Tensor | None = None  # encoder-decoders: the encoder's states (B, S, H)
+    recurrent_state: list[tuple[torch.Tensor, ...]] | None = None  # LSTMs: per layer (h, c), each (1, B, width)
     # bertology's own, for the pre-training loop's metrics (pre-training models given labels):
     masked_lm_loss: torch.Tensor | None = None  # scalar: the masked LM's part of `loss`
     masked_lm_correct: torch.Tensor | None = None  # scalar: labelled positions whose argmax is the label

@@ -9,6 +9,7 @@ into the output directory."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +21,12 @@ from ..config import override, setting
 from ..data.corpus import DOC_FORMATS, reading_notes
 from ..data.pretraining import PretrainingDataset, collate, make_batches
 from ..data.shards import TokenizedCorpus, build_corpus, continuation_table
+from ..data.token_stream import StreamBatches, TokenStream
 from ..data.tokenizer import Tokenizer, train_tokenizer
 from ..errors import UserError
 from ..files import cache_root, write_json_atomic
-from ..models import ARCHITECTURES, family_named
+from ..models import ARCHITECTURES, family_named, family_of
+from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
 from ..models.bert import POSITION_TYPES, PRESETS, BertConfig
 from ..models.gpt import GPTConfig
 from ..models.t5 import T5Config
@@ -36,7 +39,7 @@ from ..training.loop import (
     check_writable,
     metrics_from_counts,
 )
-from ..training.objectives import ELECTRA_MASKING, OBJECTIVES, build_objective
+from ..training.objectives import ELECTRA_MASKING, OBJECTIVES, build_objective, lm_counts
 
 RESOLVED_CONFIG_NAME = "pretrain_config.json"
 
@@ -45,7 +48,8 @@ OBJECTIVE_HELP = ("pre-training objective: bert (masked LM + next-sentence predi
                   "full sentences), albert (masked LM + sentence order), electra (replaced-token detection), "
                   "clm (left-to-right LM), t5 (span corruption)")
 # The objective each family trains with by default, and the only ones it takes (None: any but t5).
-FAMILY_OBJECTIVES = {"bert": ("bert", None), "gpt": ("clm", ("clm",)), "t5": ("t5", ("t5",))}
+FAMILY_OBJECTIVES = {"bert": ("bert", None), "gpt": ("clm", ("clm",)), "t5": ("t5", ("t5",)),
+                     "awd-lstm": ("clm", ("clm",))}
 
 
 @dataclass
@@ -69,6 +73,13 @@ class PretrainConfig(TrainConfig):
     preset: str = setting("mini", choices=PRESETS, help="the model's size")
     model_config: str | None = setting(None, metavar="FILE", help="a config.json for the encoder instead of a "
                                                                   "preset (default: none)")
+    init: str | None = setting(None, metavar="DIR", help="--arch awd-lstm: go on training this pre-trained language "
+                                                         "model (its config, weights and tokenizer) on the corpus: "
+                                                         "ULMFiT's target-task LM fine-tuning (default: none)")
+    layer_lr_decay: float = setting(1.0, positive=True,
+                                    help="--arch awd-lstm: ULMFiT's discriminative rates, each LSTM layer down trains "
+                                         "at this factor of the one above (ULMFiT: 0.385 = 1/2.6); the tied "
+                                         "embedding and output layer at --lr")
     model: dict[str, Any] = setting({}, help="config-file only: BertConfig fields to override, as a [model] table")
     # the variants' switches, applied over the preset and winning over `model`
     pre_layer_norm: bool = setting(False, help="LayerNorm before each sub-layer (pre-LN) instead of after it")
@@ -101,7 +112,7 @@ class PretrainConfig(TrainConfig):
     gated_gelu: bool = setting(False, help="t5: T5 v1.1's gated-GELU feed-forward and an output matrix of its own")
     eval_fraction: float = setting(0.01, positive=True, help="share of the documents held out for evaluation")
     eval_batches: int = setting(20, positive=True, help="held-out batches per evaluation")
-    lr: float = override(TrainConfig, "lr", 5e-4)
+    lr: float = override(TrainConfig, "lr", 5e-4)  # an AWD-LSTM wants fastai's order, --lr 1e-2
     eval_every: int = override(TrainConfig, "eval_every", 200)
 
     def validate(self) -> None:
@@ -116,7 +127,7 @@ class PretrainConfig(TrainConfig):
         if self.objective is None:
             self.objective = default
         if allowed and self.objective not in allowed:
-            what = "a left-to-right language model" if self.arch == "gpt" else "trained by span corruption"
+            what = "trained by span corruption" if self.arch == "t5" else "a left-to-right language model"
             raise UserError(f"--arch {self.arch} is {what}: its objective is {default}, not {self.objective}")
         if self.arch == "bert" and self.objective == "t5":
             raise UserError("--objective t5 (span corruption) trains an encoder-decoder: use --arch t5")
@@ -133,6 +144,20 @@ class PretrainConfig(TrainConfig):
                                                ("--gated-gelu", self.gated_gelu, False)):
                 if value != default_value:
                     raise UserError(f"{flag} is a switch of span corruption (--arch t5), not of --arch {self.arch}")
+        if self.arch != "awd-lstm":
+            for flag, value in (("--init", self.init), ("--layer-lr-decay", self.layer_lr_decay != 1.0)):
+                if value:
+                    raise UserError(f"{flag} is ULMFiT's target-LM fine-tuning (--arch awd-lstm), not of --arch {self.arch}")
+        if self.init is not None:
+            if not Path(self.init).is_dir():
+                raise UserError(f"{self.init}: no such model directory")
+            if family_of(self.init).name != "awd-lstm":
+                raise UserError(f"{self.init}: a {family_of(self.init).name} model; --init takes an AWD-LSTM language "
+                                "model (bertology pretrain --arch awd-lstm)")
+            if self.model_config or self.model:
+                raise UserError("--init takes the model's own config.json; --model-config and [model] do not apply")
+        if self.layer_lr_decay > 1:
+            raise UserError(f"--layer-lr-decay must be at most 1, got {self.layer_lr_decay}")
         if not 0 < self.noise_density < 1:
             raise UserError(f"--noise-density must be between 0 and 1, got {self.noise_density}")
         if self.sop_balance and self.objective != "albert":
@@ -149,20 +174,29 @@ class PretrainConfig(TrainConfig):
         return {**self.model, **{k: v for k, v in switches.items() if v is not None}}
 
 
-def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig | GPTConfig | T5Config:
+def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig | GPTConfig | T5Config | AWDLSTMConfig:
     """Preset or config file, then the model overrides; the vocabulary decides vocab_size (and
     T5's special ids: [PAD] starts the decoder and pads, [SEP] ends a text). --arch gpt gives a
-    GPTConfig, --arch t5 a T5Config (their [model] tables hold their own fields)."""
+    GPTConfig, --arch t5 a T5Config, --arch awd-lstm an AWDLSTMConfig (their [model] tables hold
+    their own fields; --init's model keeps its own config)."""
     vocab_size = tokenizer.vocab_size
+    if cfg.init:
+        config = AWDLSTMConfig.load(cfg.init)
+        if config.vocab_size != vocab_size:
+            raise UserError(f"{cfg.init}: the model has {config.vocab_size:,} tokens, the tokenizer {vocab_size:,}; "
+                            "give --init's own tokenizer (the default)")
+        return config
     if cfg.arch == "gpt":
         overrides = {**cfg.model, **({"pre_layer_norm": True} if cfg.pre_layer_norm else {})}
     elif cfg.arch == "t5":
         v1_1 = {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False} if cfg.gated_gelu else {}
         overrides = {**cfg.model, **v1_1, "pad_token_id": tokenizer.pad_token_id,
                      "decoder_start_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.sep_token_id}
+    elif cfg.arch == "awd-lstm":
+        overrides = {**cfg.model, "pad_token_id": tokenizer.pad_token_id}
     else:
         overrides = cfg.model_overrides()
-    config_class = {"gpt": GPTConfig, "t5": T5Config}.get(cfg.arch, BertConfig)
+    config_class = {"gpt": GPTConfig, "t5": T5Config, "awd-lstm": AWDLSTMConfig}.get(cfg.arch, BertConfig)
     try:
         if cfg.model_config:
             config = dataclasses.replace(config_class.load(cfg.model_config), **overrides, vocab_size=vocab_size)
@@ -170,6 +204,8 @@ def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig 
             config = config_class.from_preset(cfg.preset, vocab_size=vocab_size, **overrides)
     except TypeError as err:
         raise UserError(f"model settings: {err}") from None
+    if cfg.arch == "awd-lstm":  # an LSTM has no context limit: --seq-len is its BPTT length
+        return config
     positions = config.n_positions if cfg.arch in ("gpt", "t5") else config.max_position_embeddings
     if cfg.seq_len > positions:
         raise UserError(f"--seq-len {cfg.seq_len} is larger than the model's context ({positions} positions)")
@@ -183,8 +219,8 @@ def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer
     """The given tokenizer, or one trained on the corpus (by rank 0; the others wait and load it):
     WordPiece, or for --arch t5 a unigram vocabulary with T5's 100 sentinels."""
     out = Path(cfg.out)
-    if cfg.tokenizer:
-        tokenizer = Tokenizer.from_pretrained(cfg.tokenizer)
+    if cfg.tokenizer or cfg.init:
+        tokenizer = Tokenizer.from_pretrained(cfg.tokenizer or cfg.init)
     elif (out / "vocab.txt").is_file() and cfg.resume:
         tokenizer = Tokenizer.from_pretrained(out)
     else:
@@ -305,6 +341,77 @@ def accuracy_keys(objective: str) -> tuple[str, ...]:
             "clm": ("lm_accuracy",), "t5": ("span_accuracy", "lm_accuracy")}[objective]
 
 
+def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus, train_docs, eval_docs,
+                      tokenizer: Tokenizer, dist: Distributed):
+    """(objective, step -> micro-batches, evaluator) for the Transformer families: independent
+    sequences packed from the documents as the objective wants them, masked at batch time."""
+    spec = OBJECTIVES[cfg.objective]
+    datasets = [PretrainingDataset(corpus, docs, cfg.seq_len, spec.data_format, spec.pair_task, cfg.short_seq_prob,
+                                   tokenizer.cls_token_id, tokenizer.sep_token_id, cfg.seed, cfg.sop_balance)
+                for docs in (train_docs, eval_docs)]
+    electra = {"generator_size": cfg.generator_size, "temperature": cfg.generator_temperature,
+               "masking": cfg.electra_masking} if cfg.objective == "electra" else {}
+    span_corruption = {"sentinel_ids": tokenizer.sentinel_token_ids, "noise_density": cfg.noise_density,
+                       "mean_span_length": cfg.mean_span_length} if cfg.objective == "t5" else {}
+    objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id,
+                                whole_word=cfg.whole_word_masking, max_predictions=cfg.max_predictions,
+                                **electra, **span_corruption)
+    continuation = torch.from_numpy(continuation_table(tokenizer)) if cfg.whole_word_masking else None
+    train_batches = PretrainingBatches(datasets[0], objective, cfg.batch_size, cfg.grad_accum, cfg.seed,
+                                       tokenizer.pad_token_id, dist.rank, dist.world_size, continuation)
+    evaluate = make_evaluator(datasets[1], objective, cfg.batch_size, cfg.eval_batches, cfg.seed + 1,
+                              tokenizer.pad_token_id, continuation)
+    return objective, train_batches, evaluate
+
+
+def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig, corpus: TokenizedCorpus, train_docs, eval_docs,
+                    tokenizer: Tokenizer, dist: Distributed):
+    """(objective, step -> micro-batches, evaluator) for an AWD-LSTM: the documents as one token
+    stream in --batch-size rows per rank, read --seq-len tokens at a time (data/token_stream.py);
+    with --init, the objective starts from that language model's weights."""
+    objective = build_objective("clm", model_config, tokenizer.mask_token_id, rows=cfg.batch_size)
+    if cfg.init:
+        objective.model.load_state_dict(AWDLSTMLanguageModel.from_pretrained(cfg.init).state_dict())
+    stream = TokenStream(corpus, train_docs, cfg.batch_size * dist.world_size, cfg.seq_len, cfg.seed,
+                         tokenizer.cls_token_id)
+    if stream.batches_per_epoch < 1:
+        raise UserError(f"{', '.join(cfg.corpus)}: {stream.num_tokens:,} training tokens, too few for one batch of "
+                        f"{stream.rows} rows x {cfg.seq_len + 1} tokens (--batch-size x (--seq-len + 1)); use more "
+                        "text, a smaller --batch-size or a shorter --seq-len")
+    held_out = TokenStream(corpus, eval_docs, 1, cfg.seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False)
+    if held_out.batches_per_epoch < 1:
+        raise UserError(f"{', '.join(cfg.corpus)}: the held-out documents hold {held_out.num_tokens:,} tokens, fewer "
+                        f"than one --seq-len window of {cfg.seq_len + 1}; raise --eval-fraction")
+    # As many rows as --batch-size, fewer when the held-out text is short (a full window each).
+    rows = min(cfg.batch_size, held_out.num_tokens // (cfg.seq_len + 1))
+    held_out = TokenStream(corpus, eval_docs, rows, cfg.seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False)
+
+    def evaluate(module) -> dict:
+        """Next-token loss, accuracy and perplexity over the held-out stream, read from a zero state."""
+        counts, loss_sum, state = {}, 0.0, None
+        device = next(module.parameters()).device
+        batches = min(cfg.eval_batches, held_out.batches_per_epoch)
+        for index in range(batches):
+            batch = {k: v.to(device) for k, v in held_out.batch(index).items()}
+            out = module.model(batch["input_ids"], state, labels=batch["labels"])
+            state = out.recurrent_state
+            loss_sum += out.loss.item()
+            for key, value in lm_counts(out, batch["labels"], "lm").items():
+                counts[key] = counts.get(key, 0.0) + float(value)
+        return {"loss": loss_sum / batches, **metrics_from_counts(counts)}
+
+    return objective, StreamBatches(stream, cfg.batch_size, cfg.grad_accum, dist.rank), evaluate
+
+
+def discriminative_rates(config: AWDLSTMConfig, decay: float):
+    """Parameter name -> learning-rate factor: LSTM layer i of n trains at decay ** (n - 1 - i)
+    of the top; the tied embedding and output layer (fastai's last layer group) at 1."""
+    def scale(name: str) -> float:
+        match = re.search(r"\.rnns\.(\d+)\.", name)
+        return decay ** (config.n_layers - 1 - int(match.group(1))) if match else 1.0
+    return scale
+
+
 def run_pretraining(cfg: PretrainConfig) -> str:
     """Run a whole pre-training job; returns "completed" or "interrupted"."""
     family = family_named(cfg.arch)  # the registry's one-line error names the families there are
@@ -330,10 +437,6 @@ def run_pretraining(cfg: PretrainConfig) -> str:
 
     corpus = load_corpus(cfg, tokenizer, dist)
     train_docs, eval_docs = corpus.split(cfg.eval_fraction, cfg.seed)
-    spec = OBJECTIVES[cfg.objective]
-    datasets = [PretrainingDataset(corpus, docs, cfg.seq_len, spec.data_format, spec.pair_task, cfg.short_seq_prob,
-                                   tokenizer.cls_token_id, tokenizer.sep_token_id, cfg.seed, cfg.sop_balance)
-                for docs in (train_docs, eval_docs)]
     if dist.is_main:
         print(f"corpus: {corpus.num_documents:,} documents, {corpus.num_tokens:,} tokens "
               f"({len(train_docs):,} documents for training, {len(eval_docs):,} held out)"
@@ -342,24 +445,20 @@ def run_pretraining(cfg: PretrainConfig) -> str:
             print(notes, file=sys.stderr)
 
     torch.manual_seed(cfg.seed)
-    electra = {"generator_size": cfg.generator_size, "temperature": cfg.generator_temperature,
-               "masking": cfg.electra_masking} if cfg.objective == "electra" else {}
-    span_corruption = {"sentinel_ids": tokenizer.sentinel_token_ids, "noise_density": cfg.noise_density,
-                       "mean_span_length": cfg.mean_span_length} if cfg.objective == "t5" else {}
-    objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id,
-                                whole_word=cfg.whole_word_masking, max_predictions=cfg.max_predictions,
-                                **electra, **span_corruption)
-    continuation = torch.from_numpy(continuation_table(tokenizer)) if cfg.whole_word_masking else None
-    train_batches = PretrainingBatches(datasets[0], objective, cfg.batch_size, cfg.grad_accum, cfg.seed,
-                                       tokenizer.pad_token_id, dist.rank, dist.world_size, continuation)
-    evaluate = make_evaluator(datasets[1], objective, cfg.batch_size, cfg.eval_batches, cfg.seed + 1,
-                              tokenizer.pad_token_id, continuation)
+    lr_scale = None
+    if cfg.arch == "awd-lstm":
+        objective, train_batches, evaluate = stream_training(cfg, model_config, corpus, train_docs, eval_docs,
+                                                             tokenizer, dist)
+        lr_scale = discriminative_rates(model_config, cfg.layer_lr_decay)
+    else:
+        objective, train_batches, evaluate = sequence_training(cfg, model_config, corpus, train_docs, eval_docs,
+                                                               tokenizer, dist)
 
     def save_model(module) -> None:
         module.model_to_save().save_pretrained(out)
         tokenizer.save_pretrained(out)
 
-    trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist)
+    trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist, lr_scale)
     status = trainer.fit()
     if dist.is_main:
         plot_training_curves({cfg.objective: trainer.log.rows()}, out / "training_curves.png",

@@ -414,7 +414,8 @@ class Trainer:
     def _wrap(self, module: nn.Module) -> nn.Module:
         if self.dist.enabled:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
-            module = nn.parallel.DistributedDataParallel(module, device_ids=device_ids)
+            # No buffer broadcast: a recurrent objective's buffers hold each rank's own carried state.
+            module = nn.parallel.DistributedDataParallel(module, device_ids=device_ids, broadcast_buffers=False)
         if self.config.compile:
             module = torch.compile(module)
         return module

@@ -9,10 +9,13 @@
 | `clm`     | left-to-right LM with a causal mask              | Radford et al. 2018 (GPT)     |
 | `t5`      | span corruption: an encoder-decoder writes the   | Raffel et al. 2020 (T5)       |
 |           | spans dropped from its input                     |                               |
+| `clm`     | (`--arch awd-lstm`) the same over a token stream | Merity et al. 2018, Howard &  |
+|           | read by an LSTM that carries its state           | Ruder 2018 (ULMFiT)           |
 
 `clm` trains BERT's encoder with a causal mask (the BERT paper's LTR baseline) or, with
-`--arch gpt`, GPT's own decoder (models/gpt.py: `GPTLanguageModel` below); `t5` trains T5's
-encoder-decoder (models/t5.py, data/span_corruption.py: `SpanCorruption` below).
+`--arch gpt`, GPT's own decoder (models/gpt.py: `GPTLanguageModel` below), or with `--arch
+awd-lstm` ULMFiT's LSTM over a token stream (data/token_stream.py: `RecurrentLanguageModel`
+below); `t5` trains T5's encoder-decoder (models/t5.py, data/span_corruption.py: `SpanCorruption`).
 
 Each objective prepares its batch (masking is dynamic: fresh for every batch, drawn
 from the generator it is given), computes its loss, and returns counts from which the
@@ -41,6 +44,7 @@ from ..models.bert import (
     activation,
     init_module,
 )
+from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
 from ..models.gpt import GPTConfig, GPTLMHeadModel
 from ..models.t5 import T5Config, T5ForConditionalGeneration
 from ..ops import IGNORE_INDEX, Linear
@@ -170,6 +174,44 @@ class GPTLanguageModel(nn.Module):
 
     def model_to_save(self) -> GPTLMHeadModel:
         """The GPT language model (transformers' OpenAIGPT or GPT-2 layout)."""
+        return self.model
+
+
+class RecurrentLanguageModel(nn.Module):
+    """ULMFiT's language-model objective (its stages 1 and 2): an AWD-LSTM reads a token stream
+    (data/token_stream.py) left to right, each batch continuing the last row by row.
+
+    The recurrent state carried between batches is kept in buffers, so a checkpoint holds it
+    and a resumed run continues exactly where it stopped; it restarts at each epoch's first
+    batch (`new_stream`). `rows` is the micro-batch size.
+    """
+
+    def __init__(self, config: AWDLSTMConfig, rows: int):
+        super().__init__()
+        self.model = AWDLSTMLanguageModel(config)
+        widths = [config.n_hid] * (config.n_layers - 1) + [config.emb_sz]
+        for index, width in enumerate(widths):
+            self.register_buffer(f"state_h{index}", torch.zeros(1, rows, width))
+            self.register_buffer(f"state_c{index}", torch.zeros(1, rows, width))
+
+    def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
+        """Stream batches come with their labels (the next tokens)."""
+        return batch
+
+    def forward(self, batch: Batch) -> StepOutput:
+        """Loss = next-token cross-entropy + AR + TAR; counts give accuracy and perplexity."""
+        layers = range(self.model.config.n_layers)
+        # Copies: the LSTM keeps its initial state for the backward pass, and the buffers change below.
+        state = None if bool(batch["new_stream"]) else \
+            [(getattr(self, f"state_h{i}").clone(), getattr(self, f"state_c{i}").clone()) for i in layers]
+        out = self.model(batch["input_ids"], state, labels=batch["labels"])
+        for index, (h, c) in enumerate(out.recurrent_state):
+            getattr(self, f"state_h{index}").copy_(h)
+            getattr(self, f"state_c{index}").copy_(c)
+        return StepOutput(out.loss, lm_counts(out, batch["labels"], "lm"))
+
+    def model_to_save(self) -> AWDLSTMLanguageModel:
+        """The AWD-LSTM language model (models/awd_lstm.py)."""
         return self.model
 
 
@@ -346,12 +388,18 @@ def electra_diagnostics(logits: torch.Tensor, replaced: torch.Tensor, sampled: t
     return counts
 
 
-def build_objective(name: str, config: BertConfig | GPTConfig | T5Config, mask_token_id: int, whole_word: bool = False,
-                    max_predictions: int | None = None, sentinel_ids: list[int] | None = None,
-                    noise_density: float = 0.15, mean_span_length: float = 3.0, **electra_options) -> nn.Module:
+def build_objective(name: str, config: BertConfig | GPTConfig | T5Config | AWDLSTMConfig, mask_token_id: int,
+                    whole_word: bool = False, max_predictions: int | None = None, sentinel_ids: list[int] | None = None,
+                    noise_density: float = 0.15, mean_span_length: float = 3.0, rows: int = 1,
+                    **electra_options) -> nn.Module:
     """The objective module called `name` (see OBJECTIVES) over a model of `config` (a GPTConfig
-    takes `clm` only, a T5Config `t5` only, with the tokenizer's `sentinel_ids`);
-    `electra_options` (generator_size, temperature, masking) go to `Electra`."""
+    takes `clm` only, a T5Config `t5` only, with the tokenizer's `sentinel_ids`, an AWDLSTMConfig
+    `clm` over a stream of `rows` rows per micro-batch); `electra_options` (generator_size,
+    temperature, masking) go to `Electra`."""
+    if isinstance(config, AWDLSTMConfig):
+        if name != "clm":
+            raise ValueError(f"an AWD-LSTM is a left-to-right LM: objective clm, not {name!r}")
+        return RecurrentLanguageModel(config, rows)
     if isinstance(config, T5Config):
         if name != "t5":
             raise ValueError(f"T5 is trained by span corruption: objective t5, not {name!r}")
