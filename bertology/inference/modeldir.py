@@ -29,6 +29,7 @@ from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..models import family_of, read_config, resolve_model_dir
 from ..models.bert import BertConfig, BertPreTrainedModel, model_class, tensor_shapes
+from ..models.awd_lstm import AWDLSTMConfig
 from ..models.gpt import GPTConfig
 from ..models.features import HEAD_CONFIG, FeatureModel
 from ..models.quantized import load_quantized
@@ -44,14 +45,14 @@ EXPORT_KEY = "bertology_export"  # the export format that wrote the directory
 CPU_FORMATS = ("int8", "onnx")  # run on the CPU only (PyTorch's quantized kernels, ONNX Runtime's CPU provider)
 
 
-def load_config(directory: str | os.PathLike) -> BertConfig | GPTConfig:
-    """The config of a model directory that tasks can fine-tune: a BERT encoder's, or a GPT's
-    (fine-tuned for sequence tasks the GPT paper's way)."""
+def load_config(directory: str | os.PathLike) -> BertConfig | GPTConfig | AWDLSTMConfig:
+    """The config of a model directory that tasks can fine-tune: a BERT encoder's, a GPT's
+    (fine-tuned for sequence tasks the GPT paper's way) or an AWD-LSTM's (ULMFiT's classifier)."""
     family = family_of(directory).name
     if family == "t5":
         raise UserError(f"{directory}: a T5 (text to text): predict and serve's /predict run BERT and GPT "
                         "classifiers; `bertology evaluate` scores a fine-tuned T5, and `bertology generate` runs it")
-    return GPTConfig.load(directory) if family == "gpt" else BertConfig.load(directory)
+    return {"gpt": GPTConfig, "awd-lstm": AWDLSTMConfig}.get(family, BertConfig).load(directory)
 
 
 def describe_task(config: BertConfig | GPTConfig, spec: TaskSpec, settings: InputSettings) -> None:

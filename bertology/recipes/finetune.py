@@ -99,6 +99,8 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                                     help="ULMFiT's discriminative learning rates: each layer down gets this factor "
                                          "of the rate above it (1: off)")
     gradual_unfreezing: bool = setting(False, help="ULMFiT: train the top layer first, one more layer each epoch")
+    drop_mult: float = setting(1.0, positive=True, help="--model an AWD-LSTM: ULMFiT's one dropout knob, every "
+                                                       "dropout of the classifier (fastai's) times this")
     seeds: int = setting(1, positive=True, help="run N seeds (--seed, --seed + 1, ...) and report the median "
                                                 "and spread")
     mode: str = setting("finetune", choices=MODES,
@@ -163,7 +165,7 @@ def prepare_data(cfg: FinetuneConfig) -> RunData:
 def finetune_once(cfg: FinetuneConfig, data: RunData, seed: int, out: Path) -> dict:
     """Train one seed into `out`; returns the best dev results (with the step they came from)."""
     torch.manual_seed(seed)
-    model = load_task_model(cfg.model, data.spec)
+    model = load_task_model(cfg.model, data.spec, cfg.drop_mult)
     describe_task(model.config, data.spec, data.settings)
     num_layers = num_layers_of(model)
     features = data.train_encoded.features
@@ -193,9 +195,11 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
     out = Path(cfg.out)
     check_output_dir(out, cfg.resume)
     family = family_of(cfg.model).name
-    if family in ("gpt", "t5") and cfg.mode == "features":
+    if family in ("gpt", "t5", "awd-lstm") and cfg.mode == "features":
         raise UserError(f"{cfg.model}: a {family.upper()} is fine-tuned whole here (--mode finetune); feature-based "
                         "heads read BERT encoders or static vectors")
+    if family != "awd-lstm" and cfg.drop_mult != 1.0:
+        raise UserError(f"--drop-mult scales an AWD-LSTM classifier's dropouts (ULMFiT); {cfg.model} is a {family}")
     if family == "t5" and (cfg.layer_lr_decay < 1 or cfg.gradual_unfreezing):
         raise UserError("--layer-lr-decay and --gradual-unfreezing are ULMFiT's options for BERT and GPT layers, "
                         "not for a T5's encoder-decoder")

@@ -34,6 +34,7 @@ from ..models.bert import (
     BertForTokenClassification,
     BertPreTrainedModel,
 )
+from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMForSequenceClassification
 from ..models.gpt import GPTConfig, GPTForSequenceClassification
 from ..plots import plot_training_curves
 from ..tasks.inputs import Encoded, InputSettings, bucketed_batches
@@ -149,13 +150,21 @@ MODEL_FOR_KIND = {"sequence": BertForSequenceClassification, "token": BertForTok
                   "span": BertForQuestionAnswering}
 
 
-def load_task_model(directory: str, spec: TaskSpec) -> BertPreTrainedModel | GPTForSequenceClassification:
+def load_task_model(directory: str, spec: TaskSpec, drop_mult: float = 1.0) -> nn.Module:
     """The encoder in `directory` with `spec`'s head: kept if the directory already holds a
     head for this very task and label set, else freshly initialised. A GPT takes sequence
-    tasks (classification, regression) with the GPT paper's head on its last token."""
+    tasks (classification, regression) with the GPT paper's head on its last token, an AWD-LSTM
+    ULMFiT's concat-pooling head with its dropouts times `drop_mult`."""
     num_labels = len(spec.labels) if spec.labels else 1
     id2label = dict(enumerate(spec.labels)) if spec.labels else None
     config = load_config(directory)
+    if isinstance(config, AWDLSTMConfig):
+        if spec.kind != "sequence":
+            raise UserError(f"{directory}: an AWD-LSTM is fine-tuned here as ULMFiT's classifier (classification, "
+                            f"regression), not for {spec.name}'s {spec.kind}-level labels; use a BERT")
+        if has_head_for(config, spec):
+            return AWDLSTMForSequenceClassification.from_pretrained(directory)
+        return AWDLSTMForSequenceClassification.from_language_model(directory, num_labels, id2label, drop_mult)
     if isinstance(config, GPTConfig):
         if spec.kind != "sequence":
             raise UserError(f"{directory}: a GPT reads left to right and is fine-tuned here for sequence tasks "
@@ -168,17 +177,24 @@ def load_task_model(directory: str, spec: TaskSpec) -> BertPreTrainedModel | GPT
 
 
 def num_layers_of(model: nn.Module) -> int:
-    """The number of Transformer layers under a task model's head (BERT's, or a GPT's blocks)."""
-    return len(model.transformer.h) if isinstance(model, GPTForSequenceClassification) else len(model.bert.layers)
+    """The number of layers under a task model's head (BERT's, a GPT's blocks, an AWD-LSTM's LSTMs)."""
+    if isinstance(model, GPTForSequenceClassification):
+        return len(model.transformer.h)
+    if isinstance(model, AWDLSTMForSequenceClassification):
+        return len(model.awd_lstm.rnns)
+    return len(model.bert.layers)
 
 
 def layer_depth(name: str, num_layers: int) -> int:
-    """0 for embeddings, i + 1 for transformer layer i, num_layers + 1 for the pooler and head
-    (BERT's names, or a GPT's: blocks `h.i`, embeddings `wte` and `wpe`)."""
-    match = re.search(r"\.(?:layers|h)\.(\d+)\.", f".{name}")
+    """0 for embeddings, i + 1 for layer i, num_layers + 1 for the pooler and head (BERT's names,
+    a GPT's: blocks `h.i`, embeddings `wte` and `wpe`, or an AWD-LSTM's: LSTMs `rnns.i`, embedding
+    `awd_lstm.encoder`: fastai's layer groups for ULMFiT's classifier)."""
+    if name.startswith("classifier."):  # the head (ULMFiT's has `layers` of its own)
+        return num_layers + 1
+    match = re.search(r"\.(?:layers|h|rnns)\.(\d+)\.", f".{name}")
     if match:
         return int(match.group(1)) + 1
-    if re.search(r"\.(embeddings|wte|wpe)\.", f".{name}"):
+    if re.search(r"\.(embeddings|wte|wpe)\.|^\.awd_lstm\.encoder\.", f".{name}"):
         return 0
     return num_layers + 1
 

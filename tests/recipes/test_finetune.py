@@ -14,6 +14,7 @@ from bertology.inference.modeldir import load_finetuned
 from bertology.inference.predict import predict
 from bertology.inference.predictor import Predictor
 from bertology.data.tokenizer import train_tokenizer
+from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.recipes.finetune import FinetuneConfig, run_finetuning
@@ -384,3 +385,54 @@ def test_a_t5_target_longer_than_the_decoder_limit_is_a_one_line_error(tmp_path,
                    "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and "train.csv:3: the target" in err[-1] and "the decoder takes 64 (n_positions)" in err[-1]
+
+
+@pytest.fixture(scope="module")
+def tiny_awd_lstm(tmp_path_factory, keyword_task):
+    """A random tiny AWD-LSTM language model (3 LSTMs, 32/64 wide) with a WordPiece vocabulary of the keyword task's text."""
+    out = tmp_path_factory.mktemp("tiny_awd_lstm")
+    tokenizer = train_tokenizer([keyword_task / "unlabeled.txt", keyword_task / "train.csv"], vocab_size=300, out_dir=out)
+    torch.manual_seed(0)
+    AWDLSTMLanguageModel(AWDLSTMConfig(vocab_size=tokenizer.vocab_size, emb_sz=32, n_hid=64,
+                                       pad_token_id=tokenizer.pad_token_id)).save_pretrained(out)
+    return out
+
+
+def test_awd_lstm_fine_tunes_as_ulmfits_classifier_and_evaluates_predicts_and_serves(tmp_path, tiny_awd_lstm,
+                                                                                      keyword_task):
+    """ULMFiT's third stage through the same commands as BERT: concat pooling over the LSTM's
+    states under the slanted triangle, here from random weights (gradual unfreezing, which keeps
+    the lower LSTMs frozen for the first epochs, is for a pre-trained one: 0.67 here)."""
+    results, out = finetune(tmp_path, "awd", task="classification", train_file=str(keyword_task / "train.csv"),
+                            dev_file=str(keyword_task / "dev.csv"), model=str(tiny_awd_lstm), epochs=5, batch_size=16,
+                            lr=1e-2, schedule="slanted_triangular",
+                            drop_mult=0.5)
+    assert results["accuracy"] > 0.95, results
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["AWDLSTMForSequenceClassification"]
+    assert config["weight_p"] == 0.25 and config["output_p"] == 0.2  # fastai's classifier dropouts x drop_mult
+    model, tokenizer, spec, settings = load_finetuned(str(out))
+    dev = read_examples(spec, keyword_task / "dev.csv", "dev")
+    assert accuracy(predict(model, tokenizer, spec, dev, settings, precision="fp32"),
+                    csv_labels(keyword_task / "dev.csv")) == pytest.approx(results["accuracy"])
+    with TestClient(create_app(load_served(str(out), "fp32"), ServeConfig(model=str(out)))) as client:
+        response = client.post("/predict", json={"texts": ["a story with music", "excellent plot"]})
+        assert [p["label"] for p in response.json()["predictions"]] == ["neg", "pos"]
+
+
+def test_ulmfits_layer_groups_for_the_awd_lstm_classifier(tiny_awd_lstm):
+    """fastai's groups: embedding, each LSTM, the head; gradual unfreezing trains the head and the
+    top LSTM first and one more group each epoch."""
+    spec = TASKS["sst2"]
+    model = load_task_model(str(tiny_awd_lstm), spec)
+    depths = {name: layer_depth(name, 3) for name, _ in model.named_parameters()}
+    assert depths["awd_lstm.encoder.weight"] == 0 and depths["awd_lstm.rnns.0.weight_hh_l0_raw"] == 1
+    assert depths["awd_lstm.rnns.2.module.bias_ih_l0"] == 3 and depths["classifier.layers.1.2.weight"] == 4
+    unfreeze = gradual_unfreezer(model)
+    unfreeze(0)
+    training = {name.split(".")[1] for name, p in model.named_parameters() if p.requires_grad}
+    assert training == {"rnns", "layers"} and not model.awd_lstm.rnns[1].weight_hh_l0_raw.requires_grad
+    unfreeze(3)
+    assert all(p.requires_grad for p in model.parameters())
+    with pytest.raises(UserError, match="an AWD-LSTM is fine-tuned here as ULMFiT's classifier"):
+        load_task_model(str(tiny_awd_lstm), TASKS["conll2003"])
