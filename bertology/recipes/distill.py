@@ -29,6 +29,7 @@ from torch import nn
 from ..config import TaskConfig, TaskFiles, override, setting
 from ..data.tokenizer import MASK, Tokenizer
 from ..errors import UserError
+from ..models import family_of
 from ..files import atomic_path, cache_root, write_json_atomic
 from ..inference.modeldir import describe_task, load_finetuned
 from ..inference.predict import run_rows
@@ -122,6 +123,8 @@ class DistillConfig(TaskFiles, EpochLoop):
         super().validate()
         if not Path(self.teacher).is_dir():
             raise UserError(f"{self.teacher}: no such teacher model directory")
+        if (family := family_of(self.teacher).name) != "bert":  # the student copies the teacher's BERT config
+            raise UserError(f"{self.teacher}: model family {family}; distill's teacher is a fine-tuned BERT encoder")
         if self.student is not None and not Path(self.student).is_dir():
             raise UserError(f"{self.student}: no such student model directory")
         if self.label_weight > 1:

@@ -13,6 +13,7 @@ from bertology import BertConfig, BertModel, Tokenizer
 from bertology.cli import main
 from bertology.inference.modeldir import load_finetuned
 from bertology.inference.predict import predict
+from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMForSequenceClassification
 from bertology.models.bert import BertForSequenceClassification
 from bertology.ops import IGNORE_INDEX
 from bertology.recipes.distill import (
@@ -188,6 +189,8 @@ def test_user_mistakes_are_one_line_errors(tmp_path, tiny_model, keyword_task, c
     teacher = random_teacher(tmp_path / "teacher", tiny_model, "sst2", 1)  # any fine-tuned model: no training here
     squad_dir = tmp_path / "squad-teacher"
     random_teacher(squad_dir, tiny_model, "sst2", 1)
+    awd = tmp_path / "awd-lstm"
+    AWDLSTMForSequenceClassification(AWDLSTMConfig(vocab_size=30, emb_sz=8, n_hid=8)).save_pretrained(awd)
     config = json.loads((squad_dir / "config.json").read_text())
     config["bertology_task"] = json.loads(json.dumps(dataclasses.asdict(TASKS["squad"])))
     (squad_dir / "config.json").write_text(json.dumps(config))
@@ -196,6 +199,7 @@ def test_user_mistakes_are_one_line_errors(tmp_path, tiny_model, keyword_task, c
          "not span"),
         (["--teacher", str(tmp_path / "missing"), "--unlabeled", "x"], "missing: no such model directory"),
         (["--teacher", str(teacher), "--no-train-text"], "no transfer text"),
+        (["--teacher", str(awd), "--unlabeled", "x"], "model family awd-lstm; distill's teacher is a fine-tuned BERT"),
         (["--teacher", str(teacher), "--unlabeled", str(tmp_path / "nope.txt"), "--no-train-text"], "nope.txt"),
         (["--teacher", str(teacher), "--unlabeled", str(keyword_task / "unlabeled.txt"), "--no-train-text",
           "--student", str(tiny_model), "--hidden-weight", "1", "--temperature", "0"], "temperature"),
