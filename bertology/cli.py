@@ -305,6 +305,7 @@ def run_pretrain(cfg: Any) -> None:
     """Pre-train, then say what was trained, how fast, how well, and where it is."""
     from .models.awd_lstm import AWDLSTMConfig
     from .models.bert import BertConfig
+    from .models.elmo import ELMoConfig
     from .models.gpt import GPTConfig
     from .models.t5 import T5Config
     from .recipes.pretrain import run_pretraining
@@ -321,6 +322,10 @@ def run_pretrain(cfg: Any) -> None:
     elif cfg.arch == "awd-lstm":
         lstm = AWDLSTMConfig.load(out)
         kind, layers, width, vocab = "AWD-LSTM", lstm.n_layers, f"{lstm.emb_sz}/{lstm.n_hid}", lstm.vocab_size
+    elif cfg.arch == "elmo":
+        elmo = ELMoConfig.load(out)
+        kind, layers, width, vocab = "ELMo biLM", f"2 x {elmo.n_layers}", f"{elmo.projection_dim}/{elmo.lstm_dim}", \
+            elmo.vocab_size
     else:
         bert = BertConfig.load(out)
         kind, layers, width, vocab = "encoder", bert.num_hidden_layers, bert.hidden_size, bert.vocab_size

@@ -96,7 +96,7 @@ def test_required_flags_show_as_required_and_choices_are_listed(capsys):
     assert status == 0 and "--corpus PATH [PATH ...] --out DIR" in usage
     assert "[--corpus" not in usage and "[--out" not in usage and "[--max-steps MAX_STEPS]" in usage
     assert f"--arch {{{','.join(ARCHITECTURES)}}}" in usage  # the registry's families, no CLI edit
-    assert "--objective {bert,roberta,albert,electra,clm,t5}" in usage
+    assert "--objective {bert,roberta,albert,electra,clm,t5,bilm}" in usage
     _, out, _ = run_cli(capsys, "export", "--help")
     assert "--format {hf,int8,onnx}" in out
     _, out, _ = run_cli(capsys, "finetune", "--help")

@@ -30,12 +30,15 @@ class TokenStream:
         seed: the documents' order in epoch e is drawn from (seed, e); shuffle=False keeps
             the given order (held-out evaluation).
         bos_id: the token that opens every document.
+        reverse: read each row from its end (ELMo's backward language model, which predicts
+            each token from the ones after it): the rows of the same stream, reversed.
     """
 
     def __init__(self, corpus: TokenizedCorpus, documents: np.ndarray, rows: int, bptt: int, seed: int,
-                 bos_id: int, shuffle: bool = True):
+                 bos_id: int, shuffle: bool = True, reverse: bool = False):
         self.corpus, self.documents = corpus, np.asarray(documents)
         self.rows, self.bptt, self.seed, self.bos_id, self.shuffle = rows, bptt, seed, bos_id, shuffle
+        self.reverse = reverse
         sentence_offsets, document_offsets = corpus.sentence_offsets, corpus.document_offsets
         token_starts = sentence_offsets[document_offsets[self.documents]]
         token_stops = sentence_offsets[document_offsets[self.documents + 1]]
@@ -56,6 +59,8 @@ class TokenStream:
                 pieces.extend(self.corpus.document(int(index)))
             stream = np.concatenate(pieces).astype(np.int64)
             self._grid = stream[: self.rows * self.row_length].reshape(self.rows, self.row_length)
+            if self.reverse:
+                self._grid = np.ascontiguousarray(self._grid[:, ::-1])
             self._epoch = epoch
         return self._grid
 
@@ -73,11 +78,21 @@ class TokenStream:
 class StreamBatches:
     """The Trainer's step -> micro-batches over a TokenStream: step s reads stream batches
     s*A .. s*A + A - 1 (A = grad_accum, consecutive, so the state carries through them) and
-    this rank's block of `batch_size` rows of each."""
+    this rank's block of `batch_size` rows of each. With a `backward` stream (the same stream
+    reversed) each micro-batch also holds its batch under `backward_` keys."""
 
-    def __init__(self, stream: TokenStream, batch_size: int, grad_accum: int, rank: int = 0):
+    def __init__(self, stream: TokenStream, batch_size: int, grad_accum: int, rank: int = 0,
+                 backward: TokenStream | None = None):
         self.stream, self.batch_size, self.grad_accum, self.rank = stream, batch_size, grad_accum, rank
+        self.backward = backward
+
+    def micro_batch(self, index: int) -> dict[str, torch.Tensor]:
+        """Stream batch `index`, this rank's rows (and the backward stream's, prefixed)."""
+        batch = self.stream.batch(index, self.rank * self.batch_size, self.batch_size)
+        if self.backward is not None:
+            reverse = self.backward.batch(index, self.rank * self.batch_size, self.batch_size)
+            batch.update({f"backward_{key}": value for key, value in reverse.items() if key != "attention_mask"})
+        return batch
 
     def __call__(self, step: int) -> list[dict[str, torch.Tensor]]:
-        return [self.stream.batch(step * self.grad_accum + k, self.rank * self.batch_size, self.batch_size)
-                for k in range(self.grad_accum)]
+        return [self.micro_batch(step * self.grad_accum + k) for k in range(self.grad_accum)]

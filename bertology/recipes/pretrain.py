@@ -27,6 +27,7 @@ from ..errors import UserError
 from ..files import cache_root, write_json_atomic
 from ..models import ARCHITECTURES, family_named, family_of
 from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
+from ..models.elmo import ELMoConfig, character_ids
 from ..models.bert import POSITION_TYPES, PRESETS, BertConfig
 from ..models.gpt import GPTConfig
 from ..models.t5 import T5Config
@@ -46,10 +47,11 @@ RESOLVED_CONFIG_NAME = "pretrain_config.json"
 
 OBJECTIVE_HELP = ("pre-training objective: bert (masked LM + next-sentence prediction), roberta (masked LM over "
                   "full sentences), albert (masked LM + sentence order), electra (replaced-token detection), "
-                  "clm (left-to-right LM), t5 (span corruption)")
+                  "clm (left-to-right LM), t5 (span corruption), bilm (ELMo's forward and backward LSTM LMs)")
 # The objective each family trains with by default, and the only ones it takes (None: any but t5).
 FAMILY_OBJECTIVES = {"bert": ("bert", None), "gpt": ("clm", ("clm",)), "t5": ("t5", ("t5",)),
-                     "awd-lstm": ("clm", ("clm",))}
+                     "awd-lstm": ("clm", ("clm",)), "elmo": ("bilm", ("bilm",))}
+STREAM_FAMILIES = ("awd-lstm", "elmo")  # the LSTMs: a token stream and a carried state (data/token_stream.py)
 
 
 @dataclass
@@ -91,7 +93,7 @@ class PretrainConfig(TrainConfig):
                             help="absolute: learned position embeddings (BERT); relative: T5's bucketed relative "
                                  "position bias in every attention instead")
     objective: str | None = setting(None, choices=OBJECTIVES, help=f"{OBJECTIVE_HELP} (default: bert; --arch gpt "
-                                                                    "takes clm only, --arch t5 t5 only)")
+                                                                    "and awd-lstm take clm only, t5 t5, elmo bilm)")
     seq_len: int = setting(128, minimum=8, help="sequence length in tokens")
     batch_size: int = setting(32, positive=True, help="sequences per micro-batch")
     short_seq_prob: float = setting(0.1, minimum=0, help="share of shorter sequences, as BERT's data has")
@@ -127,10 +129,13 @@ class PretrainConfig(TrainConfig):
         if self.objective is None:
             self.objective = default
         if allowed and self.objective not in allowed:
-            what = "trained by span corruption" if self.arch == "t5" else "a left-to-right language model"
+            what = {"t5": "trained by span corruption", "elmo": "a bidirectional LSTM language model"}.get(
+                self.arch, "a left-to-right language model")
             raise UserError(f"--arch {self.arch} is {what}: its objective is {default}, not {self.objective}")
-        if self.arch == "bert" and self.objective == "t5":
-            raise UserError("--objective t5 (span corruption) trains an encoder-decoder: use --arch t5")
+        if self.arch == "bert" and self.objective in ("t5", "bilm"):
+            family = "t5 (span corruption trains an encoder-decoder)" if self.objective == "t5" else \
+                "elmo (a forward and a backward LSTM language model)"
+            raise UserError(f"--objective {self.objective} is not an encoder's objective: use --arch {family}")
         if self.arch != "bert":
             for flag, value in (("--share-layers", self.share_layers), ("--embedding-size", self.embedding_size),
                                 ("--whole-word-masking", self.whole_word_masking),
@@ -192,11 +197,12 @@ def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig 
         v1_1 = {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False} if cfg.gated_gelu else {}
         overrides = {**cfg.model, **v1_1, "pad_token_id": tokenizer.pad_token_id,
                      "decoder_start_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.sep_token_id}
-    elif cfg.arch == "awd-lstm":
+    elif cfg.arch in STREAM_FAMILIES:
         overrides = {**cfg.model, "pad_token_id": tokenizer.pad_token_id}
     else:
         overrides = cfg.model_overrides()
-    config_class = {"gpt": GPTConfig, "t5": T5Config, "awd-lstm": AWDLSTMConfig}.get(cfg.arch, BertConfig)
+    config_class = {"gpt": GPTConfig, "t5": T5Config, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig}.get(
+        cfg.arch, BertConfig)
     try:
         if cfg.model_config:
             config = dataclasses.replace(config_class.load(cfg.model_config), **overrides, vocab_size=vocab_size)
@@ -204,7 +210,7 @@ def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig 
             config = config_class.from_preset(cfg.preset, vocab_size=vocab_size, **overrides)
     except TypeError as err:
         raise UserError(f"model settings: {err}") from None
-    if cfg.arch == "awd-lstm":  # an LSTM has no context limit: --seq-len is its BPTT length
+    if cfg.arch in STREAM_FAMILIES:  # an LSTM has no context limit: --seq-len is its BPTT length
         return config
     positions = config.n_positions if cfg.arch in ("gpt", "t5") else config.max_position_embeddings
     if cfg.seq_len > positions:
@@ -338,7 +344,8 @@ def accuracy_keys(objective: str) -> tuple[str, ...]:
     """The held-out metrics worth plotting for an objective."""
     return {"bert": ("mlm_accuracy", "nsp_accuracy"), "roberta": ("mlm_accuracy",),
             "albert": ("mlm_accuracy", "sop_accuracy"), "electra": ("mlm_accuracy", "rtd_auc"),
-            "clm": ("lm_accuracy",), "t5": ("span_accuracy", "lm_accuracy")}[objective]
+            "clm": ("lm_accuracy",), "t5": ("span_accuracy", "lm_accuracy"),
+            "bilm": ("forward_lm_accuracy", "backward_lm_accuracy")}[objective]
 
 
 def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus, train_docs, eval_docs,
@@ -364,14 +371,19 @@ def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus
     return objective, train_batches, evaluate
 
 
-def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig, corpus: TokenizedCorpus, train_docs, eval_docs,
-                    tokenizer: Tokenizer, dist: Distributed):
-    """(objective, step -> micro-batches, evaluator) for an AWD-LSTM: the documents as one token
-    stream in --batch-size rows per rank, read --seq-len tokens at a time (data/token_stream.py);
-    with --init, the objective starts from that language model's weights."""
-    objective = build_objective("clm", model_config, tokenizer.mask_token_id, rows=cfg.batch_size)
+def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig | ELMoConfig, corpus: TokenizedCorpus,
+                    train_docs, eval_docs, tokenizer: Tokenizer, dist: Distributed):
+    """(objective, step -> micro-batches, evaluator) for the LSTMs: the documents as one token
+    stream in --batch-size rows per rank, read --seq-len tokens at a time (data/token_stream.py;
+    ELMo's backward LM reads the same stream reversed). With --init, the objective starts from
+    that language model's weights; ELMo's character CNN gets each vocabulary entry's spelling."""
+    objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id, rows=cfg.batch_size)
     if cfg.init:
         objective.model.load_state_dict(AWDLSTMLanguageModel.from_pretrained(cfg.init).state_dict())
+    if cfg.arch == "elmo":
+        spellings = tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
+        objective.model.bilm.token_encoder.char_ids.copy_(character_ids(spellings, model_config.max_characters_per_token))
+    bidirectional = cfg.arch == "elmo"
     stream = TokenStream(corpus, train_docs, cfg.batch_size * dist.world_size, cfg.seq_len, cfg.seed,
                          tokenizer.cls_token_id)
     if stream.batches_per_epoch < 1:
@@ -384,23 +396,33 @@ def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig, corpus: To
                         f"than one --seq-len window of {cfg.seq_len + 1}; raise --eval-fraction")
     # As many rows as --batch-size, fewer when the held-out text is short (a full window each).
     rows = min(cfg.batch_size, held_out.num_tokens // (cfg.seq_len + 1))
-    held_out = TokenStream(corpus, eval_docs, rows, cfg.seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False)
+    held_out = [TokenStream(corpus, eval_docs, rows, cfg.seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False,
+                            reverse=reverse) for reverse in ((False, True) if bidirectional else (False,))]
 
     def evaluate(module) -> dict:
-        """Next-token loss, accuracy and perplexity over the held-out stream, read from a zero state."""
-        counts, loss_sum, state = {}, 0.0, None
+        """Next-token loss, accuracy and perplexity over the held-out stream (each direction's, for
+        ELMo), read from a zero state."""
+        counts, loss_sum = {}, 0.0
         device = next(module.parameters()).device
-        batches = min(cfg.eval_batches, held_out.batches_per_epoch)
-        for index in range(batches):
-            batch = {k: v.to(device) for k, v in held_out.batch(index).items()}
-            out = module.model(batch["input_ids"], state, labels=batch["labels"])
-            state = out.recurrent_state
-            loss_sum += out.loss.item()
-            for key, value in lm_counts(out, batch["labels"], "lm").items():
-                counts[key] = counts.get(key, 0.0) + float(value)
+        batches = min(cfg.eval_batches, held_out[0].batches_per_epoch)
+        for direction, stream_of_direction in enumerate(held_out):
+            state = None
+            for index in range(batches):
+                batch = {k: v.to(device) for k, v in stream_of_direction.batch(index).items()}
+                if bidirectional:
+                    out = module.model.direction_loss(batch["input_ids"], batch["labels"], direction == 1, state)
+                else:
+                    out = module.model(batch["input_ids"], state, labels=batch["labels"])
+                state = out.recurrent_state
+                loss_sum += out.loss.item() / len(held_out)
+                name = ("forward_lm", "backward_lm")[direction] if bidirectional else "lm"
+                for key, value in lm_counts(out, batch["labels"], name).items():
+                    counts[key] = counts.get(key, 0.0) + float(value)
         return {"loss": loss_sum / batches, **metrics_from_counts(counts)}
 
-    return objective, StreamBatches(stream, cfg.batch_size, cfg.grad_accum, dist.rank), evaluate
+    backward = TokenStream(corpus, train_docs, cfg.batch_size * dist.world_size, cfg.seq_len, cfg.seed,
+                           tokenizer.cls_token_id, reverse=True) if bidirectional else None
+    return objective, StreamBatches(stream, cfg.batch_size, cfg.grad_accum, dist.rank, backward), evaluate
 
 
 def discriminative_rates(config: AWDLSTMConfig, decay: float):
@@ -446,10 +468,10 @@ def run_pretraining(cfg: PretrainConfig) -> str:
 
     torch.manual_seed(cfg.seed)
     lr_scale = None
-    if cfg.arch == "awd-lstm":
+    if cfg.arch in STREAM_FAMILIES:
         objective, train_batches, evaluate = stream_training(cfg, model_config, corpus, train_docs, eval_docs,
                                                              tokenizer, dist)
-        lr_scale = discriminative_rates(model_config, cfg.layer_lr_decay)
+        lr_scale = discriminative_rates(model_config, cfg.layer_lr_decay) if cfg.arch == "awd-lstm" else None
     else:
         objective, train_batches, evaluate = sequence_training(cfg, model_config, corpus, train_docs, eval_docs,
                                                                tokenizer, dist)

@@ -64,7 +64,8 @@ def accuracy_counts(name: str, predictions: torch.Tensor, targets: torch.Tensor)
 def metrics_from_counts(counts: dict[str, float]) -> dict[str, float]:
     """Turn summed counts into metrics: `x_accuracy` = x_correct / x_total, `x_loss` = x_loss_sum /
     x_total, `x` = x_count / x_total (a share), an AUC `x_auc` = x_auc_correct / x_auc_total (the
-    ranked pairs of `objectives.ranked_pair_counts`), the LM's `perplexity`, and ELECTRA's
+    ranked pairs of `objectives.ranked_pair_counts`), the LM's `perplexity` (ELMo's
+    `forward_perplexity`, `backward_perplexity`), and ELECTRA's
     `rtd_balanced_accuracy` (chance = 0.5)."""
     metrics = {}
     for key, value in counts.items():
@@ -73,8 +74,9 @@ def metrics_from_counts(counts: dict[str, float]) -> dict[str, float]:
             if key.endswith(suffix) and counts.get(f"{name}_total"):
                 label = name if name.endswith("_auc") and suffix == "_correct" else name + metric
                 metrics[label] = float(value) / float(counts[f"{name}_total"])
-    if "lm_loss" in metrics:
-        metrics["perplexity"] = math.exp(min(metrics["lm_loss"], 50.0))  # capped: exp overflows early in training
+    for name in [name for name in metrics if name.endswith("lm_loss")]:  # lm_loss, and ELMo's per direction
+        # capped: exp overflows early in training
+        metrics[name.removesuffix("lm_loss") + "perplexity"] = math.exp(min(metrics[name], 50.0))
     if "rtd_replaced_accuracy" in metrics and "rtd_original_accuracy" in metrics:
         metrics["rtd_balanced_accuracy"] = (metrics.pop("rtd_replaced_accuracy") + metrics.pop("rtd_original_accuracy")) / 2
     return metrics

@@ -11,6 +11,8 @@
 |           | spans dropped from its input                     |                               |
 | `clm`     | (`--arch awd-lstm`) the same over a token stream | Merity et al. 2018, Howard &  |
 |           | read by an LSTM that carries its state           | Ruder 2018 (ULMFiT)           |
+| `bilm`    | (`--arch elmo`) a forward and a backward LSTM LM | Peters et al. 2018 (ELMo)     |
+|           | over the stream and its reverse                  |                               |
 
 `clm` trains BERT's encoder with a causal mask (the BERT paper's LTR baseline) or, with
 `--arch gpt`, GPT's own decoder (models/gpt.py: `GPTLanguageModel` below), or with `--arch
@@ -33,6 +35,7 @@ from torch import nn
 from ..data.padding import pad_rows
 from ..data.pretraining import mask_tokens
 from ..data.span_corruption import corrupt_spans, random_spans_noise_mask
+from ..models.elmo import ELMoConfig, ELMoLanguageModel
 from ..models.bert import (
     BertConfig,
     BertForMaskedLM,
@@ -66,6 +69,7 @@ OBJECTIVES: dict[str, ObjectiveSpec] = {
     "electra": ObjectiveSpec("pairs", None),
     "clm": ObjectiveSpec("contiguous", None),
     "t5": ObjectiveSpec("contiguous", None),
+    "bilm": ObjectiveSpec("stream", None),
 }
 
 
@@ -177,22 +181,44 @@ class GPTLanguageModel(nn.Module):
         return self.model
 
 
+class CarriedState(nn.Module):
+    """An LSTM stack's state carried from one stream batch to the next, kept in buffers so that
+    a checkpoint holds it and a resumed run continues exactly where it stopped.
+
+    `widths` gives each layer's (h, c) widths; `rows` is the micro-batch size."""
+
+    def __init__(self, widths: list[tuple[int, int]], rows: int):
+        super().__init__()
+        self.layers = len(widths)
+        for index, (h_width, c_width) in enumerate(widths):
+            self.register_buffer(f"h{index}", torch.zeros(1, rows, h_width))
+            self.register_buffer(f"c{index}", torch.zeros(1, rows, c_width))
+
+    def get(self, new_stream: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """The state to start this batch from: None (zeros) at an epoch's first batch, else copies
+        of the buffers (the LSTM keeps its initial state for the backward pass; `set` changes them)."""
+        if bool(new_stream):
+            return None
+        return [(getattr(self, f"h{i}").clone(), getattr(self, f"c{i}").clone()) for i in range(self.layers)]
+
+    def set(self, state: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Keep the (detached) state a batch ended in."""
+        for index, (h, c) in enumerate(state):
+            getattr(self, f"h{index}").copy_(h)
+            getattr(self, f"c{index}").copy_(c)
+
+
 class RecurrentLanguageModel(nn.Module):
     """ULMFiT's language-model objective (its stages 1 and 2): an AWD-LSTM reads a token stream
-    (data/token_stream.py) left to right, each batch continuing the last row by row.
-
-    The recurrent state carried between batches is kept in buffers, so a checkpoint holds it
-    and a resumed run continues exactly where it stopped; it restarts at each epoch's first
-    batch (`new_stream`). `rows` is the micro-batch size.
+    (data/token_stream.py) left to right, each batch continuing the last row by row, the state
+    restarting at each epoch's first batch (`new_stream`). `rows` is the micro-batch size.
     """
 
     def __init__(self, config: AWDLSTMConfig, rows: int):
         super().__init__()
         self.model = AWDLSTMLanguageModel(config)
         widths = [config.n_hid] * (config.n_layers - 1) + [config.emb_sz]
-        for index, width in enumerate(widths):
-            self.register_buffer(f"state_h{index}", torch.zeros(1, rows, width))
-            self.register_buffer(f"state_c{index}", torch.zeros(1, rows, width))
+        self.state = CarriedState([(width, width) for width in widths], rows)
 
     def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
         """Stream batches come with their labels (the next tokens)."""
@@ -200,18 +226,44 @@ class RecurrentLanguageModel(nn.Module):
 
     def forward(self, batch: Batch) -> StepOutput:
         """Loss = next-token cross-entropy + AR + TAR; counts give accuracy and perplexity."""
-        layers = range(self.model.config.n_layers)
-        # Copies: the LSTM keeps its initial state for the backward pass, and the buffers change below.
-        state = None if bool(batch["new_stream"]) else \
-            [(getattr(self, f"state_h{i}").clone(), getattr(self, f"state_c{i}").clone()) for i in layers]
-        out = self.model(batch["input_ids"], state, labels=batch["labels"])
-        for index, (h, c) in enumerate(out.recurrent_state):
-            getattr(self, f"state_h{index}").copy_(h)
-            getattr(self, f"state_c{index}").copy_(c)
+        out = self.model(batch["input_ids"], self.state.get(batch["new_stream"]), labels=batch["labels"])
+        self.state.set(out.recurrent_state)
         return StepOutput(out.loss, lm_counts(out, batch["labels"], "lm"))
 
     def model_to_save(self) -> AWDLSTMLanguageModel:
         """The AWD-LSTM language model (models/awd_lstm.py)."""
+        return self.model
+
+
+class BidirectionalLanguageModel(nn.Module):
+    """ELMo's biLM objective: the forward LSTMs read the token stream left to right and predict
+    the next token, the backward ones read the reversed stream (`backward_` keys) and predict the
+    previous one; each direction carries its own state. Loss = the mean of the two cross-entropies;
+    counts give each direction's accuracy and perplexity."""
+
+    def __init__(self, config: ELMoConfig, rows: int):
+        super().__init__()
+        self.model = ELMoLanguageModel(config)
+        widths = [(config.projection_dim, config.lstm_dim)] * config.n_layers
+        self.forward_state, self.backward_state = CarriedState(widths, rows), CarriedState(widths, rows)
+
+    def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
+        """Stream batches come with their labels."""
+        return batch
+
+    def forward(self, batch: Batch) -> StepOutput:
+        counts, losses = {}, []
+        for prefix, state, backward in (("", self.forward_state, False), ("backward_", self.backward_state, True)):
+            labels = batch[f"{prefix}labels"]
+            out = self.model.direction_loss(batch[f"{prefix}input_ids"], labels, backward,
+                                            state.get(batch[f"{prefix}new_stream"]))
+            state.set(out.recurrent_state)
+            losses.append(out.loss)
+            counts.update(lm_counts(out, labels, "backward_lm" if backward else "forward_lm"))
+        return StepOutput((losses[0] + losses[1]) / 2, counts)
+
+    def model_to_save(self) -> ELMoLanguageModel:
+        """The ELMo biLM with its softmax (models/elmo.py)."""
         return self.model
 
 
@@ -400,6 +452,10 @@ def build_objective(name: str, config: BertConfig | GPTConfig | T5Config | AWDLS
         if name != "clm":
             raise ValueError(f"an AWD-LSTM is a left-to-right LM: objective clm, not {name!r}")
         return RecurrentLanguageModel(config, rows)
+    if isinstance(config, ELMoConfig):
+        if name != "bilm":
+            raise ValueError(f"ELMo is a bidirectional LM: objective bilm, not {name!r}")
+        return BidirectionalLanguageModel(config, rows)
     if isinstance(config, T5Config):
         if name != "t5":
             raise ValueError(f"T5 is trained by span corruption: objective t5, not {name!r}")

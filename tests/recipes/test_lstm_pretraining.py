@@ -1,5 +1,6 @@
-"""ULMFiT's language-model stages through `bertology pretrain --arch awd-lstm`: the token stream,
-learning, exact resume with the carried state, target-LM fine-tuning (--init) and bad input."""
+"""The LSTM language models through `bertology pretrain`: ULMFiT's stages (`--arch awd-lstm`: the
+token stream, learning, exact resume with the carried state, target-LM fine-tuning with --init,
+bad input) and ELMo's biLM (`--arch elmo`: both directions over the stream and its reverse)."""
 
 import json
 import os
@@ -14,6 +15,7 @@ from bertology.data.shards import build_corpus
 from bertology.data.token_stream import StreamBatches, TokenStream
 from bertology.data.tokenizer import Tokenizer, train_tokenizer
 from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
+from bertology.models.elmo import ELMoModel
 from bertology.recipes.pretrain import PretrainConfig, discriminative_rates, run_pretraining
 
 TINY = {"emb_sz": 32, "n_hid": 64, "n_layers": 3}
@@ -57,6 +59,8 @@ def test_stream_rows_continue_from_batch_to_batch(corpus):
     assert (grid == tokenizer.cls_token_id).sum() == len(docs)
     assert stream.num_tokens == tokenized.num_tokens + len(docs)
     assert not np.array_equal(stream.epoch_grid(1), grid)
+    backward = TokenStream(tokenized, docs, rows=4, bptt=10, seed=3, bos_id=tokenizer.cls_token_id, reverse=True)
+    assert np.array_equal(backward.epoch_grid(0), grid[:, ::-1])  # ELMo's backward LM: the same rows, from the end
     again = TokenStream(tokenized, docs, rows=4, bptt=10, seed=3, bos_id=tokenizer.cls_token_id)
     assert torch.equal(again.batch(stream.batches_per_epoch + 5)["input_ids"],
                        stream.batch(stream.batches_per_epoch + 5)["input_ids"])  # a pure function of the index
@@ -65,6 +69,7 @@ def test_stream_rows_continue_from_batch_to_batch(corpus):
     assert torch.equal(torch.cat([halves[0][1]["input_ids"], halves[1][1]["input_ids"]]), stream.batch(7)["input_ids"])
 
 
+@pytest.mark.slow
 def test_the_language_model_learns_and_saves_a_loadable_model(corpus, tmp_path):
     cfg = settings(corpus, tmp_path, model={}, preset="tiny", lr=1e-2, batch_size=16, seq_len=64, max_steps=150, eval_every=75,
                    log_every=10)
@@ -137,3 +142,21 @@ def test_bad_input_is_a_one_line_error(corpus, tmp_path):
     with pytest.raises(UserError, match="--layer-lr-decay is ULMFiT's"):
         run_pretraining(settings(corpus, tmp_path / "c", arch="bert", model={}, layer_lr_decay=0.5, max_steps=5))
     assert not (tmp_path / "c" / "metrics.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_elmo_trains_both_directions_and_its_layers_are_features(corpus, tmp_path):
+    small = {"filters": [[1, 8], [2, 8], [3, 16]], "n_highway": 1, "projection_dim": 32, "lstm_dim": 64}
+    cfg = settings(corpus, tmp_path, arch="elmo", model=small, max_steps=40, eval_every=20, log_every=10)
+    assert run_pretraining(cfg) == "completed" and cfg.objective == "bilm"
+    evals = rows(tmp_path, "eval")
+    assert {"forward_perplexity", "backward_perplexity", "forward_lm_accuracy", "backward_lm_accuracy"} <= set(evals[-1])
+    for direction in ("forward", "backward"):
+        assert evals[-1][f"{direction}_perplexity"] < evals[0][f"{direction}_perplexity"] < 2000
+    tokenizer = Tokenizer.from_pretrained(tmp_path)
+    model = ELMoModel.from_pretrained(tmp_path)
+    assert model.bilm.token_encoder.char_ids[tokenizer.convert_tokens_to_ids("the"), 1] == ord("t") + 1
+    ids = torch.tensor([tokenizer.encode("the river bank flooded .")])
+    with torch.no_grad():
+        layers = model(ids).hidden_states
+    assert len(layers) == 3 and all(layer.shape == (1, ids.shape[1], 64) for layer in layers)
