@@ -30,6 +30,7 @@ from ..errors import UserError
 from ..models import family_of, read_config, resolve_model_dir
 from ..models.bert import BertConfig, BertPreTrainedModel, model_class, tensor_shapes
 from ..models.awd_lstm import AWDLSTMConfig
+from ..models.elmo import ELMoConfig
 from ..models.gpt import GPTConfig
 from ..models.features import HEAD_CONFIG, FeatureModel
 from ..models.quantized import load_quantized
@@ -52,7 +53,7 @@ def load_config(directory: str | os.PathLike) -> BertConfig | GPTConfig | AWDLST
     if family == "t5":
         raise UserError(f"{directory}: a T5 (text to text): predict and serve's /predict run BERT and GPT "
                         "classifiers; `bertology evaluate` scores a fine-tuned T5, and `bertology generate` runs it")
-    return {"gpt": GPTConfig, "awd-lstm": AWDLSTMConfig}.get(family, BertConfig).load(directory)
+    return {"gpt": GPTConfig, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig}.get(family, BertConfig).load(directory)
 
 
 def describe_task(config: BertConfig | GPTConfig, spec: TaskSpec, settings: InputSettings) -> None:

@@ -104,6 +104,9 @@ class ELMoConfig(ConfigFile):
             raise UserError(f"config field 'filters' must be a list of [width, count] pairs, got {self.filters!r}")
         if max(width for width, _ in self.filters) > self.max_characters_per_token:
             raise UserError("config field 'filters': a filter is wider than max_characters_per_token")
+        if self.projection_dim >= self.lstm_dim:
+            raise UserError(f"config field 'projection_dim' ({self.projection_dim}) must be below 'lstm_dim' "
+                            f"({self.lstm_dim}): the LSTMs project their cells down to it")
         if type(self.dropout) not in (int, float) or not 0 <= self.dropout < 1:
             raise UserError(f"config field 'dropout' must be a number in [0, 1), got {self.dropout!r}")
 
@@ -116,6 +119,11 @@ class ELMoConfig(ConfigFile):
     def hidden_size(self) -> int:
         """The width of each of ELMo's layers: both directions side by side."""
         return 2 * self.projection_dim
+
+    @property
+    def num_hidden_layers(self) -> int:
+        """LSTM layers above the token layer (hidden_states holds n_layers + 1, as a BERT's)."""
+        return self.n_layers
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> "ELMoConfig":
@@ -234,9 +242,10 @@ class ELMoPreTrainedModel(nn.Module):
         self.config = config
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """Write config.json and model.safetensors atomically."""
+        """Write config.json (naming this class) and model.safetensors atomically."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        self.config.architectures = [type(self).__name__]
         with atomic_path(directory / checkpoint.WEIGHTS_NAME) as tmp:
             save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(tmp),
                       metadata={"format": "pt"})
@@ -320,6 +329,9 @@ class ELMoModel(ELMoPreTrainedModel):
         return ModelOutput(last_hidden_state=layers[-1], hidden_states=tuple(layers))
 
 
-def load_pretrained(directory: str | os.PathLike) -> ELMoLanguageModel:
-    """An ELMo biLM language model from a directory written here."""
+def load_pretrained(directory: str | os.PathLike) -> ELMoLanguageModel | ELMoModel:
+    """An ELMo biLM from a directory written here: the language model, or (a feature model's
+    encoder, saved without the softmax) the feature model, as config.json's `architectures` says."""
+    if ELMoConfig.load(directory).architectures[:1] == ["ELMoModel"]:
+        return ELMoModel.from_pretrained(directory)
     return ELMoLanguageModel.from_pretrained(directory)

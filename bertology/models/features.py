@@ -24,7 +24,9 @@ from torch import nn
 from ..errors import UserError
 from ..files import atomic_path, loads_json, write_json_atomic
 from ..ops import IGNORE_INDEX
+from . import family_of
 from .bert import BertModel, ModelOutput
+from .elmo import ELMoModel
 
 # name -> (layers relative to the stack, how to combine them). Layer 0 is the embeddings output.
 LAYER_CHOICES = {
@@ -175,17 +177,26 @@ def head_loss(logits: torch.Tensor, labels: torch.Tensor, kind: str, regression:
     return F.cross_entropy(logits, labels)
 
 
-class FeatureModel(nn.Module):
-    """A frozen encoder and a feature head, called like a task model (logits out)."""
+def load_feature_encoder(directory: str | Path) -> BertModel | ELMoModel:
+    """A model directory's encoder as a feature source, in eval mode (task heads and an LM's
+    softmax left out): a BERT (hidden_states: the embeddings output, then every layer) or ELMo's
+    biLM (its token layer, then each LSTM layer, both directions side by side)."""
+    if family_of(directory).name == "elmo":
+        return ELMoModel.from_pretrained(directory)
+    return BertModel.from_pretrained(directory)
 
-    def __init__(self, encoder: BertModel, head: FeatureHead):
+
+class FeatureModel(nn.Module):
+    """A frozen encoder (a BERT or ELMo's biLM) and a feature head, called like a task model (logits out)."""
+
+    def __init__(self, encoder: BertModel | ELMoModel, head: FeatureHead):
         super().__init__()
-        self.bert = encoder
+        self.encoder = encoder
         self.head = head
 
     def features(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
         """The combined layer features (B, T, [L,] H) the head reads."""
-        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states=True)
+        out = self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=True)
         return combine_layers(out.hidden_states, self.head.config.layers, self.head.config.combine)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> ModelOutput:
@@ -197,7 +208,7 @@ class FeatureModel(nn.Module):
     def save_pretrained(self, directory: str | Path) -> None:
         """The encoder in the usual layout plus feature_head.json / feature_head.safetensors."""
         directory = Path(directory)
-        self.bert.save_pretrained(directory)
+        self.encoder.save_pretrained(directory)
         with atomic_path(directory / HEAD_WEIGHTS) as tmp:
             save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}, str(tmp))
         write_json_atomic(directory / HEAD_CONFIG, dataclasses.asdict(self.head.config))
@@ -212,4 +223,4 @@ class FeatureModel(nn.Module):
             head.load_state_dict(load_file(str(directory / HEAD_WEIGHTS)))
         except (OSError, ValueError, TypeError, RuntimeError) as err:
             raise UserError(f"{directory}: cannot load the feature head ({err})") from None
-        return cls(BertModel.from_pretrained(directory), head).eval()
+        return cls(load_feature_encoder(directory), head).eval()

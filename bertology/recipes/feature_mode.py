@@ -20,13 +20,13 @@ from ..errors import UserError
 from ..files import atomic_path, cache_root
 from ..inference.modeldir import describe_task
 from ..inference.predict import decode, score
-from ..models.bert import BertModel
 from ..models.features import (
     FeatureHead,
     FeatureModel,
     HeadConfig,
     feature_width,
     head_loss,
+    load_feature_encoder,
     parse_layers,
 )
 from ..ops import autocast, resolve_precision
@@ -94,7 +94,7 @@ def train_feature_head(cfg, data, seed: int, out: Path) -> dict:
     if spec.kind == "span":
         raise UserError("the feature-based mode covers sentence, pair and token tasks; fine-tune for span tasks")
     torch.manual_seed(seed)
-    encoder = BertModel.from_pretrained(cfg.model)
+    encoder = load_feature_encoder(cfg.model)
     for param in encoder.parameters():
         param.requires_grad_(False)
     describe_task(encoder.config, spec, data.settings)

@@ -198,6 +198,9 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
     if family in ("gpt", "t5", "awd-lstm") and cfg.mode == "features":
         raise UserError(f"{cfg.model}: a {family.upper()} is fine-tuned whole here (--mode finetune); feature-based "
                         "heads read BERT encoders or static vectors")
+    if family == "elmo" and cfg.mode != "features":
+        raise UserError(f"{cfg.model}: ELMo's biLM is a feature source, as in its paper: use --mode features "
+                        "(--feature-layers mix learns ELMo's scalar mix with the head)")
     if family != "awd-lstm" and cfg.drop_mult != 1.0:
         raise UserError(f"--drop-mult scales an AWD-LSTM classifier's dropouts (ULMFiT); {cfg.model} is a {family}")
     if family == "t5" and (cfg.layer_lr_decay < 1 or cfg.gradual_unfreezing):

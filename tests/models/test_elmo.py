@@ -92,3 +92,5 @@ def test_save_load_and_bad_weights(tmp_path):
         load_pretrained(tmp_path)
     with pytest.raises(UserError, match="'filters' must be a list of"):
         ELMoConfig(filters=[[3]])
+    with pytest.raises(UserError, match="'projection_dim' \\(64\\) must be below 'lstm_dim' \\(64\\)"):
+        ELMoConfig(projection_dim=64, lstm_dim=64)

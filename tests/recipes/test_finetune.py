@@ -15,6 +15,7 @@ from bertology.inference.predict import predict
 from bertology.inference.predictor import Predictor
 from bertology.data.tokenizer import train_tokenizer
 from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
+from bertology.models.elmo import ELMoConfig, ELMoLanguageModel, character_ids
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.recipes.finetune import FinetuneConfig, run_finetuning
@@ -436,3 +437,32 @@ def test_ulmfits_layer_groups_for_the_awd_lstm_classifier(tiny_awd_lstm):
     assert all(p.requires_grad for p in model.parameters())
     with pytest.raises(UserError, match="an AWD-LSTM is fine-tuned here as ULMFiT's classifier"):
         load_task_model(str(tiny_awd_lstm), TASKS["conll2003"])
+
+
+@pytest.mark.slow
+def test_elmo_features_train_a_head_and_evaluate_and_predict(tmp_path, keyword_task):
+    """ELMo's layers as features (its paper's use): a frozen biLM, the learned scalar mix and a
+    head; the saved feature model (biLM without its softmax, and the head) predicts what it scored."""
+    lm_dir = tmp_path / "elmo"
+    tokenizer = train_tokenizer([keyword_task / "unlabeled.txt", keyword_task / "train.csv"], vocab_size=300,
+                                out_dir=lm_dir)
+    torch.manual_seed(0)
+    config = ELMoConfig(vocab_size=tokenizer.vocab_size, filters=[[1, 8], [2, 8], [3, 16]], n_highway=1,
+                        projection_dim=64, lstm_dim=128)
+    lm = ELMoLanguageModel(config)
+    lm.bilm.token_encoder.char_ids.copy_(character_ids(tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size)), 50))
+    lm.save_pretrained(lm_dir)
+    common = dict(task="classification", train_file=str(keyword_task / "train.csv"), dev_file=str(keyword_task / "dev.csv"),
+                  model=str(lm_dir), batch_size=16, lr=1e-2, cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(UserError, match="ELMo's biLM is a feature source"):
+        finetune(tmp_path, "whole", **common)
+    # Max pooling: a random biLM's layers carry the keyword in its own token's vectors and little
+    # into its neighbours', so the mean over a sentence dilutes it (measured: 0.5 after 8 epochs).
+    results, out = finetune(tmp_path, "features", mode="features", feature_layers="mix", feature_pooling="max",
+                            epochs=20, **common)
+    assert results["accuracy"] > 0.9, results
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["ELMoModel"]
+    model, tokenizer, spec, settings = load_finetuned(str(out))
+    dev = read_examples(spec, keyword_task / "dev.csv", "dev")
+    assert accuracy(predict(model, tokenizer, spec, dev, settings, precision="fp32"),
+                    csv_labels(keyword_task / "dev.csv")) == pytest.approx(results["accuracy"])
