@@ -32,10 +32,12 @@ from ..errors import UserError
 from ..files import loads_json
 from ..models import resolve_model_dir
 from ..models.bert import BertModel
+from ..models.elmo import ELMoModel
 from ..models.features import (
     LAYER_CHOICES,
     combine_layers,
     feature_width,
+    load_feature_encoder,
     parse_layers,
     pool,
 )
@@ -54,12 +56,13 @@ WORD_PIECES = ("first", "mean", "none")
 SENTENCE_TRANSFORMERS_CONFIG = "sentence_bert_config.json"
 
 
-def load_encoder(model_dir: str | Path, device: str | torch.device | None = None) -> tuple[BertModel, Tokenizer]:
+def load_encoder(model_dir: str | Path, device: str | torch.device | None = None) -> tuple[BertModel | ELMoModel, Tokenizer]:
     """Any model directory -> its bare encoder (task heads dropped) in eval mode, and its tokenizer.
 
     Args:
-        model_dir: a bertology or transformers BERT folder (config.json, weights, vocab.txt), or
-            the name of an installed model (`all-MiniLM-L6-v2`: see models.resolve_model_dir).
+        model_dir: a bertology or transformers BERT folder (config.json, weights, vocab.txt), an
+            ELMo biLM's (its three layers; no softmax), or the name of an installed model
+            (`all-MiniLM-L6-v2`: see models.resolve_model_dir).
         device: where the encoder runs; default the GPU when there is one, else the CPU.
     Returns:
         (encoder, tokenizer). For a sentence-transformers folder the tokenizer's
@@ -72,7 +75,7 @@ def load_encoder(model_dir: str | Path, device: str | torch.device | None = None
     sbert_limit = _sentence_transformers_limit(model_dir / SENTENCE_TRANSFORMERS_CONFIG)
     if sbert_limit is not None:
         tokenizer.model_max_length = min(tokenizer.model_max_length, sbert_limit)
-    model = BertModel.from_pretrained(model_dir)  # a task model's head weights are simply not read
+    model = load_feature_encoder(model_dir)  # a task model's head weights are simply not read
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     return model.to(device).eval(), tokenizer
 
@@ -111,7 +114,7 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
         raise UserError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
 
 
-def _layer_choice(model: BertModel, layers: str) -> tuple[list[int], str]:
+def _layer_choice(model: BertModel | ELMoModel, layers: str) -> tuple[list[int], str]:
     """parse_layers, without the trainable mix (there is no head here to learn its weights)."""
     indices, combine = parse_layers(layers, model.config.num_hidden_layers)
     if combine == "mix":
@@ -121,9 +124,10 @@ def _layer_choice(model: BertModel, layers: str) -> tuple[list[int], str]:
     return indices, combine
 
 
-def length_limit(model: BertModel, tokenizer: Tokenizer, max_seq_len: int | None) -> int:
-    """Tokens per text, [CLS] and [SEP] included: the given limit, else the model's and tokenizer's."""
-    positions = model.config.max_position_embeddings
+def length_limit(model: BertModel | ELMoModel, tokenizer: Tokenizer, max_seq_len: int | None) -> int:
+    """Tokens per text, [CLS] and [SEP] included: the given limit, else the model's and tokenizer's
+    (an LSTM's has none: the tokenizer's)."""
+    positions = getattr(model.config, "max_position_embeddings", None) or max(max_seq_len or 0, tokenizer.model_max_length)
     if max_seq_len is None:
         return min(positions, tokenizer.model_max_length)
     if not 2 < max_seq_len <= positions:
@@ -139,7 +143,7 @@ def _tokenize(tokenizer: Tokenizer, texts: Sequence[str], limit: int, stats: Emb
     return [row if len(row) <= limit else row[: limit - 1] + row[-1:] for row in rows]
 
 
-def _states(model: BertModel, rows: list[list[int]], pad_id: int, indices: list[int], combine: str,
+def _states(model: BertModel | ELMoModel, rows: list[list[int]], pad_id: int, indices: list[int], combine: str,
             precision: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Padded forward pass over token-id rows -> combined layer states (B, T, W) fp32 and mask (B, T)."""
     device = next(model.parameters()).device
@@ -152,7 +156,7 @@ def _states(model: BertModel, rows: list[list[int]], pad_id: int, indices: list[
 
 
 @torch.inference_mode()
-def embed_texts(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *, layers: str = "last",
+def embed_texts(model: BertModel | ELMoModel, tokenizer: Tokenizer, texts: Sequence[str], *, layers: str = "last",
                 pooling: str = "mean", normalize: bool = False, batch_size: int = 64, precision: str = "auto",
                 max_seq_len: int | None = None, stats: EmbedStats | None = None) -> np.ndarray:
     """One vector per text.
@@ -240,7 +244,7 @@ def _word_vectors(pieces: torch.Tensor, owner: list[int], count: int, how: str) 
 
 
 @torch.inference_mode()
-def embed_tokens(model: BertModel, tokenizer: Tokenizer, texts: Sequence[str], *, layers: str = "last",
+def embed_tokens(model: BertModel | ELMoModel, tokenizer: Tokenizer, texts: Sequence[str], *, layers: str = "last",
                  word_pieces: str = "first", normalize: bool = False, batch_size: int = 64,
                  precision: str = "auto", max_seq_len: int | None = None,
                  stats: EmbedStats | None = None) -> list[WordVectors]:

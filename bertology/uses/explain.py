@@ -28,6 +28,7 @@ from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..inference.embedding import load_encoder
 from ..models.bert import BertModel
+from ..models.elmo import ELMoModel
 from ..models.features import combine_layers, parse_layers
 from ..models.static import StaticVectors
 from ..plots import plot_attention, plot_word_senses
@@ -91,10 +92,20 @@ def attention_maps(model: BertModel, tokenizer: Tokenizer, text: str, text_pair:
     return AttentionMaps(batch.tokens(0), weights.cpu().numpy())
 
 
-def _max_length(model: BertModel, tokenizer: Tokenizer) -> int:
+def _max_length(model: BertModel | ELMoModel, tokenizer: Tokenizer) -> int:
     """The longest input: the tokenizer's limit (a sentence-transformers model's training length), within
-    the model's position table."""
-    return min(tokenizer.model_max_length, model.config.max_position_embeddings)
+    the model's position table (an LSTM has none)."""
+    return min(tokenizer.model_max_length, getattr(model.config, "max_position_embeddings", tokenizer.model_max_length))
+
+
+def input_vectors(model: BertModel | ELMoModel) -> torch.Tensor:
+    """The context-free vector of every vocabulary entry, (V, E) fp32 on the CPU: a BERT's input
+    embeddings, or ELMo's token layer (its character CNN's output, the same in every context)."""
+    if isinstance(model, ELMoModel):
+        with torch.no_grad():
+            ids = torch.arange(model.config.vocab_size, device=next(model.parameters()).device)
+            return torch.cat([model.bilm.token_encoder(chunk[None])[0] for chunk in ids.split(4096)]).float().cpu()
+    return model.embeddings.word_embeddings.weight.detach().float().cpu()
 
 
 def parse_choice(spec: str, count: int, what: str) -> list[int]:
@@ -129,6 +140,9 @@ def explain_attention(model_dir: str | os.PathLike, text: str, out: str | os.Pat
 
     out = check_png(out)
     model, tokenizer = load_encoder(model_dir)
+    if isinstance(model, ELMoModel):
+        raise UserError(f"{model_dir}: ELMo's biLM has no attention to draw (its layers are LSTMs); "
+                        "`bertology explain senses` compares its contextual vectors")
     layers = parse_choice(layer, model.config.num_hidden_layers, "layer")
     heads = parse_choice(head, model.config.num_attention_heads, "head")
     maps = attention_maps(model, tokenizer, text, text_pair)
@@ -192,7 +206,7 @@ def check_examples(examples: list[tuple[str, str]], word: str, source: str) -> N
         raise UserError(f"{source}: need at least two senses of {word!r} with two sentences each, got {found}")
 
 
-def sense_vectors(model: BertModel, tokenizer: Tokenizer, word: str, examples: list[tuple[str, str]],
+def sense_vectors(model: BertModel | ELMoModel, tokenizer: Tokenizer, word: str, examples: list[tuple[str, str]],
                   layer: str = "last", source: str = "sentences") -> SenseVectors:
     """The contextual and static vectors of `word` in each (sense, sentence) of `examples`.
 
@@ -212,12 +226,12 @@ def sense_vectors(model: BertModel, tokenizer: Tokenizer, word: str, examples: l
     check_examples(examples, word, source)
     senses, sentences = [sense for sense, _ in examples], [sentence for _, sentence in examples]
     batch = tokenizer(sentences, max_length=_max_length(model, tokenizer))
-    device = model.embeddings.word_embeddings.weight.device
+    device = next(model.parameters()).device
     with torch.no_grad():
         out = model(*(batch[key].to(device) for key in ("input_ids", "attention_mask", "token_type_ids")),
                     output_hidden_states=True)
     states = combine_layers(out.hidden_states, indices, combine).float().cpu()  # (N, T, H')
-    table = model.embeddings.word_embeddings.weight.detach().float().cpu()  # (V, E)
+    table = input_vectors(model)  # (V, E)
     contextual, static, context = [], [], {}
     for row, (sense, sentence) in enumerate(examples):
         tokens = batch.tokens(row)

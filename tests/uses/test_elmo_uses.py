@@ -1,0 +1,48 @@
+"""ELMo's biLM where BERT's features are used: `embed` and `explain senses` (its three layers, and
+its character CNN's token layer as the context-free view); `explain attention` refuses it."""
+
+import numpy as np
+import pytest
+import torch
+
+from bertology import Tokenizer, UserError
+from bertology.inference.embedding import embed_texts, load_encoder
+from bertology.models.elmo import ELMoConfig, ELMoLanguageModel, ELMoModel, character_ids
+from bertology.uses.explain import DEFAULT_SENTENCES, explain_attention, sense_vectors
+
+
+@pytest.fixture(scope="module")
+def tiny_elmo(tmp_path_factory, minilm_dir):
+    """A random tiny biLM with MiniLM's vocabulary, its character ids filled in."""
+    out = tmp_path_factory.mktemp("tiny_elmo")
+    tokenizer = Tokenizer.from_pretrained(minilm_dir)
+    torch.manual_seed(0)
+    config = ELMoConfig(vocab_size=tokenizer.vocab_size, filters=[[1, 8], [2, 8], [3, 16]], n_highway=1,
+                        projection_dim=16, lstm_dim=32)
+    lm = ELMoLanguageModel(config)
+    lm.bilm.token_encoder.char_ids.copy_(character_ids(tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size)), 50))
+    lm.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def test_embed_pools_elmos_layers(tiny_elmo):
+    model, tokenizer = load_encoder(tiny_elmo, device="cpu")
+    assert isinstance(model, ELMoModel)
+    texts = ["the river bank flooded", "a bank raised its rates again"]
+    vectors = embed_texts(model, tokenizer, texts, layers="sum_all", pooling="mean", precision="fp32")
+    assert vectors.shape == (2, 32)  # both directions' 16 side by side
+    ids = torch.tensor([tokenizer.encode(texts[1])])
+    with torch.no_grad():
+        expected = torch.stack(model(ids).hidden_states).sum(0)[0].mean(0)
+    np.testing.assert_allclose(vectors[1], expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_senses_use_elmos_token_layer_as_the_context_free_view(tiny_elmo, tmp_path):
+    model, tokenizer = load_encoder(tiny_elmo, device="cpu")
+    vectors = sense_vectors(model, tokenizer, "bank", DEFAULT_SENTENCES["bank"], layer="last")
+    assert vectors.contextual.shape == (16, 32)
+    assert all(np.array_equal(row, vectors.static[0]) for row in vectors.static)  # one token-layer vector everywhere
+    assert not all(np.allclose(row, vectors.contextual[0]) for row in vectors.contextual)
+    with pytest.raises(UserError, match="ELMo's biLM has no attention to draw"):
+        explain_attention(str(tiny_elmo), "the bank", tmp_path / "a.png")
