@@ -233,6 +233,34 @@ def assign_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor]) ->
     return fresh
 
 
+def write_weights(state: dict[str, torch.Tensor], directory: str | Path) -> Path:
+    """Write a state dict, under the names it has, as `model.safetensors` in `directory`, atomically."""
+    path = Path(directory) / WEIGHTS_NAME
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+    return path
+
+
+def load_checked(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path | str, what: str,
+                 skip: tuple[str, ...] = ()) -> None:
+    """Copy `state` into `model` after checking every tensor the model needs (those named in
+    `skip`, tied aliases, excepted): present, of the model's shape, finite. A problem is a one-line
+    error naming `source`, the tensor and, for a missing one, `what` the model is ("a T5 of this config")."""
+    expected = model.state_dict()
+    for name, tensor in expected.items():
+        if name in skip:
+            continue
+        if name not in state:
+            raise UserError(f"{source}: checkpoint has no weights for {name!r}; is it {what}?")
+        if state[name].shape != tensor.shape:
+            raise UserError(f"{source}: shape mismatch for {name}: checkpoint {tuple(state[name].shape)}, "
+                            f"config.json expects {tuple(tensor.shape)}")
+        if state[name].is_floating_point() and not bool(torch.isfinite(state[name]).all()):
+            raise UserError(f"{source}: tensor {name} holds NaN or infinite values")
+    model.load_state_dict({k: v for k, v in state.items() if k in expected and k not in skip}, strict=False)
+
+
 def save_state_dict(state: dict[str, torch.Tensor], directory: str | Path) -> Path:
     """Write our state dict as `model.safetensors` under transformers' names, atomically."""
     path = Path(directory) / WEIGHTS_NAME

@@ -15,6 +15,7 @@ from bertology import BertConfig, BertModel, Tokenizer
 from bertology.cli import main
 from bertology.data.tokenizer import train_tokenizer
 from bertology.inference.modeldir import describe_task
+from bertology.models.elmo import ELMoConfig, ELMoLanguageModel, character_ids
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.tasks.inputs import InputSettings
@@ -138,3 +139,17 @@ def save_tiny_t5(root: Path) -> Path:
         decoder_start_token_id=tokenizer.pad_token_id))
     model.save_pretrained(root / "model")
     return root / "model"
+
+
+def save_tiny_elmo(directory: Path, tokenizer: Tokenizer, projection_dim: int = 16, lstm_dim: int = 32) -> Path:
+    """A random tiny ELMo biLM (3 small filter banks, 1 highway layer) for `tokenizer`'s vocabulary,
+    its character ids filled in, saved with the tokenizer in `directory`; returns it."""
+    torch.manual_seed(0)
+    config = ELMoConfig(vocab_size=tokenizer.vocab_size, filters=[[1, 8], [2, 8], [3, 16]], n_highway=1,
+                        projection_dim=projection_dim, lstm_dim=lstm_dim)
+    model = ELMoLanguageModel(config)
+    spellings = tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
+    model.bilm.token_encoder.char_ids.copy_(character_ids(spellings, config.max_characters_per_token))
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory

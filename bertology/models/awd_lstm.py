@@ -38,12 +38,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from torch import nn
 
 from .. import checkpoint
 from ..errors import UserError
-from ..files import atomic_path
 from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy
 from . import ConfigFile
 from .bert import ModelOutput
@@ -163,9 +161,7 @@ class AWDLSTMConfig(ConfigFile):
         extra = {k: v for k, v in data.items() if k not in names and k not in ("model_type", "label2id")}
         try:
             return cls(**known, extra=extra)
-        except UserError as err:
-            raise UserError(f"{source}: {err}") from None
-        except TypeError as err:
+        except (UserError, TypeError) as err:
             raise UserError(f"{source}: {err}") from None
 
 
@@ -239,9 +235,7 @@ class AWDLSTMPreTrainedModel(nn.Module):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.config.architectures = [type(self).__name__]
-        state = {k: v for k, v in self.state_dict().items() if k not in self.tied_keys()}
-        with atomic_path(directory / checkpoint.WEIGHTS_NAME) as tmp:
-            save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
+        checkpoint.write_weights({k: v for k, v in self.state_dict().items() if k not in self.tied_keys()}, directory)
         self.config.save(directory)
 
     def tied_keys(self) -> tuple[str, ...]:
@@ -261,17 +255,7 @@ class AWDLSTMPreTrainedModel(nn.Module):
 
     def load_checked(self, state: dict[str, torch.Tensor], source: Path | str) -> None:
         """Copy `state` into this model after checking every tensor it needs (tied ones excepted)."""
-        for name, tensor in self.state_dict().items():
-            if name in self.tied_keys():
-                continue
-            if name not in state:
-                raise UserError(f"{source}: checkpoint has no weights for {name!r}; is it an AWD-LSTM of this config?")
-            if state[name].shape != tensor.shape:
-                raise UserError(f"{source}: shape mismatch for {name}: checkpoint {tuple(state[name].shape)}, "
-                                f"config.json expects {tuple(tensor.shape)}")
-            if state[name].is_floating_point() and not bool(torch.isfinite(state[name]).all()):
-                raise UserError(f"{source}: tensor {name} holds NaN or infinite values")
-        self.load_state_dict({k: v for k, v in state.items() if k in self.state_dict()}, strict=False)
+        checkpoint.load_checked(self, state, source, "an AWD-LSTM of this config", skip=self.tied_keys())
 
     def num_parameters(self) -> int:
         """Distinct parameters (a tied output matrix counted once)."""

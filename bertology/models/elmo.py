@@ -38,12 +38,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from torch import nn
 
 from .. import checkpoint
 from ..errors import UserError
-from ..files import atomic_path
 from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy
 from . import ConfigFile
 from .bert import ModelOutput
@@ -246,9 +244,7 @@ class ELMoPreTrainedModel(nn.Module):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.config.architectures = [type(self).__name__]
-        with atomic_path(directory / checkpoint.WEIGHTS_NAME) as tmp:
-            save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(tmp),
-                      metadata={"format": "pt"})
+        checkpoint.write_weights(self.state_dict(), directory)
         self.config.save(directory)
 
     @classmethod
@@ -260,15 +256,7 @@ class ELMoPreTrainedModel(nn.Module):
         config = ELMoConfig.load(directory)
         state, source = checkpoint.read_weights(directory)
         model = cls(config)
-        for name, tensor in model.state_dict().items():
-            if name not in state:
-                raise UserError(f"{source}: checkpoint has no weights for {name!r}; is it an ELMo biLM of this config?")
-            if state[name].shape != tensor.shape:
-                raise UserError(f"{source}: shape mismatch for {name}: checkpoint {tuple(state[name].shape)}, "
-                                f"config.json expects {tuple(tensor.shape)}")
-            if state[name].is_floating_point() and not bool(torch.isfinite(state[name]).all()):
-                raise UserError(f"{source}: tensor {name} holds NaN or infinite values")
-        model.load_state_dict({k: v for k, v in state.items() if k in model.state_dict()}, strict=False)
+        checkpoint.load_checked(model, state, source, "an ELMo biLM of this config")
         return model.eval()
 
     def num_parameters(self, softmax: bool = True) -> int:

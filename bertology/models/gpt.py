@@ -28,12 +28,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from torch import nn
 
 from .. import checkpoint
 from ..errors import UserError
-from ..files import atomic_path
 from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy
 from . import ConfigFile
 from .bert import PRESETS, ModelOutput, activation
@@ -287,9 +285,7 @@ class GPTPreTrainedModel(nn.Module):
         directory.mkdir(parents=True, exist_ok=True)
         classes = CLASSIFIER_CLASSES if isinstance(self, GPTForSequenceClassification) else TRANSFORMERS_CLASSES
         self.config.extra["architectures"] = [classes[self.config.model_type]]
-        state = to_transformers(self.state_dict(), self.config)
-        with atomic_path(directory / checkpoint.WEIGHTS_NAME) as tmp:
-            save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
+        checkpoint.write_weights(to_transformers(self.state_dict(), self.config), directory)
         self.config.save(directory)
 
     @classmethod
@@ -303,18 +299,7 @@ class GPTPreTrainedModel(nn.Module):
         if cls is GPTModel:  # the bare model's names lack the LM's `transformer.` prefix
             state = {k.removeprefix("transformer."): v for k, v in state.items()}
         model = cls(config)
-        for name, tensor in model.state_dict().items():
-            if name in TIED:
-                continue
-            if name not in state:
-                raise UserError(f"{source}: checkpoint has no weights for {name!r}; is it a {config.model_type} "
-                                "model of this config?")
-            if state[name].shape != tensor.shape:
-                raise UserError(f"{source}: shape mismatch for {name}: checkpoint {tuple(state[name].shape)}, "
-                                f"config.json expects {tuple(tensor.shape)}")
-            if state[name].is_floating_point() and not bool(torch.isfinite(state[name]).all()):
-                raise UserError(f"{source}: tensor {name} holds NaN or infinite values")
-        model.load_state_dict({k: v for k, v in state.items() if k in model.state_dict()}, strict=False)
+        checkpoint.load_checked(model, state, source, f"a {config.model_type} model of this config", skip=TIED)
         return model.eval()
 
     def num_parameters(self) -> int:

@@ -42,12 +42,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from torch import nn
 
 from .. import checkpoint
 from ..errors import UserError
-from ..files import atomic_path
 from ..ops import IGNORE_INDEX, Dropout, Linear, cross_entropy_with_accuracy, dropout, relative_position_bucket
 from . import ConfigFile
 from .bert import PRESETS, ModelOutput, activation
@@ -458,9 +456,7 @@ class T5ForConditionalGeneration(nn.Module):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.config.extra["architectures"] = ["T5ForConditionalGeneration"]
-        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if k not in self._tied()}
-        with atomic_path(directory / checkpoint.WEIGHTS_NAME) as tmp:
-            save_file(state, str(tmp), metadata={"format": "pt"})
+        checkpoint.write_weights({k: v for k, v in self.state_dict().items() if k not in self._tied()}, directory)
         self.config.save(directory)
 
     def _tied(self) -> tuple[str, ...]:
@@ -480,19 +476,7 @@ class T5ForConditionalGeneration(nn.Module):
         if not config.tie_word_embeddings and "lm_head.weight" not in state and "shared.weight" in state:
             state["lm_head.weight"] = state["shared.weight"]  # transformers 5 stores a v1.1 output tied
         model = cls(config)
-        tied = model._tied()
-        for name, tensor in model.state_dict().items():
-            if name in tied:
-                continue
-            if name not in state:
-                raise UserError(f"{source}: checkpoint has no weights for {name!r}; is it a T5 of this config?")
-            if state[name].shape != tensor.shape:
-                raise UserError(f"{source}: shape mismatch for {name}: checkpoint {tuple(state[name].shape)}, "
-                                f"config.json expects {tuple(tensor.shape)}")
-            if state[name].is_floating_point() and not bool(torch.isfinite(state[name]).all()):
-                raise UserError(f"{source}: tensor {name} holds NaN or infinite values")
-        model.load_state_dict({k: v for k, v in state.items() if k in model.state_dict() and k not in tied},
-                              strict=False)
+        checkpoint.load_checked(model, state, source, "a T5 of this config", skip=model._tied())
         return model.eval()
 
     def num_parameters(self) -> int:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from helpers import save_tiny_elmo
 
 from bertology import BertModel, Tokenizer, UserError
 from bertology.cli import main
@@ -15,7 +16,6 @@ from bertology.inference.predict import predict
 from bertology.inference.predictor import Predictor
 from bertology.data.tokenizer import train_tokenizer
 from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
-from bertology.models.elmo import ELMoConfig, ELMoLanguageModel, character_ids
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.recipes.finetune import FinetuneConfig, run_finetuning
@@ -443,15 +443,8 @@ def test_ulmfits_layer_groups_for_the_awd_lstm_classifier(tiny_awd_lstm):
 def test_elmo_features_train_a_head_and_evaluate_and_predict(tmp_path, keyword_task):
     """ELMo's layers as features (its paper's use): a frozen biLM, the learned scalar mix and a
     head; the saved feature model (biLM without its softmax, and the head) predicts what it scored."""
-    lm_dir = tmp_path / "elmo"
-    tokenizer = train_tokenizer([keyword_task / "unlabeled.txt", keyword_task / "train.csv"], vocab_size=300,
-                                out_dir=lm_dir)
-    torch.manual_seed(0)
-    config = ELMoConfig(vocab_size=tokenizer.vocab_size, filters=[[1, 8], [2, 8], [3, 16]], n_highway=1,
-                        projection_dim=64, lstm_dim=128)
-    lm = ELMoLanguageModel(config)
-    lm.bilm.token_encoder.char_ids.copy_(character_ids(tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size)), 50))
-    lm.save_pretrained(lm_dir)
+    tokenizer = train_tokenizer([keyword_task / "unlabeled.txt", keyword_task / "train.csv"], vocab_size=300)
+    lm_dir = save_tiny_elmo(tmp_path / "elmo", tokenizer, projection_dim=64, lstm_dim=128)
     common = dict(task="classification", train_file=str(keyword_task / "train.csv"), dev_file=str(keyword_task / "dev.csv"),
                   model=str(lm_dir), batch_size=16, lr=1e-2, cache_dir=str(tmp_path / "cache"))
     with pytest.raises(UserError, match="ELMo's biLM is a feature source"):

@@ -4,26 +4,18 @@ its character CNN's token layer as the context-free view); `explain attention` r
 import numpy as np
 import pytest
 import torch
+from helpers import save_tiny_elmo
 
 from bertology import Tokenizer, UserError
 from bertology.inference.embedding import embed_texts, load_encoder
-from bertology.models.elmo import ELMoConfig, ELMoLanguageModel, ELMoModel, character_ids
+from bertology.models.elmo import ELMoModel
 from bertology.uses.explain import DEFAULT_SENTENCES, explain_attention, sense_vectors
 
 
 @pytest.fixture(scope="module")
 def tiny_elmo(tmp_path_factory, minilm_dir):
     """A random tiny biLM with MiniLM's vocabulary, its character ids filled in."""
-    out = tmp_path_factory.mktemp("tiny_elmo")
-    tokenizer = Tokenizer.from_pretrained(minilm_dir)
-    torch.manual_seed(0)
-    config = ELMoConfig(vocab_size=tokenizer.vocab_size, filters=[[1, 8], [2, 8], [3, 16]], n_highway=1,
-                        projection_dim=16, lstm_dim=32)
-    lm = ELMoLanguageModel(config)
-    lm.bilm.token_encoder.char_ids.copy_(character_ids(tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size)), 50))
-    lm.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return save_tiny_elmo(tmp_path_factory.mktemp("tiny_elmo"), Tokenizer.from_pretrained(minilm_dir))
 
 
 def test_embed_pools_elmos_layers(tiny_elmo):
