@@ -453,6 +453,13 @@ def run_generate(cfg: Any) -> None:
     generate(cfg)
 
 
+def run_wic(cfg: Any) -> None:
+    """Probe the model's layers on WiC and print the table."""
+    from .uses.wic import format_results, run_wic as probe
+
+    print(format_results(probe(cfg)))
+
+
 def run_static_train(cfg: Any) -> None:
     """Train (or import) static vectors and print the summary with the evaluation."""
     from .recipes.static import format_summary, train
@@ -559,6 +566,11 @@ COMMANDS = [
             description="Continue each --prompt (or each line of --input) with a GPT trained by `bertology pretrain "
             "--arch gpt`, printing the prompt followed by its continuation. Greedy unless --do-sample or "
             "--num-beams; a continuation ends at the end of a text, a --stop string or --max-new-tokens."),
+    Command("wic", "Word-in-Context probe: do a model's layers tell a word's senses apart?",
+            ".uses.wic:WicConfig", run_wic,
+            description="For every layer of a BERT or ELMo (or static vectors): the target word's vector in each "
+            "sentence of a WiC pair, a logistic regression on [v1; v2; v1*v2; |v1-v2|] trained on WiC's train "
+            "split, accuracy on its dev split (the paper: chance 50.0, ELMo 57.7, BERT-large 65.5)."),
     Command("static train", "train word2vec, fastText or GloVe vectors on a corpus (or import a vectors file)",
             ".recipes.static:StaticTrainConfig", run_static_train, config_file=True,
             description="Train static word vectors (one per word type) on the same corpus readers as pretrain: "

@@ -337,6 +337,52 @@ def _nonempty(examples: list, file: Path) -> list:
     return examples
 
 
+@dataclass
+class WicExample:
+    """One Word-in-Context pair: a target word in two sentences, same sense or not."""
+
+    word: str  # the target's lemma
+    pos: str  # "N" or "V"
+    sentences: tuple[list[str], list[str]]  # each sentence's space-separated tokens
+    positions: tuple[int, int]  # the target's token index in each
+    same_sense: bool
+    source: str  # "file:line", for error messages
+
+
+def read_wic(data_file: str | Path, gold_file: str | Path) -> list[WicExample]:
+    """WiC's official files (Pilehvar and Camacho-Collados 2019): `X.data.txt` lines `lemma <TAB>
+    N|V <TAB> i1-i2 <TAB> sentence 1 <TAB> sentence 2` (tokens separated by spaces, i1 and i2 the
+    target's token index in each) and `X.gold.txt` lines `T` or `F`, line by line.
+
+    Raises:
+        UserError: the two files' line counts differ, or a line is malformed (naming file and line).
+    """
+    data_file, gold_file = Path(data_file), Path(gold_file)
+    rows, golds = read_text_lines(data_file), read_text_lines(gold_file)
+    if len(rows) != len(golds):
+        raise UserError(f"{gold_file}: {len(golds):,} labels for the {len(rows):,} pairs of {data_file.name}; "
+                        "line n of the gold file labels line n of the data file")
+    examples = []
+    for (number, line), (gold_number, gold) in zip(rows, golds):
+        where = f"{data_file}:{number}"
+        fields = line.split("\t")
+        if len(fields) != 5:
+            raise UserError(f"{where}: expected 5 tab-separated fields (word, N|V, i1-i2, sentence 1, sentence 2), "
+                            f"got {len(fields)}")
+        word, pos, indices, first, second = fields
+        sentences = (first.split(" "), second.split(" "))
+        try:
+            positions = tuple(int(i) for i in indices.split("-"))
+        except ValueError:
+            positions = ()
+        if len(positions) != 2 or not all(0 <= i < len(s) for i, s in zip(positions, sentences)):
+            raise UserError(f"{where}: {indices!r} is not two token indexes i1-i2 within the sentences")
+        if gold.strip() not in ("T", "F"):
+            raise UserError(f"{gold_file}:{gold_number}: expected T or F, got {gold.strip()[:20]!r}")
+        examples.append(WicExample(word, pos, sentences, positions, gold.strip() == "T", where))
+    return examples
+
+
 def read_glue(spec: TaskSpec, file: str | Path, split: str) -> list[SequenceExample]:
     """Read a GLUE TSV file (train, dev or test) into sequence examples.
 
