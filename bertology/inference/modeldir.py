@@ -28,8 +28,8 @@ from .. import checkpoint
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..models import family_of, read_config, resolve_model_dir
-from ..models.bert import BertConfig, BertPreTrainedModel, model_class, tensor_shapes
 from ..models.awd_lstm import AWDLSTMConfig
+from ..models.bert import BertConfig, BertPreTrainedModel, model_class, tensor_shapes
 from ..models.elmo import ELMoConfig
 from ..models.gpt import GPTConfig
 from ..models.features import HEAD_CONFIG, FeatureModel

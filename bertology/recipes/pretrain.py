@@ -27,8 +27,8 @@ from ..errors import UserError
 from ..files import cache_root, write_json_atomic
 from ..models import ARCHITECTURES, family_named, family_of
 from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
-from ..models.elmo import ELMoConfig, character_ids
 from ..models.bert import POSITION_TYPES, PRESETS, BertConfig
+from ..models.elmo import ELMoConfig, character_ids
 from ..models.gpt import GPTConfig
 from ..models.t5 import T5Config
 from ..plots import plot_training_curves
@@ -48,7 +48,7 @@ RESOLVED_CONFIG_NAME = "pretrain_config.json"
 OBJECTIVE_HELP = ("pre-training objective: bert (masked LM + next-sentence prediction), roberta (masked LM over "
                   "full sentences), albert (masked LM + sentence order), electra (replaced-token detection), "
                   "clm (left-to-right LM), t5 (span corruption), bilm (ELMo's forward and backward LSTM LMs)")
-# The objective each family trains with by default, and the only ones it takes (None: any but t5).
+# The objective each family trains with by default, and the only ones it takes (None: an encoder's).
 FAMILY_OBJECTIVES = {"bert": ("bert", None), "gpt": ("clm", ("clm",)), "t5": ("t5", ("t5",)),
                      "awd-lstm": ("clm", ("clm",)), "elmo": ("bilm", ("bilm",))}
 STREAM_FAMILIES = ("awd-lstm", "elmo")  # the LSTMs: a token stream and a carried state (data/token_stream.py)
@@ -82,7 +82,8 @@ class PretrainConfig(TrainConfig):
                                     help="--arch awd-lstm: ULMFiT's discriminative rates, each LSTM layer down trains "
                                          "at this factor of the one above (ULMFiT: 0.385 = 1/2.6); the tied "
                                          "embedding and output layer at --lr")
-    model: dict[str, Any] = setting({}, help="config-file only: BertConfig fields to override, as a [model] table")
+    model: dict[str, Any] = setting({}, help="config-file only: the family's config fields to override (BertConfig, "
+                                             "GPTConfig, ...), as a [model] table")
     # the variants' switches, applied over the preset and winning over `model`
     pre_layer_norm: bool = setting(False, help="LayerNorm before each sub-layer (pre-LN) instead of after it")
     embedding_size: int | None = setting(None, positive=True, help="ALBERT's factorized embeddings: this width, "
@@ -132,10 +133,10 @@ class PretrainConfig(TrainConfig):
             what = {"t5": "trained by span corruption", "elmo": "a bidirectional LSTM language model"}.get(
                 self.arch, "a left-to-right language model")
             raise UserError(f"--arch {self.arch} is {what}: its objective is {default}, not {self.objective}")
-        if self.arch == "bert" and self.objective in ("t5", "bilm"):
-            family = "t5 (span corruption trains an encoder-decoder)" if self.objective == "t5" else \
-                "elmo (a forward and a backward LSTM language model)"
-            raise UserError(f"--objective {self.objective} is not an encoder's objective: use --arch {family}")
+        if self.arch == "bert" and self.objective == "t5":
+            raise UserError("--objective t5 (span corruption) trains an encoder-decoder: use --arch t5")
+        if self.arch == "bert" and self.objective == "bilm":
+            raise UserError("--objective bilm trains ELMo's forward and backward LSTM language models: use --arch elmo")
         if self.arch != "bert":
             for flag, value in (("--share-layers", self.share_layers), ("--embedding-size", self.embedding_size),
                                 ("--whole-word-masking", self.whole_word_masking),

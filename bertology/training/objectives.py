@@ -17,7 +17,7 @@
 `clm` trains BERT's encoder with a causal mask (the BERT paper's LTR baseline) or, with
 `--arch gpt`, GPT's own decoder (models/gpt.py: `GPTLanguageModel` below), or with `--arch
 awd-lstm` ULMFiT's LSTM over a token stream (data/token_stream.py: `RecurrentLanguageModel`
-below); `t5` trains T5's encoder-decoder (models/t5.py, data/span_corruption.py: `SpanCorruption`).
+below); `bilm` trains ELMo's two LSTM language models (`BidirectionalLanguageModel`); `t5` trains T5's encoder-decoder (models/t5.py, data/span_corruption.py: `SpanCorruption`).
 
 Each objective prepares its batch (masking is dynamic: fresh for every batch, drawn
 from the generator it is given), computes its loss, and returns counts from which the
@@ -35,7 +35,7 @@ from torch import nn
 from ..data.padding import pad_rows
 from ..data.pretraining import mask_tokens
 from ..data.span_corruption import corrupt_spans, random_spans_noise_mask
-from ..models.elmo import ELMoConfig, ELMoLanguageModel
+from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
 from ..models.bert import (
     BertConfig,
     BertForMaskedLM,
@@ -47,7 +47,7 @@ from ..models.bert import (
     activation,
     init_module,
 )
-from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
+from ..models.elmo import ELMoConfig, ELMoLanguageModel
 from ..models.gpt import GPTConfig, GPTLMHeadModel
 from ..models.t5 import T5Config, T5ForConditionalGeneration
 from ..ops import IGNORE_INDEX, Linear
@@ -252,6 +252,7 @@ class BidirectionalLanguageModel(nn.Module):
         return batch
 
     def forward(self, batch: Batch) -> StepOutput:
+        """Loss = the mean of the two directions' next-token cross-entropies."""
         counts, losses = {}, []
         for prefix, state, backward in (("", self.forward_state, False), ("backward_", self.backward_state, True)):
             labels = batch[f"{prefix}labels"]

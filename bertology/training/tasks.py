@@ -28,13 +28,13 @@ from ..errors import UserError
 from ..files import write_json_atomic
 from ..inference.modeldir import has_head_for, load_config
 from ..inference.predict import predict, score
+from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMForSequenceClassification
 from ..models.bert import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
     BertPreTrainedModel,
 )
-from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMForSequenceClassification
 from ..models.gpt import GPTConfig, GPTForSequenceClassification
 from ..plots import plot_training_curves
 from ..tasks.inputs import Encoded, InputSettings, bucketed_batches

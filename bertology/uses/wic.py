@@ -49,7 +49,8 @@ class WicConfig:
                               "installed model's name")
     batch_size: int = setting(64, positive=True, help="sentences per forward pass")
     precision: str = setting("fp32", choices=PRECISIONS, help="the forward passes' precision")
-    out: str | None = setting(None, metavar="FILE", output="file", help="also write the results as JSON here")
+    out: str | None = setting(None, metavar="FILE", output="file", help="also write the results as JSON here "
+                                                                                "(default: print only)")
 
 
 def word_spans(words: list[str], position: int) -> tuple[str, int, int]:

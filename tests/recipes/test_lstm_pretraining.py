@@ -142,6 +142,10 @@ def test_bad_input_is_a_one_line_error(corpus, tmp_path):
     with pytest.raises(UserError, match="--layer-lr-decay is ULMFiT's"):
         run_pretraining(settings(corpus, tmp_path / "c", arch="bert", model={}, layer_lr_decay=0.5, max_steps=5))
     assert not (tmp_path / "c" / "metrics.jsonl").exists()
+    with pytest.raises(UserError, match="--objective bilm trains ELMo's .* use --arch elmo"):
+        run_pretraining(settings(corpus, tmp_path / "d", arch="bert", model={}, objective="bilm", max_steps=5))
+    with pytest.raises(UserError, match="--arch elmo is a bidirectional LSTM language model: its objective is bilm"):
+        run_pretraining(settings(corpus, tmp_path / "e", arch="elmo", model={}, objective="clm", max_steps=5))
 
 
 @pytest.mark.slow
