@@ -11,7 +11,9 @@ prints one table of dev medians with min-max over the seeds:
     python bench/static_features.py --vectors word2vec=/tmp/static-bench/word2vec \\
         fasttext=/tmp/static-bench/fasttext [--bert all-MiniLM-L6-v2] [--train-examples 2000]
 
-The vectors directories come from `bertology static train` (e.g. bench/static_vectors.py).
+The vectors directories come from `bertology static train` (e.g. bench/static_vectors.py); an
+ELMo biLM directory (`pretrain --arch elmo`) goes in the same list, its three layers summed
+("sum_last_four" of three layers: an equal-weight mix).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ TASKS = {"sst2": {"data": DATA / "glue" / "SST-2", "feature_head": "linear", "ep
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vectors", nargs="*", default=[], metavar="NAME=DIR", help="static vectors directories")
-    parser.add_argument("--bert", default="all-MiniLM-L6-v2", help="a BERT model directory or installed name")
+    parser.add_argument("--bert", default="all-MiniLM-L6-v2",
+                        help="a BERT model directory or installed name ('' leaves the BERT rows out)")
     parser.add_argument("--train-examples", type=int, default=2000)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-3)
@@ -41,7 +44,8 @@ def main() -> None:
     parser.add_argument("--out", default="/tmp/static-features-bench")
     args = parser.parse_args()
     sources = dict(item.split("=", 1) for item in args.vectors)
-    sources[f"BERT features ({Path(args.bert).name})"] = args.bert
+    if args.bert:
+        sources[f"BERT features ({Path(args.bert).name})"] = args.bert
     rows = []
     for task in args.tasks:
         setup = TASKS[task]
