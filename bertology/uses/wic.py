@@ -112,20 +112,22 @@ def run_wic(cfg: WicConfig) -> dict:
     splits = {split: read_wic(data / f"{split}.data.txt", data / f"{split}.gold.txt") for split in SPLITS}
     model_dir = resolve_model_dir(cfg.model)
     family = family_of(model_dir).name
+    if family == "static":
+        static = load_model(model_dir)
+    elif family in ("bert", "elmo"):
+        model, tokenizer = load_encoder(model_dir)
+    else:
+        raise UserError(f"{model_dir}: a {family} model; the WiC probe reads BERT or ELMo layers, or static vectors")
     vectors, missing = {}, 0
     for split, examples in splits.items():
         targets = [(example.sentences[side], example.positions[side]) for example in examples for side in (0, 1)]
         if family == "static":
-            static = load_model(model_dir)
             found = [static.vector(words[position]) for words, position in targets]
             missing += sum(vector is None for vector in found)
             width = static.vectors.shape[1]
             rows = [vector.numpy() if vector is not None else np.zeros(width, np.float32) for vector in found]
             vectors[split] = np.stack(rows)[:, None]  # (2N, 1, D)
         else:
-            if family not in ("bert", "elmo"):
-                raise UserError(f"{model_dir}: a {family} model; the WiC probe reads BERT or ELMo layers, or static vectors")
-            model, tokenizer = load_encoder(model_dir)
             print(f"{split}: the target word's vectors in {len(targets):,} sentences ...", file=sys.stderr)
             vectors[split] = contextual_vectors(model, tokenizer, targets, cfg.batch_size, cfg.precision)
     labels = {split: np.array([example.same_sense for example in examples]) for split, examples in splits.items()}
