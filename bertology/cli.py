@@ -263,8 +263,9 @@ def run_info(cfg: InfoConfig) -> None:
     print(f"model:        {Path(cfg.model).resolve()}")
     print(f"architecture: {type(model).__name__}")
     print(f"parameters:   {model.num_parameters():,}")
-    print(f"vocabulary:   {vocab_entries if vocab_entries is not None else 'no vocab.txt'} tokens in vocab.txt, "
-          f"{config.vocab_size} embedding rows")
+    if hasattr(config, "vocab_size"):  # a TagLM tagger's words are in its words.txt (word_vocab_size below)
+        print(f"vocabulary:   {vocab_entries if vocab_entries is not None else 'no vocab.txt'} tokens in vocab.txt, "
+              f"{config.vocab_size} embedding rows")
     print("config:")
     for key, value in config.to_dict().items():
         print(f"  {key}: {value}")
@@ -356,7 +357,10 @@ def run_finetune(cfg: Any) -> None:
     speed, _ = training_summary(runs, round(recorded["train_examples"] * cfg.epochs) * len(runs))
     print_results(results)
     how = "trained a feature-based head on" if cfg.mode == "features" else "fine-tuned"
-    print(f"{how} {cfg.model} for {cfg.task}, {recorded['train_examples']:,} training examples x "
+    if cfg.arch == "taglm":
+        how = "trained TagLM's tagger " + (f"reading the biLM {cfg.lm}" if cfg.lm else "without a biLM")
+    model = "" if cfg.arch == "taglm" else f" {cfg.model}"
+    print(f"{how}{model} for {cfg.task}, {recorded['train_examples']:,} training examples x "
           f"{epochs(cfg.epochs)}{f' x {len(runs)} seeds' if len(runs) > 1 else ''}: {speed}")
     if len(runs) > 1:
         print(f"wrote each seed's best model, eval_results.json, metrics.jsonl and learning_curve.png to "

@@ -50,7 +50,7 @@ POOLINGS = ("mean", "cls", "max")
 LEVELS = ("sentence", "token")
 
 
-WORD_PIECES = ("first", "mean", "none")
+WORD_PIECES = ("first", "mean", "ends", "none")
 
 
 SENTENCE_TRANSFORMERS_CONFIG = "sentence_bert_config.json"
@@ -233,13 +233,19 @@ def _align_words(tokenizer: Tokenizer, texts: Sequence[str], word_pieces: str, l
 
 
 def _word_vectors(pieces: torch.Tensor, owner: list[int], count: int, how: str) -> torch.Tensor:
-    """(P, W) WordPiece vectors -> (count, W) word vectors: each word's first piece or mean of its pieces."""
+    """(P, W) WordPiece vectors -> (count, W) word vectors: each word's first piece, the mean of its
+    pieces, or ("ends", for a biLM's [forward; backward] states) the forward half at its last piece
+    and the backward half at its first, where each direction has read the whole word."""
     owner_t = torch.tensor(owner, device=pieces.device)
     if how == "mean":
         sums = torch.zeros(count, pieces.shape[1], device=pieces.device).index_add_(0, owner_t, pieces)
         return sums / torch.bincount(owner_t, minlength=count).unsqueeze(1)
     first = torch.ones_like(owner_t, dtype=torch.bool)
     first[1:] = owner_t[1:] != owner_t[:-1]  # words are numbered in order, so a change starts a word
+    if how == "ends":
+        last = first.roll(-1)  # the piece before a word's first piece ends the previous word
+        half = pieces.shape[1] // 2
+        return torch.cat([pieces[last, :half], pieces[first, half:]], dim=-1)
     return pieces[first]
 
 
@@ -252,7 +258,8 @@ def embed_tokens(model: BertModel | ELMoModel, tokenizer: Tokenizer, texts: Sequ
 
     Args:
         word_pieces: how a whitespace-separated word's WordPieces become its vector: "first"
-            (the BERT paper's choice for tagging) or "mean"; "none" keeps one vector per
+            (the BERT paper's choice for tagging), "mean", or "ends" (an ELMo's: the forward
+            direction at the word's last piece, the backward one at its first); "none" keeps one vector per
             WordPiece ([CLS] and [SEP] left out), and `words` then lists the pieces.
         Other arguments as `embed_texts`. Words that do not fit whole within `max_seq_len`,
         and words the tokenizer drops entirely (only control characters), get no vector and
@@ -262,6 +269,9 @@ def embed_tokens(model: BertModel | ELMoModel, tokenizer: Tokenizer, texts: Sequ
     """
     _check_choice("word_pieces", word_pieces, WORD_PIECES)
     _check_choice("precision", precision, PRECISIONS)
+    if word_pieces == "ends" and not isinstance(model, ELMoModel):
+        raise UserError("word_pieces: 'ends' takes each direction of a biLM (an ELMo) where it has read the whole "
+                        "word; a BERT reads both ways at every piece: use first or mean")
     indices, combine = _layer_choice(model, layers)
     aligned = _align_words(tokenizer, texts, word_pieces, length_limit(model, tokenizer, max_seq_len), stats)
     precision = resolve_precision(precision, next(model.parameters()).device)

@@ -34,9 +34,11 @@ from ..models.elmo import ELMoConfig
 from ..models.gpt import GPTConfig
 from ..models.features import HEAD_CONFIG, FeatureModel
 from ..models.quantized import load_quantized
+from ..models.taglm import TagLMConfig
 from ..tasks.inputs import InputSettings
 from ..tasks.readers import Columns, TaskSpec
 from .onnx import OnnxModel
+from .tagging import Tagger
 
 # config.json keys bertology adds (transformers keeps unknown keys, so they survive its round trips).
 FINETUNING_TASK_KEY = "finetuning_task"  # transformers' own key: the task's name
@@ -53,7 +55,8 @@ def load_config(directory: str | os.PathLike) -> BertConfig | GPTConfig | AWDLST
     if family == "t5":
         raise UserError(f"{directory}: a T5 (text to text): predict and serve's /predict run BERT and GPT "
                         "classifiers; `bertology evaluate` scores a fine-tuned T5, and `bertology generate` runs it")
-    return {"gpt": GPTConfig, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig}.get(family, BertConfig).load(directory)
+    return {"gpt": GPTConfig, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig, "taglm": TagLMConfig}.get(
+        family, BertConfig).load(directory)
 
 
 def describe_task(config: BertConfig | GPTConfig, spec: TaskSpec, settings: InputSettings) -> None:
@@ -117,8 +120,10 @@ def load_model(directory: str | os.PathLike) -> nn.Module:
     return family.load().load_pretrained(directory)
 
 
-def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer, TaskSpec, InputSettings]:
+def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer | None, TaskSpec, InputSettings]:
     """A fine-tuned (feature-based, or exported) model directory -> model, tokenizer, task, input settings.
+
+    A TagLM directory comes back as its `Tagger` (tagger and biLM; sentences of words in) and no tokenizer.
 
     An `onnx` export comes back as an ONNX Runtime model and an `int8` export quantized
     (models/quantized.py); both are called like the PyTorch models and stay on the CPU.
@@ -129,6 +134,8 @@ def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer, TaskSpec, Inpu
                         "models only for now; the head's dev scores are in its eval_results.json")
     config = load_config(model_dir)
     spec, settings = task_of(config, model_dir)
+    if family_of(model_dir).name == "taglm":  # words in, tags out: the tagger brings its biLM's tokenizer
+        return Tagger.from_pretrained(model_dir), None, spec, settings
     exported = export_format(config)
     if is_feature_model(model_dir):
         model = FeatureModel.from_pretrained(model_dir)

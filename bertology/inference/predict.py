@@ -26,6 +26,7 @@ from ..tasks.inputs import (
 )
 from ..tasks.metrics import compute_metrics
 from ..tasks.readers import TaskSpec
+from .tagging import Tagger
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -83,7 +84,9 @@ def decode(spec: TaskSpec, encoded: Encoded, outputs: list, examples: list, sett
 
 def predict(model: BertPreTrainedModel, tokenizer: Tokenizer, spec: TaskSpec, examples: list,
             settings: InputSettings, batch_size: int = 128, precision: str = "auto", progress: bool = False):
-    """Predictions for `examples` (see `decode`)."""
+    """Predictions for `examples` (see `decode`); a TagLM `Tagger` tags their words itself."""
+    if isinstance(model, Tagger):
+        return model.tag([e.words for e in examples], batch_size)
     encoded = encode(spec, examples, tokenizer, settings, training=False)
     outputs = run_rows(model, encoded, spec, tokenizer.pad_token_id, batch_size, precision, progress)
     return decode(spec, encoded, outputs, examples, settings)

@@ -37,6 +37,7 @@ from ..tasks.readers import SequenceExample, SpanExample, TaskSpec, TokenExample
 from .embedding import embed_texts, length_limit, load_encoder
 from .modeldir import is_finetuned, load_config, load_finetuned
 from .predict import model_device, precision_for, run_rows
+from .tagging import Tagger
 
 
 @dataclass
@@ -107,6 +108,9 @@ class Predictor:
         if text_pairs is not None and len(text_pairs) != len(texts):
             raise UserError(f"text_pairs: {len(texts)} texts but {len(text_pairs)} text_pairs; give one per text")
         examples = self._examples(texts, text_pairs)
+        if isinstance(self.model, Tagger):
+            return [{"tokens": e.words, "tags": tags}
+                    for e, tags in zip(examples, self.model.tag([e.words for e in examples], batch_size))]
         encoded = encode(self.spec, examples, self.tokenizer, self.settings, training=False)
         outputs = run_rows(self.model, encoded, self.spec, self.tokenizer.pad_token_id, batch_size, self.precision)
         if self.spec.kind == "token":
@@ -137,8 +141,8 @@ class Predictor:
         when `normalize` (a dot product is then the cosine similarity). Long texts are cut to
         the encoder's limit, as `bertology embed` does."""
         if self.encoder is None:
-            raise UserError(f"{self.model_dir} has no PyTorch encoder (an ONNX export); embed with the model "
-                            "directory it was exported from")
+            raise UserError(f"{self.model_dir} has no BERT encoder to embed with (an ONNX export: embed with the "
+                            "directory it was exported from; a TagLM tagger: embed with its lm/ folder)")
         return embed_texts(self.encoder, self.tokenizer, texts, pooling=pooling, normalize=normalize,
                            batch_size=batch_size, precision=self.precision)
 

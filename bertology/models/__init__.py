@@ -62,6 +62,8 @@ FAMILIES: dict[str, Family] = {
                "ELMo's biLM: a character CNN under a forward and a backward 2-layer LSTM language model"),
         Family("awd-lstm", "bertology.models.awd_lstm", ("awd-lstm",),
                "ULMFiT's regularised 3-layer LSTM language model and its concat-pooling classifier (AWD-LSTM)"),
+        Family("taglm", "bertology.models.taglm", ("taglm",),
+               "TagLM's BiLSTM-CRF sequence tagger, reading a frozen biLM's states (finetune --arch taglm)"),
     )
 }
 ARCHITECTURES = tuple(FAMILIES)

@@ -63,6 +63,7 @@ from ..training.tasks import (
 )
 from .feature_mode import train_feature_head
 from .static_features import check_task, prepare_static_data, train_static_head
+from .taglm import prepare_tagger_data, train_tagger
 from .text_to_text import evaluate_directory, finetune_text_to_text, prepare_text_to_text
 
 CONFIG_NAME = "finetune_config.json"
@@ -71,15 +72,16 @@ CONFIG_NAME = "finetune_config.json"
 MODES = ("finetune", "features")
 LONG_INPUTS = ("truncate", "window")
 FEATURE_HEADS = ("linear", "bilstm")
+ARCHES = ("head", "taglm")
 
 
 @dataclass
 class FinetuneConfig(TaskConfig, EpochLoop):
     """Fine-tuning: the model, its inputs, ULMFiT's options and the feature-based mode."""
 
-    model: str = setting("", required=True, metavar="MODEL", model_dir=True,
+    model: str = setting("", metavar="MODEL", model_dir=True,
                          help="the pre-trained model directory (bertology or transformers BERT) or an installed model's "
-                              "name (e.g. all-MiniLM-L6-v2)")
+                              "name (e.g. all-MiniLM-L6-v2) (default: none; required unless --arch taglm)")
     out: str = setting("", required=True, metavar="DIR", output="dir",
                        help="output directory: the best model, eval_results.json, metrics.jsonl, learning_curve.png")
     max_seq_len: int | None = setting(None, positive=True, help="tokens per row (default: 128; SQuAD 384)")
@@ -101,6 +103,15 @@ class FinetuneConfig(TaskConfig, EpochLoop):
     gradual_unfreezing: bool = setting(False, help="ULMFiT: train the top layer first, one more layer each epoch")
     drop_mult: float = setting(1.0, positive=True, help="--model an AWD-LSTM: ULMFiT's one dropout knob, every "
                                                        "dropout of the classifier (fastai's) times this")
+    arch: str = setting("head", choices=ARCHES,
+                        help="head: one small head on --model (the BERT paper); taglm: Peters et al. 2017's "
+                             "BiLSTM-CRF tagger trained here, reading --lm's biLM states")
+    lm: str | None = setting(None, metavar="DIR", help="--arch taglm: the frozen biLM (an ELMo from `pretrain --arch "
+                                                       "elmo`) whose top states join after the first BiLSTM "
+                                                       "(default: none, the tagger without a biLM)")
+    word_vectors: str | None = setting(None, metavar="DIR",
+                                       help="--arch taglm: static vectors (`bertology static train`) the word "
+                                            "embeddings start from (default: none, learned from scratch)")
     seeds: int = setting(1, positive=True, help="run N seeds (--seed, --seed + 1, ...) and report the median "
                                                 "and spread")
     mode: str = setting("finetune", choices=MODES,
@@ -117,7 +128,7 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                                                               "(default: $BERTOLOGY_CACHE/features)")
 
     def __post_init__(self) -> None:
-        for name in ("data", "model", "out", "train_file", "dev_file", "cache_dir"):  # Paths welcome from Python
+        for name in ("data", "model", "out", "train_file", "dev_file", "cache_dir", "lm", "word_vectors"):  # Paths welcome from Python
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, str(value))
@@ -127,6 +138,23 @@ class FinetuneConfig(TaskConfig, EpochLoop):
         super().validate()
         if self.layer_lr_decay > 1:
             raise UserError(f"--layer-lr-decay must be at most 1, got {self.layer_lr_decay}")
+        if self.arch == "taglm":
+            given = [flag for flag, value in (("--model", self.model), ("--mode features", self.mode == "features"),
+                                              ("--layer-lr-decay", self.layer_lr_decay < 1),
+                                              ("--gradual-unfreezing", self.gradual_unfreezing)) if value]
+            if given:
+                raise UserError(f"{given[0]} is not an option of --arch taglm, which trains its own tagger "
+                                "(--lm DIR gives it a biLM, --word-vectors DIR its starting word vectors)")
+            for flag, path in (("--lm", self.lm), ("--word-vectors", self.word_vectors)):
+                if path is not None and not Path(path).is_dir():
+                    raise UserError(f"{flag} {path}: no such directory")
+            return
+        if self.lm is not None or self.word_vectors is not None:
+            raise UserError(f"{'--lm' if self.lm is not None else '--word-vectors'} belongs to --arch taglm "
+                            "(TagLM's tagger); give --arch taglm, or leave it out")
+        if not self.model:
+            raise UserError("--model is required: the pre-trained model directory (only --arch taglm trains a "
+                            "tagger without one)")
         self.model = str(resolve_model_dir(self.model))
 
     def input_settings(self, spec: TaskSpec) -> InputSettings:
@@ -194,7 +222,10 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
     cfg.validate()
     out = Path(cfg.out)
     check_output_dir(out, cfg.resume)
-    family = family_of(cfg.model).name
+    family = "taglm" if cfg.arch == "taglm" else family_of(cfg.model).name
+    if family == "taglm" and cfg.arch != "taglm":
+        raise UserError(f"{cfg.model}: an already trained TagLM tagger; evaluate or predict with it, or train a new "
+                        "one with --arch taglm")
     if family in ("gpt", "t5", "awd-lstm") and cfg.mode == "features":
         raise UserError(f"{cfg.model}: a {family.upper()} is fine-tuned whole here (--mode finetune); feature-based "
                         "heads read BERT encoders or static vectors")
@@ -210,6 +241,8 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
         spec, train, dev = read_task(cfg)
         data = prepare_text_to_text(cfg.model, spec, train, dev, cfg.input_settings(spec))
         train_one, too_long = finetune_text_to_text, data.train_encoded.too_long
+    elif family == "taglm":  # Peters et al. 2017's tagger, trained from scratch beside a frozen biLM
+        data, train_one, too_long = prepare_tagger_data(*read_task(cfg), cfg.lm, cfg.word_vectors), train_tagger, 0
     elif family == "static":  # one vector per word: only a head can train
         if cfg.mode != "features":
             raise UserError(f"{cfg.model}: static word vectors have no encoder to fine-tune; use --mode features")

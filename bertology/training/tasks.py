@@ -311,9 +311,10 @@ class BestModel:
         return values
 
     def save(self, model: nn.Module) -> None:
-        """Write the best model so far, and its tokenizer, into the output folder."""
+        """Write the best model so far, and its tokenizer (a TagLM tagger has none), into the output folder."""
         model.save_pretrained(self.out)
-        self.data.tokenizer.save_pretrained(self.out)
+        if self.data.tokenizer is not None:
+            self.data.tokenizer.save_pretrained(self.out)
 
 
 def summarize(spec: TaskSpec, runs: list[dict]) -> dict:

@@ -67,7 +67,8 @@ class EmbedConfig:
     normalize: bool = setting(False, help="scale each vector to unit length")
     level: str = setting("sentence", choices=LEVELS, help="one vector per line, or one per word")
     word_pieces: str = setting("first", choices=WORD_PIECES,
-                               help="token level: a word's first WordPiece, the mean of its pieces, or every piece")
+                               help="token level: a word's first WordPiece, the mean of its pieces, ends (an ELMo: forward "
+                                    "state at its last piece, backward at its first), or every piece")
     field: str | None = setting(None, help="JSONL input: the field holding the text (default for .jsonl: text)")
     skip_empty: bool = setting(False, help="leave out blank lines instead of stopping at the first")
     batch_size: int = setting(64, positive=True, help="texts per forward pass")

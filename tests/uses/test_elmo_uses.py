@@ -38,3 +38,21 @@ def test_senses_use_elmos_token_layer_as_the_context_free_view(tiny_elmo, tmp_pa
     assert not all(np.allclose(row, vectors.contextual[0]) for row in vectors.contextual)
     with pytest.raises(UserError, match="ELMo's biLM has no attention to draw"):
         explain_attention(str(tiny_elmo), "the bank", tmp_path / "a.png")
+
+
+def test_word_vectors_from_each_direction_where_it_has_read_the_whole_word(tiny_elmo, tiny_model):
+    from bertology.inference.embedding import embed_tokens
+
+    model, tokenizer = load_encoder(tiny_elmo, device="cpu")
+    text = "unaffable bankers"
+    pieces = tokenizer.tokenize(text)
+    assert len(pieces) > 2  # a word of several pieces, so "ends" differs from "first"
+    (found,) = embed_tokens(model, tokenizer, [text], word_pieces="ends", precision="fp32")
+    (every,) = embed_tokens(model, tokenizer, [text], word_pieces="none", precision="fp32")
+    first_word = pieces.index(next(p for p in pieces[1:] if not p.startswith("##"))) - 1  # its last piece
+    np.testing.assert_allclose(found.vectors[0, :16], every.vectors[first_word, :16])  # forward: after "unaffable"
+    np.testing.assert_allclose(found.vectors[0, 16:], every.vectors[0, 16:])  # backward: at its first piece
+    np.testing.assert_allclose(found.vectors[1, :16], every.vectors[-1, :16])
+    bert, bert_tokenizer = load_encoder(tiny_model, device="cpu")
+    with pytest.raises(UserError, match="'ends' takes each direction of a biLM"):
+        embed_tokens(bert, bert_tokenizer, [text], word_pieces="ends")
