@@ -309,6 +309,7 @@ def run_pretrain(cfg: Any) -> None:
     from .models.elmo import ELMoConfig
     from .models.gpt import GPTConfig
     from .models.t5 import T5Config
+    from .models.xlnet import XLNetConfig
     from .recipes.pretrain import run_pretraining
 
     if run_pretraining(cfg) == "interrupted":
@@ -320,6 +321,9 @@ def run_pretrain(cfg: Any) -> None:
     elif cfg.arch == "t5":
         t5 = T5Config.load(out)
         kind, layers, width, vocab = "encoder-decoder", f"{t5.num_layers}+{t5.num_decoder_layers}", t5.d_model, t5.vocab_size
+    elif cfg.arch == "xlnet":
+        xlnet = XLNetConfig.load(out)
+        kind, layers, width, vocab = "XLNet (two-stream)", xlnet.n_layer, xlnet.d_model, xlnet.vocab_size
     elif cfg.arch == "awd-lstm":
         lstm = AWDLSTMConfig.load(out)
         kind, layers, width, vocab = "AWD-LSTM", lstm.n_layers, f"{lstm.emb_sz}/{lstm.n_hid}", lstm.vocab_size

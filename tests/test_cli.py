@@ -96,7 +96,7 @@ def test_required_flags_show_as_required_and_choices_are_listed(capsys):
     assert status == 0 and "--corpus PATH [PATH ...] --out DIR" in usage
     assert "[--corpus" not in usage and "[--out" not in usage and "[--max-steps MAX_STEPS]" in usage
     assert f"--arch {{{','.join(ARCHITECTURES)}}}" in usage  # the registry's families, no CLI edit
-    assert "--objective {bert,roberta,albert,electra,clm,t5,bilm}" in usage
+    assert "--objective {bert,roberta,albert,electra,clm,t5,bilm,plm}" in usage
     _, out, _ = run_cli(capsys, "export", "--help")
     assert "--format {hf,int8,onnx}" in out
     _, out, _ = run_cli(capsys, "finetune", "--help")
@@ -115,9 +115,9 @@ def test_a_bad_value_is_one_line_naming_its_flag(capsys, tmp_path):
                            (["--precision", "fp16"], "--precision must be one of auto, fp32, bf16, got 'fp16'")):
         status, _, err = run_cli(capsys, *base, *flags)
         assert status == 2 and message in err and len(err.strip().splitlines()) == 1, (flags, err)
-    status, _, err = run_cli(capsys, "pretrain", "--arch", "xlnet", "--corpus", str(tmp_path), "--out",
+    status, _, err = run_cli(capsys, "pretrain", "--arch", "mamba", "--corpus", str(tmp_path), "--out",
                              str(tmp_path / "out"), "--max-steps", "1")
-    assert status == 2 and f"unknown architecture 'xlnet'; choose one of {', '.join(ARCHITECTURES)}" in err
+    assert status == 2 and f"unknown architecture 'mamba'; choose one of {', '.join(ARCHITECTURES)}" in err
     assert not (tmp_path / "out").exists()
 
 

@@ -35,6 +35,7 @@ from ..models.gpt import GPTConfig
 from ..models.features import HEAD_CONFIG, FeatureModel
 from ..models.quantized import load_quantized
 from ..models.taglm import TagLMConfig
+from ..models.xlnet import XLNetConfig
 from ..tasks.inputs import InputSettings
 from ..tasks.readers import Columns, TaskSpec
 from .onnx import OnnxModel
@@ -48,15 +49,16 @@ EXPORT_KEY = "bertology_export"  # the export format that wrote the directory
 CPU_FORMATS = ("int8", "onnx")  # run on the CPU only (PyTorch's quantized kernels, ONNX Runtime's CPU provider)
 
 
-def load_config(directory: str | os.PathLike) -> BertConfig | GPTConfig | AWDLSTMConfig:
+def load_config(directory: str | os.PathLike) -> BertConfig | GPTConfig | AWDLSTMConfig | XLNetConfig:
     """The config of a model directory that tasks can fine-tune: a BERT encoder's, a GPT's
-    (fine-tuned for sequence tasks the GPT paper's way) or an AWD-LSTM's (ULMFiT's classifier)."""
+    (fine-tuned for sequence tasks the GPT paper's way), an XLNet's (sequence tasks, on its last
+    token) or an AWD-LSTM's (ULMFiT's classifier)."""
     family = family_of(directory).name
     if family == "t5":
         raise UserError(f"{directory}: a T5 (text to text): predict and serve's /predict run BERT and GPT "
                         "classifiers; `bertology evaluate` scores a fine-tuned T5, and `bertology generate` runs it")
-    return {"gpt": GPTConfig, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig, "taglm": TagLMConfig}.get(
-        family, BertConfig).load(directory)
+    return {"gpt": GPTConfig, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig, "taglm": TagLMConfig,
+            "xlnet": XLNetConfig}.get(family, BertConfig).load(directory)
 
 
 def describe_task(config: BertConfig | GPTConfig, spec: TaskSpec, settings: InputSettings) -> None:

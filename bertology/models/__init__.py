@@ -58,6 +58,8 @@ FAMILIES: dict[str, Family] = {
                "left-to-right Transformer language model that generates text (GPT-1; GPT-2's pre-LN by config)"),
         Family("t5", "bertology.models.t5", ("t5",),
                "Transformer encoder-decoder, text to text, relative position buckets (T5; v1.1 by config)"),
+        Family("xlnet", "bertology.models.xlnet", ("xlnet",),
+               "permutation language model: two-stream attention, Transformer-XL's relative positions and memory"),
         Family("elmo", "bertology.models.elmo", ("elmo",),
                "ELMo's biLM: a character CNN under a forward and a backward 2-layer LSTM language model"),
         Family("awd-lstm", "bertology.models.awd_lstm", ("awd-lstm",),

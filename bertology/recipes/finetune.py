@@ -226,7 +226,7 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
     if family == "taglm" and cfg.arch != "taglm":
         raise UserError(f"{cfg.model}: an already trained TagLM tagger; evaluate or predict with it, or train a new "
                         "one with --arch taglm")
-    if family in ("gpt", "t5", "awd-lstm") and cfg.mode == "features":
+    if family in ("gpt", "t5", "awd-lstm", "xlnet") and cfg.mode == "features":
         raise UserError(f"{cfg.model}: a {family.upper()} is fine-tuned whole here (--mode finetune); feature-based "
                         "heads read BERT encoders or static vectors")
     if family == "elmo" and cfg.mode != "features":

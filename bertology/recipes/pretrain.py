@@ -31,6 +31,7 @@ from ..models.bert import POSITION_TYPES, PRESETS, BertConfig
 from ..models.elmo import ELMoConfig, character_ids
 from ..models.gpt import GPTConfig
 from ..models.t5 import T5Config
+from ..models.xlnet import XLNetConfig
 from ..plots import plot_training_curves
 from ..training.loop import (
     Distributed,
@@ -47,10 +48,11 @@ RESOLVED_CONFIG_NAME = "pretrain_config.json"
 
 OBJECTIVE_HELP = ("pre-training objective: bert (masked LM + next-sentence prediction), roberta (masked LM over "
                   "full sentences), albert (masked LM + sentence order), electra (replaced-token detection), "
-                  "clm (left-to-right LM), t5 (span corruption), bilm (ELMo's forward and backward LSTM LMs)")
+                  "clm (left-to-right LM), t5 (span corruption), bilm (ELMo's forward and backward LSTM LMs), "
+                  "plm (XLNet's permutation LM)")
 # The objective each family trains with by default, and the only ones it takes (None: an encoder's).
 FAMILY_OBJECTIVES = {"bert": ("bert", None), "gpt": ("clm", ("clm",)), "t5": ("t5", ("t5",)),
-                     "awd-lstm": ("clm", ("clm",)), "elmo": ("bilm", ("bilm",))}
+                     "awd-lstm": ("clm", ("clm",)), "elmo": ("bilm", ("bilm",)), "xlnet": ("plm", ("plm",))}
 STREAM_FAMILIES = ("awd-lstm", "elmo")  # the LSTMs: a token stream and a carried state (data/token_stream.py)
 
 
@@ -94,7 +96,8 @@ class PretrainConfig(TrainConfig):
                             help="absolute: learned position embeddings (BERT); relative: T5's bucketed relative "
                                  "position bias in every attention instead")
     objective: str | None = setting(None, choices=OBJECTIVES, help=f"{OBJECTIVE_HELP} (default: bert; --arch gpt "
-                                                                    "and awd-lstm take clm only, t5 t5, elmo bilm)")
+                                                                    "and awd-lstm take clm only, t5 t5, elmo bilm, "
+                                                                    "xlnet plm)")
     seq_len: int = setting(128, minimum=8, help="sequence length in tokens")
     batch_size: int = setting(32, positive=True, help="sequences per micro-batch")
     short_seq_prob: float = setting(0.1, minimum=0, help="share of shorter sequences, as BERT's data has")
@@ -130,17 +133,20 @@ class PretrainConfig(TrainConfig):
         if self.objective is None:
             self.objective = default
         if allowed and self.objective not in allowed:
-            what = {"t5": "trained by span corruption", "elmo": "a bidirectional LSTM language model"}.get(
+            what = {"t5": "trained by span corruption", "elmo": "a bidirectional LSTM language model",
+                    "xlnet": "trained by permutation language modelling"}.get(
                 self.arch, "a left-to-right language model")
             raise UserError(f"--arch {self.arch} is {what}: its objective is {default}, not {self.objective}")
         if self.arch == "bert" and self.objective == "t5":
             raise UserError("--objective t5 (span corruption) trains an encoder-decoder: use --arch t5")
         if self.arch == "bert" and self.objective == "bilm":
             raise UserError("--objective bilm trains ELMo's forward and backward LSTM language models: use --arch elmo")
+        if self.arch == "bert" and self.objective == "plm":
+            raise UserError("--objective plm (permutation LM) trains XLNet's two-stream attention: use --arch xlnet")
         if self.arch != "bert":
             for flag, value in (("--share-layers", self.share_layers), ("--embedding-size", self.embedding_size),
                                 ("--whole-word-masking", self.whole_word_masking),
-                                ("--pre-layer-norm", self.pre_layer_norm and self.arch == "t5"),
+                                ("--pre-layer-norm", self.pre_layer_norm and self.arch in ("t5", "xlnet")),
                                 ("--position relative", self.position == "relative")):
                 if value:
                     raise UserError(f"{flag} is a switch of the bert family, not of --arch {self.arch}")
@@ -200,10 +206,13 @@ def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig 
                      "decoder_start_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.sep_token_id}
     elif cfg.arch in STREAM_FAMILIES:
         overrides = {**cfg.model, "pad_token_id": tokenizer.pad_token_id}
+    elif cfg.arch == "xlnet":
+        overrides = {**cfg.model, "pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.cls_token_id,
+                     "eos_token_id": tokenizer.sep_token_id}
     else:
         overrides = cfg.model_overrides()
-    config_class = {"gpt": GPTConfig, "t5": T5Config, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig}.get(
-        cfg.arch, BertConfig)
+    config_class = {"gpt": GPTConfig, "t5": T5Config, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig,
+                    "xlnet": XLNetConfig}.get(cfg.arch, BertConfig)
     try:
         if cfg.model_config:
             config = dataclasses.replace(config_class.load(cfg.model_config), **overrides, vocab_size=vocab_size)
@@ -211,7 +220,8 @@ def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig 
             config = config_class.from_preset(cfg.preset, vocab_size=vocab_size, **overrides)
     except TypeError as err:
         raise UserError(f"model settings: {err}") from None
-    if cfg.arch in STREAM_FAMILIES:  # an LSTM has no context limit: --seq-len is its BPTT length
+    # No context limit: an LSTM's --seq-len is its BPTT length, and XLNet's positions are relative.
+    if cfg.arch in STREAM_FAMILIES or cfg.arch == "xlnet":
         return config
     positions = config.n_positions if cfg.arch in ("gpt", "t5") else config.max_position_embeddings
     if cfg.seq_len > positions:
@@ -346,7 +356,7 @@ def accuracy_keys(objective: str) -> tuple[str, ...]:
     return {"bert": ("mlm_accuracy", "nsp_accuracy"), "roberta": ("mlm_accuracy",),
             "albert": ("mlm_accuracy", "sop_accuracy"), "electra": ("mlm_accuracy", "rtd_auc"),
             "clm": ("lm_accuracy",), "t5": ("span_accuracy", "lm_accuracy"),
-            "bilm": ("forward_lm_accuracy", "backward_lm_accuracy")}[objective]
+            "bilm": ("forward_lm_accuracy", "backward_lm_accuracy"), "plm": ("permutation_lm_accuracy",)}[objective]
 
 
 def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus, train_docs, eval_docs,

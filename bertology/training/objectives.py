@@ -13,11 +13,14 @@
 |           | read by an LSTM that carries its state           | Ruder 2018 (ULMFiT)           |
 | `bilm`    | (`--arch elmo`) a forward and a backward LSTM LM | Peters et al. 2018 (ELMo)     |
 |           | over the stream and its reverse                  |                               |
+| `plm`     | (`--arch xlnet`) permutation LM: the last 1/6 of | Yang et al. 2019 (XLNet)      |
+|           | a random factorisation order, two-stream         |                               |
 
 `clm` trains BERT's encoder with a causal mask (the BERT paper's LTR baseline) or, with
 `--arch gpt`, GPT's own decoder (models/gpt.py: `GPTLanguageModel` below), or with `--arch
 awd-lstm` ULMFiT's LSTM over a token stream (data/token_stream.py: `RecurrentLanguageModel`
-below); `bilm` trains ELMo's two LSTM language models (`BidirectionalLanguageModel`); `t5` trains T5's encoder-decoder (models/t5.py, data/span_corruption.py: `SpanCorruption`).
+below); `bilm` trains ELMo's two LSTM language models (`BidirectionalLanguageModel`); `t5` trains T5's encoder-decoder (models/t5.py, data/span_corruption.py: `SpanCorruption`);
+`plm` trains XLNet (models/xlnet.py, data/permutation.py: `PermutationLanguageModel`).
 
 Each objective prepares its batch (masking is dynamic: fresh for every batch, drawn
 from the generator it is given), computes its loss, and returns counts from which the
@@ -33,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data.padding import pad_rows
+from ..data.permutation import permutation_targets
 from ..data.pretraining import mask_tokens
 from ..data.span_corruption import corrupt_spans, random_spans_noise_mask
 from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
@@ -50,6 +54,7 @@ from ..models.bert import (
 from ..models.elmo import ELMoConfig, ELMoLanguageModel
 from ..models.gpt import GPTConfig, GPTLMHeadModel
 from ..models.t5 import T5Config, T5ForConditionalGeneration
+from ..models.xlnet import XLNetConfig, XLNetLMHeadModel
 from ..ops import IGNORE_INDEX, Linear
 from .loop import Batch, StepOutput, accuracy_counts
 
@@ -70,6 +75,7 @@ OBJECTIVES: dict[str, ObjectiveSpec] = {
     "clm": ObjectiveSpec("contiguous", None),
     "t5": ObjectiveSpec("contiguous", None),
     "bilm": ObjectiveSpec("stream", None),
+    "plm": ObjectiveSpec("contiguous", None),
 }
 
 
@@ -315,6 +321,34 @@ class SpanCorruption(nn.Module):
         return self.model
 
 
+class PermutationLanguageModel(nn.Module):
+    """XLNet's objective (models/xlnet.py, data/permutation.py): per sequence a random factorisation
+    order, the last 1/6 of it predicted by the query stream from the tokens before it in the order.
+
+    Each sequence is trained on its own: no memory (`mems`) is carried from one batch to the next,
+    since the batches are independent sequences (the model supports it: XLNetModel's `mems`)."""
+
+    def __init__(self, config: XLNetConfig):
+        super().__init__()
+        self.model = XLNetLMHeadModel(config)
+
+    def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
+        """Sample the orders: perm_mask (B, T, T), target_mapping (B, P, T) and labels (B, P)."""
+        plm = permutation_targets(batch["input_ids"], batch["attention_mask"], batch["special_mask"], generator)
+        return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+                "token_type_ids": batch["token_type_ids"], **plm}
+
+    def forward(self, batch: Batch) -> StepOutput:
+        """Loss = the targets' cross-entropy; counts give their accuracy and perplexity (`permutation_lm`)."""
+        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["perm_mask"],
+                         batch["target_mapping"], use_mems=False, labels=batch["labels"])
+        return StepOutput(out.loss, lm_counts(out, batch["labels"], "permutation_lm"))
+
+    def model_to_save(self) -> XLNetLMHeadModel:
+        """XLNetLMHeadModel (transformers' layout)."""
+        return self.model
+
+
 class ReplacedTokenDetector(nn.Module):
     """ELECTRA's discriminator head: dense + activation + one logit per token (replaced or not)."""
 
@@ -446,9 +480,9 @@ def build_objective(name: str, config: BertConfig | GPTConfig | T5Config | AWDLS
                     noise_density: float = 0.15, mean_span_length: float = 3.0, rows: int = 1,
                     **electra_options) -> nn.Module:
     """The objective module called `name` (see OBJECTIVES) over a model of `config` (a GPTConfig
-    takes `clm` only, a T5Config `t5` only, with the tokenizer's `sentinel_ids`, an AWDLSTMConfig
-    `clm` over a stream of `rows` rows per micro-batch); `electra_options` (generator_size,
-    temperature, masking) go to `Electra`."""
+    takes `clm` only, a T5Config `t5` only, with the tokenizer's `sentinel_ids`, an XLNetConfig
+    `plm` only, an AWDLSTMConfig `clm` over a stream of `rows` rows per micro-batch); `electra_options`
+    (generator_size, temperature, masking) go to `Electra`."""
     if isinstance(config, AWDLSTMConfig):
         if name != "clm":
             raise ValueError(f"an AWD-LSTM is a left-to-right LM: objective clm, not {name!r}")
@@ -461,6 +495,10 @@ def build_objective(name: str, config: BertConfig | GPTConfig | T5Config | AWDLS
         if name != "t5":
             raise ValueError(f"T5 is trained by span corruption: objective t5, not {name!r}")
         return SpanCorruption(config, sentinel_ids or [], noise_density, mean_span_length)
+    if isinstance(config, XLNetConfig):
+        if name != "plm":
+            raise ValueError(f"XLNet is trained by permutation language modelling: objective plm, not {name!r}")
+        return PermutationLanguageModel(config)
     if isinstance(config, GPTConfig):
         if name != "clm":
             raise ValueError(f"GPT is a left-to-right LM: objective clm, not {name!r}")

@@ -36,6 +36,7 @@ from ..models.bert import (
     BertPreTrainedModel,
 )
 from ..models.gpt import GPTConfig, GPTForSequenceClassification
+from ..models.xlnet import XLNetConfig, XLNetForSequenceClassification
 from ..plots import plot_training_curves
 from ..tasks.inputs import Encoded, InputSettings, bucketed_batches
 from ..tasks.readers import (
@@ -153,7 +154,8 @@ MODEL_FOR_KIND = {"sequence": BertForSequenceClassification, "token": BertForTok
 def load_task_model(directory: str, spec: TaskSpec, drop_mult: float = 1.0) -> nn.Module:
     """The encoder in `directory` with `spec`'s head: kept if the directory already holds a
     head for this very task and label set, else freshly initialised. A GPT takes sequence
-    tasks (classification, regression) with the GPT paper's head on its last token, an AWD-LSTM
+    tasks (classification, regression) with the GPT paper's head on its last token, an XLNet
+    too with transformers' sequence summary (its last token), an AWD-LSTM
     ULMFiT's concat-pooling head with its dropouts times `drop_mult`."""
     num_labels = len(spec.labels) if spec.labels else 1
     id2label = dict(enumerate(spec.labels)) if spec.labels else None
@@ -172,14 +174,23 @@ def load_task_model(directory: str, spec: TaskSpec, drop_mult: float = 1.0) -> n
         if has_head_for(config, spec):
             return GPTForSequenceClassification.from_pretrained(directory)
         return GPTForSequenceClassification.from_language_model(directory, num_labels, id2label)
+    if isinstance(config, XLNetConfig):
+        if spec.kind != "sequence":
+            raise UserError(f"{directory}: an XLNet is fine-tuned here for sequence tasks (classification, "
+                            f"regression), not {spec.name}'s {spec.kind}-level labels; use a BERT")
+        if has_head_for(config, spec):
+            return XLNetForSequenceClassification.from_pretrained(directory)
+        return XLNetForSequenceClassification.from_language_model(directory, num_labels, id2label)
     return MODEL_FOR_KIND[spec.kind].from_pretrained(directory, num_labels=num_labels, id2label=id2label,
                                                      drop_head=not has_head_for(config, spec))
 
 
 def num_layers_of(model: nn.Module) -> int:
-    """The number of layers under a task model's head (BERT's, a GPT's blocks, an AWD-LSTM's LSTMs)."""
+    """The number of layers under a task model's head (BERT's, a GPT's blocks, an XLNet's, an AWD-LSTM's LSTMs)."""
     if isinstance(model, GPTForSequenceClassification):
         return len(model.transformer.h)
+    if isinstance(model, XLNetForSequenceClassification):
+        return len(model.transformer.layer)
     if isinstance(model, AWDLSTMForSequenceClassification):
         return len(model.awd_lstm.rnns)
     return len(model.bert.layers)
@@ -187,14 +198,15 @@ def num_layers_of(model: nn.Module) -> int:
 
 def layer_depth(name: str, num_layers: int) -> int:
     """0 for embeddings, i + 1 for layer i, num_layers + 1 for the pooler and head (BERT's names,
-    a GPT's: blocks `h.i`, embeddings `wte` and `wpe`, or an AWD-LSTM's: LSTMs `rnns.i`, embedding
-    `awd_lstm.encoder`: fastai's layer groups for ULMFiT's classifier)."""
+    a GPT's: blocks `h.i`, embeddings `wte` and `wpe`, an XLNet's: `layer.i`, `word_embedding` and
+    `mask_emb`, or an AWD-LSTM's: LSTMs `rnns.i`, embedding `awd_lstm.encoder`: fastai's layer groups
+    for ULMFiT's classifier)."""
     if name.startswith("classifier."):  # the head (ULMFiT's has `layers` of its own)
         return num_layers + 1
-    match = re.search(r"\.(?:layers|h|rnns)\.(\d+)\.", f".{name}")
+    match = re.search(r"\.(?:layers|h|rnns|layer)\.(\d+)\.", f".{name}")
     if match:
         return int(match.group(1)) + 1
-    if re.search(r"\.(embeddings|wte|wpe)\.|^\.awd_lstm\.encoder\.", f".{name}"):
+    if re.search(r"\.(embeddings|wte|wpe|word_embedding)\.|\.mask_emb$|^\.awd_lstm\.encoder\.", f".{name}"):
         return 0
     return num_layers + 1
 
