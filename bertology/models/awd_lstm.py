@@ -34,7 +34,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +71,9 @@ class AWDLSTMConfig(ConfigFile):
     Example: `AWDLSTMConfig.from_preset("tiny", vocab_size=8000)` is a 3-layer LSTM 192 wide
     over 64-wide embeddings; `from_preset("base")` is ULMFiT's 400/1152/3.
     """
+
+    MODEL_TYPE: ClassVar[str] = MODEL_TYPE
+    WHAT: ClassVar[str] = "an AWD-LSTM"
 
     vocab_size: int = 30522
     emb_sz: int = 400  # the embedding width, and the last LSTM's (so the output matrix can be tied)
@@ -121,11 +124,6 @@ class AWDLSTMConfig(ConfigFile):
         if type(self.pad_token_id) is not int or not 0 <= self.pad_token_id < self.vocab_size:
             raise UserError(f"config field 'pad_token_id' must be a token id below vocab_size, got {self.pad_token_id!r}")
 
-    @property
-    def model_type(self) -> str:
-        """config.json's `model_type`."""
-        return MODEL_TYPE
-
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> "AWDLSTMConfig":
         """A config from a named size (see PRESETS), with field overrides."""
@@ -140,29 +138,6 @@ class AWDLSTMConfig(ConfigFile):
         dropouts = {name: value * drop_mult for name, value in CLASSIFIER_DROPOUTS.items()}
         return dataclasses.replace(self, num_labels=num_labels, id2label=id2label, head_p=0.1 * drop_mult,
                                    architectures=["AWDLSTMForSequenceClassification"], **dropouts)
-
-    def to_dict(self) -> dict[str, Any]:
-        """config.json's content (id2label with string keys, as transformers writes it)."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        if self.id2label is not None:
-            data["id2label"] = {str(k): v for k, v in self.id2label.items()}
-            data["label2id"] = {v: int(k) for k, v in self.id2label.items()}
-        return {"model_type": MODEL_TYPE, **data, **self.extra}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "AWDLSTMConfig":
-        """Read config.json's content; unknown keys are kept in `extra`, bad values are one-line errors."""
-        if data.get("model_type", MODEL_TYPE) != MODEL_TYPE:
-            raise UserError(f"{source}: model_type {data.get('model_type')!r} is not an AWD-LSTM ({MODEL_TYPE})")
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in data.items() if k in names}
-        if known.get("id2label") is not None:
-            known["id2label"] = {int(k): v for k, v in known["id2label"].items()}
-        extra = {k: v for k, v in data.items() if k not in names and k not in ("model_type", "label2id")}
-        try:
-            return cls(**known, extra=extra)
-        except (UserError, TypeError) as err:
-            raise UserError(f"{source}: {err}") from None
 
 
 # ----- the three dropouts -----------------------------------------------------------------------

@@ -29,12 +29,11 @@ language-model objective carries it along a token stream (training/objectives.py
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -77,6 +76,9 @@ class ELMoConfig(ConfigFile):
     Example: `ELMoConfig.from_preset("base", vocab_size=30522)` is the original ELMo's biLM.
     """
 
+    MODEL_TYPE: ClassVar[str] = MODEL_TYPE
+    WHAT: ClassVar[str] = "an ELMo biLM"
+
     vocab_size: int = 30522
     max_characters_per_token: int = 50
     char_embedding_dim: int = 16
@@ -109,11 +111,6 @@ class ELMoConfig(ConfigFile):
             raise UserError(f"config field 'dropout' must be a number in [0, 1), got {self.dropout!r}")
 
     @property
-    def model_type(self) -> str:
-        """config.json's `model_type`."""
-        return MODEL_TYPE
-
-    @property
     def hidden_size(self) -> int:
         """The width of each of ELMo's layers: both directions side by side."""
         return 2 * self.projection_dim
@@ -131,24 +128,6 @@ class ELMoConfig(ConfigFile):
         filters, n_highway, projection_dim, lstm_dim = PRESETS[name]
         return cls(**{**dict(filters=[list(f) for f in filters], n_highway=n_highway, projection_dim=projection_dim,
                              lstm_dim=lstm_dim), **overrides})
-
-    def to_dict(self) -> dict[str, Any]:
-        """config.json's content."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        return {"model_type": MODEL_TYPE, **data, **self.extra}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "ELMoConfig":
-        """Read config.json's content; unknown keys are kept in `extra`, bad values are one-line errors."""
-        if data.get("model_type", MODEL_TYPE) != MODEL_TYPE:
-            raise UserError(f"{source}: model_type {data.get('model_type')!r} is not an ELMo biLM ({MODEL_TYPE})")
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in data.items() if k in names}
-        extra = {k: v for k, v in data.items() if k not in names and k != "model_type"}
-        try:
-            return cls(**known, extra=extra)
-        except (UserError, TypeError) as err:
-            raise UserError(f"{source}: {err}") from None
 
 
 def character_ids(tokens: list[str], max_characters: int) -> torch.Tensor:

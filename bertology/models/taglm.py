@@ -24,11 +24,10 @@ not the paper's 1B-word-benchmark CNN-BIG-LSTM.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -53,6 +52,9 @@ class TagLMConfig(ConfigFile):
     Example: `TagLMConfig(num_labels=9, word_vocab_size=20000, lm_size=128)` reads a biLM whose
     states are 128 wide (an ELMo with projection_dim 64) after its first BiLSTM layer.
     """
+
+    MODEL_TYPE: ClassVar[str] = MODEL_TYPE
+    WHAT: ClassVar[str] = "a TagLM tagger"
 
     word_vocab_size: int = 2
     word_embedding_dim: int = 100
@@ -79,34 +81,6 @@ class TagLMConfig(ConfigFile):
             raise UserError(f"config field 'lm_size' must be an integer >= 0, got {self.lm_size!r}")
         if type(self.dropout) not in (int, float) or not 0 <= self.dropout < 1:
             raise UserError(f"config field 'dropout' must be a number in [0, 1), got {self.dropout!r}")
-
-    @property
-    def model_type(self) -> str:
-        """config.json's `model_type`."""
-        return MODEL_TYPE
-
-    def to_dict(self) -> dict[str, Any]:
-        """config.json's content (id2label with string keys, as transformers writes it)."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        if self.id2label is not None:
-            data["id2label"] = {str(k): v for k, v in self.id2label.items()}
-            data["label2id"] = {v: int(k) for k, v in self.id2label.items()}
-        return {"model_type": MODEL_TYPE, **data, **self.extra}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "TagLMConfig":
-        """Read config.json's content; unknown keys are kept in `extra`, bad values are one-line errors."""
-        if data.get("model_type", MODEL_TYPE) != MODEL_TYPE:
-            raise UserError(f"{source}: model_type {data.get('model_type')!r} is not a TagLM tagger ({MODEL_TYPE})")
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in data.items() if k in names}
-        if known.get("id2label") is not None:
-            known["id2label"] = {int(k): v for k, v in known["id2label"].items()}
-        extra = {k: v for k, v in data.items() if k not in names and k not in ("model_type", "label2id")}
-        try:
-            return cls(**known, extra=extra)
-        except (UserError, TypeError) as err:
-            raise UserError(f"{source}: {err}") from None
 
 
 class CRF(nn.Module):
