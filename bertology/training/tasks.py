@@ -151,6 +151,14 @@ MODEL_FOR_KIND = {"sequence": BertForSequenceClassification, "token": BertForTok
                   "span": BertForQuestionAnswering}
 
 
+# The families fine-tuned for sequence tasks only: their classifier, and what the refusal of other tasks says.
+SEQUENCE_ONLY = {
+    AWDLSTMConfig: (AWDLSTMForSequenceClassification, "an AWD-LSTM is fine-tuned here as ULMFiT's classifier"),
+    GPTConfig: (GPTForSequenceClassification, "a GPT reads left to right and is fine-tuned here for sequence tasks"),
+    XLNetConfig: (XLNetForSequenceClassification, "an XLNet is fine-tuned here for sequence tasks"),
+}
+
+
 def load_task_model(directory: str, spec: TaskSpec, drop_mult: float = 1.0) -> nn.Module:
     """The encoder in `directory` with `spec`'s head: kept if the directory already holds a
     head for this very task and label set, else freshly initialised. A GPT takes sequence
@@ -160,27 +168,15 @@ def load_task_model(directory: str, spec: TaskSpec, drop_mult: float = 1.0) -> n
     num_labels = len(spec.labels) if spec.labels else 1
     id2label = dict(enumerate(spec.labels)) if spec.labels else None
     config = load_config(directory)
-    if isinstance(config, AWDLSTMConfig):
-        if spec.kind != "sequence":
-            raise UserError(f"{directory}: an AWD-LSTM is fine-tuned here as ULMFiT's classifier (classification, "
-                            f"regression), not for {spec.name}'s {spec.kind}-level labels; use a BERT")
-        if has_head_for(config, spec):
-            return AWDLSTMForSequenceClassification.from_pretrained(directory)
-        return AWDLSTMForSequenceClassification.from_language_model(directory, num_labels, id2label, drop_mult)
-    if isinstance(config, GPTConfig):
-        if spec.kind != "sequence":
-            raise UserError(f"{directory}: a GPT reads left to right and is fine-tuned here for sequence tasks "
-                            f"(classification, regression), not {spec.name}'s {spec.kind}-level labels; use a BERT")
-        if has_head_for(config, spec):
-            return GPTForSequenceClassification.from_pretrained(directory)
-        return GPTForSequenceClassification.from_language_model(directory, num_labels, id2label)
-    if isinstance(config, XLNetConfig):
-        if spec.kind != "sequence":
-            raise UserError(f"{directory}: an XLNet is fine-tuned here for sequence tasks (classification, "
-                            f"regression), not {spec.name}'s {spec.kind}-level labels; use a BERT")
-        if has_head_for(config, spec):
-            return XLNetForSequenceClassification.from_pretrained(directory)
-        return XLNetForSequenceClassification.from_language_model(directory, num_labels, id2label)
+    for config_class, (model_class, what) in SEQUENCE_ONLY.items():
+        if isinstance(config, config_class):
+            if spec.kind != "sequence":
+                raise UserError(f"{directory}: {what} (classification, regression), not {spec.name}'s "
+                                f"{spec.kind}-level labels; use a BERT")
+            if has_head_for(config, spec):
+                return model_class.from_pretrained(directory)
+            options = {"drop_mult": drop_mult} if model_class is AWDLSTMForSequenceClassification else {}
+            return model_class.from_language_model(directory, num_labels, id2label, **options)
     return MODEL_FOR_KIND[spec.kind].from_pretrained(directory, num_labels=num_labels, id2label=id2label,
                                                      drop_head=not has_head_for(config, spec))
 
