@@ -490,6 +490,35 @@ def run_static_neighbors(cfg: Any) -> None:
     print(format_neighbors(neighbors(cfg)))
 
 
+def run_translate_train(cfg: Any) -> None:
+    """Train the translation model and print where its best validation perplexity was."""
+    from .recipes.translate import train
+
+    results = train(cfg)
+    print(f"trained {results['steps']:,} steps ({results['epochs']:.2f} epochs, {results['training_seconds'] / 60:.1f} "
+          f"min); best {results['split']} perplexity {results['perplexity']:.2f} at step {results['step']:,}; "
+          f"wrote the model to {cfg.out}")
+
+
+def run_translate_evaluate(cfg: Any) -> None:
+    """Translate a split and print its BLEU."""
+    from .recipes.translate import evaluate, format_bleu
+
+    print(format_bleu(evaluate(cfg)))
+    print(f"wrote the translations and bleu.json to {cfg.out}")
+
+
+def run_translate_text(cfg: Any) -> None:
+    """Translate a text file (printed unless --out)."""
+    from .recipes.translate import translate_text
+
+    translations = translate_text(cfg)
+    if cfg.out:
+        print(f"wrote {len(translations):,} translations to {cfg.out}")
+    else:
+        print("\n".join(translations))
+
+
 def run_serve(cfg: Any) -> None:
     """Serve until SIGINT or SIGTERM."""
     from .uses.serve import run_server
@@ -589,6 +618,17 @@ COMMANDS = [
             ".recipes.static:StaticEvalConfig", run_static_evaluate),
     Command("static neighbors", "the nearest neighbours of words (fastText: also of words never seen)",
             ".recipes.static:StaticNeighborsConfig", run_static_neighbors),
+    Command("translate train", "train CoVe's English-to-German attentional LSTM translation model (Multi30k)",
+            ".recipes.translate:TranslateTrainConfig", run_translate_train, config_file=True,
+            description="Train McCann et al.'s MT-LSTM encoder-decoder on a parallel corpus folder ({split}.en, "
+            "{split}.de, plain or .gz) over fixed English word vectors (--vectors: GloVe from `bertology static "
+            "train`). Its encoder gives CoVe features: `bertology finetune --mode features --model OUT`. Writes the "
+            "model with the best validation perplexity, metrics.jsonl and training_curves.png into --out; "
+            "interrupt at any time and continue with --resume." + FLAGS_OR_FILE),
+    Command("translate evaluate", "corpus BLEU (sacrebleu) of greedy decoding and beam search on a split",
+            ".recipes.translate:TranslateEvalConfig", run_translate_evaluate),
+    Command("translate text", "translate English sentences (one per line) with a trained CoVe translation model",
+            ".recipes.translate:TranslateTextConfig", run_translate_text),
     Command("serve", "serve a model over HTTP: POST /predict, /embed or /generate, GET /health and /info, docs at "
             "/docs", ".uses.serve:ServeConfig", run_serve, extra="serve",
             description="Serve a fine-tuned model (POST /predict: labels with probabilities, scores, tags or answer "
@@ -602,7 +642,8 @@ COMMANDS = [
 ]
 GROUPS = {"tokenizer": "train a WordPiece or unigram vocabulary",
           "static": "static word vectors before BERT: word2vec, fastText, GloVe",
-          "explain": "draw attention maps, or a word's contextual vs static vectors"}
+          "explain": "draw attention maps, or a word's contextual vs static vectors",
+          "translate": "CoVe's translation model: train it, score it with BLEU, translate text"}
 
 
 class ArgumentParser(argparse.ArgumentParser):

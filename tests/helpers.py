@@ -153,3 +153,46 @@ def save_tiny_elmo(directory: Path, tokenizer: Tokenizer, projection_dim: int = 
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+# A toy English-to-German "language": every English word has one German word, in the same order,
+# and a German sentence ends with a full stop. A tiny CoVe model learns it in seconds.
+TOY_LEXICON = {"a": "ein", "man": "Mann", "woman": "Frau", "dog": "Hund", "cat": "Katze", "red": "roter",
+               "big": "großer", "runs": "rennt", "sits": "sitzt", "sleeps": "schläft", "on": "auf", "grass": "Gras",
+               "street": "Straße", "happily": "fröhlich", "now": "jetzt", "here": "hier"}
+
+
+def toy_pair(rng: random.Random) -> tuple[str, str]:
+    """An English sentence of 3-7 lexicon words and its word-for-word German translation."""
+    words = [rng.choice(list(TOY_LEXICON)) for _ in range(rng.randint(3, 7))]
+    return " ".join(words).capitalize() + ".", " ".join(TOY_LEXICON[w] for w in words) + "."
+
+
+def write_toy_parallel(directory: Path, sizes: dict[str, int] | None = None) -> Path:
+    """Multi30k's layout with the toy language: {split}.en and {split}.de (train.* gzip-compressed),
+    400 / 40 / 40 pairs for train, val and test by default; returns `directory`."""
+    import gzip
+
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(0)
+    for split, size in (sizes or {"train": 400, "val": 40, "test": 40}).items():
+        pairs = [toy_pair(rng) for _ in range(size)]
+        for side, lang in ((0, "en"), (1, "de")):
+            text = "".join(pair[side] + "\n" for pair in pairs).encode("utf-8")
+            if split == "train":
+                (directory / f"{split}.{lang}.gz").write_bytes(gzip.compress(text, mtime=0))
+            else:
+                (directory / f"{split}.{lang}").write_bytes(text)
+    return directory
+
+
+def save_tiny_vectors(directory: Path, words: list[str], dim: int = 8, seed: int = 0) -> Path:
+    """Random `dim`-d static vectors (lower-cased, an "imported" vectors directory) for `words`; returns `directory`."""
+    import numpy as np
+
+    from bertology.models.static import StaticConfig, StaticVectors
+
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(len(words), dim)).astype(np.float32)
+    StaticVectors(StaticConfig("imported", dim, lowercase=True), words, vectors).save_pretrained(directory)
+    return directory

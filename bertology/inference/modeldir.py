@@ -131,9 +131,10 @@ def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer | None, TaskSpe
     (models/quantized.py); both are called like the PyTorch models and stay on the CPU.
     """
     model_dir = resolve_model_dir(model_dir)
-    if family_of(model_dir).name == "static":
-        raise UserError(f"{model_dir}: static word vectors (with a feature head): evaluate, predict and serve run BERT "
-                        "models only for now; the head's dev scores are in its eval_results.json")
+    if family_of(model_dir).name in ("static", "cove"):
+        raise UserError(f"{model_dir}: {family_of(model_dir).name} word features (with a feature head): evaluate, "
+                        "predict and serve run BERT models only for now; the head's dev scores are in its "
+                        "eval_results.json")
     config = load_config(model_dir)
     spec, settings = task_of(config, model_dir)
     if family_of(model_dir).name == "taglm":  # words in, tags out: the tagger brings its biLM's tokenizer

@@ -63,6 +63,8 @@ FAMILIES: dict[str, Family] = {
                "permutation language model: two-stream attention, Transformer-XL's relative positions and memory"),
         Family("elmo", "bertology.models.elmo", ("elmo",),
                "ELMo's biLM: a character CNN under a forward and a backward 2-layer LSTM language model"),
+        Family("cove", "bertology.models.cove", ("cove",),
+               "CoVe: an English-to-German attentional LSTM translation model whose encoder gives word features"),
         Family("awd-lstm", "bertology.models.awd_lstm", ("awd-lstm",),
                "ULMFiT's regularised 3-layer LSTM language model and its concat-pooling classifier (AWD-LSTM)"),
         Family("taglm", "bertology.models.taglm", ("taglm",),

@@ -23,7 +23,7 @@ from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
 from ..inference.embedding import POOLINGS
-from ..inference.modeldir import describe_task, load_finetuned, load_model, task_of
+from ..inference.modeldir import describe_task, load_finetuned, task_of
 from ..inference.predict import predict, score
 from ..models import family_of, resolve_model_dir
 from ..models.features import LAYER_CHOICES
@@ -62,7 +62,7 @@ from ..training.tasks import (
     summarize,
 )
 from .feature_mode import train_feature_head
-from .static_features import check_task, prepare_static_data, train_static_head
+from .static_features import check_task, open_word_features, prepare_static_data, train_static_head
 from .taglm import prepare_tagger_data, train_tagger
 from .text_to_text import evaluate_directory, finetune_text_to_text, prepare_text_to_text
 
@@ -243,11 +243,13 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
         train_one, too_long = finetune_text_to_text, data.train_encoded.too_long
     elif family == "taglm":  # Peters et al. 2017's tagger, trained from scratch beside a frozen biLM
         data, train_one, too_long = prepare_tagger_data(*read_task(cfg), cfg.lm, cfg.word_vectors), train_tagger, 0
-    elif family == "static":  # one vector per word: only a head can train
+    elif family in ("static", "cove"):  # one vector per word (CoVe: [GloVe; CoVe], its paper's): only a head trains
         if cfg.mode != "features":
-            raise UserError(f"{cfg.model}: static word vectors have no encoder to fine-tune; use --mode features")
+            raise UserError(f"{cfg.model}: static word vectors have no encoder to fine-tune; use --mode features"
+                            if family == "static" else f"{cfg.model}: CoVe is a fixed feature source, as in its "
+                            "paper; use --mode features")
         check_task(resolve_task(cfg))
-        data, train_one, too_long = prepare_static_data(*read_task(cfg), load_model(cfg.model)), train_static_head, 0
+        data, train_one, too_long = prepare_static_data(*read_task(cfg), open_word_features(cfg.model)), train_static_head, 0
     else:
         data = prepare_data(cfg)
         train_one = train_feature_head if cfg.mode == "features" else finetune_once

@@ -17,6 +17,12 @@ Every word's vector is looked up once (fastText: unseen words through their n-gr
 kept for all epochs and seeds. The best head by the task's main dev metric is saved beside a
 copy of the vectors: `feature_head.json` and `feature_head.safetensors` in a vectors
 directory.
+
+CoVe (models/cove.py, McCann et al. 2017) comes here too: a CoVe directory's words get the
+paper's [GloVe; CoVe] features, its MT-LSTM run once over each text (each text of a pair on
+its own, as the paper encodes each sentence; a tagging sentence over its own words) and the
+results kept, in float16 (900 numbers a word in the base preset), for all epochs and seeds.
+The saved head sits beside the encoder (`CoVeModel`, the decoder left out).
 """
 
 from __future__ import annotations
@@ -30,7 +36,10 @@ from safetensors.torch import save_file
 
 from ..errors import UserError
 from ..files import atomic_path, write_json_atomic
+from ..inference.modeldir import load_model
 from ..inference.predict import score
+from ..models import family_of
+from ..models.cove import CoVeModel
 from ..models.features import FeatureHead, HeadConfig
 from ..models.static import StaticVectors, tokenize_words
 from ..ops import IGNORE_INDEX
@@ -49,25 +58,60 @@ class StaticRunData:
     """A task's examples and their word vectors, shared by the runs of several seeds."""
 
     spec: TaskSpec
-    vectors: StaticVectors
+    vectors: StaticVectors | CoVeModel
     train: list
     dev: dict[str, list]  # split name -> examples
     train_features: list[torch.Tensor]  # per example (words, D) float32
     dev_features: dict[str, list[torch.Tensor]]
 
 
+def example_texts(example) -> list[list[str]]:
+    """The word sequences a static model (or CoVe) sees of an example: a tagging sentence's own
+    words, or the text and its pair, each split by the static tokenizer."""
+    if isinstance(example, SequenceExample):  # the vectors lower-case as they were trained
+        return [tokenize_words(text, lowercase=False) for text in (example.text_a, example.text_b) if text]
+    return [list(example.words)]
+
+
 def example_words(example) -> list[str]:
-    """The words a static model sees of an example: a tagging sentence's own words, or the
-    text (and its pair) split by the static tokenizer."""
-    if isinstance(example, SequenceExample):
-        words = tokenize_words(example.text_a, lowercase=False)  # the vectors lower-case as they were trained
-        return words + (tokenize_words(example.text_b, lowercase=False) if example.text_b else [])
-    return list(example.words)
+    """An example's words, its texts one after the other."""
+    return [word for text in example_texts(example) for word in text]
 
 
-def word_features(vectors: StaticVectors, examples: list) -> list[torch.Tensor]:
-    """Each example's (words, D) float32 vectors; a text with no word gets one zero row, so
-    that pooling has something to pool (its prediction is then the head's bias)."""
+def open_word_features(directory: str) -> StaticVectors | CoVeModel:
+    """A static-vectors directory's vectors, or a CoVe directory's encoder (a translation model's
+    decoder left out)."""
+    if family_of(directory).name == "cove":
+        return CoVeModel.from_pretrained(directory)
+    return load_model(directory)
+
+
+def cove_features(model: CoVeModel, examples: list, batch_size: int = 64) -> list[torch.Tensor]:
+    """Each example's (words, D + 2H) float16 [GloVe; CoVe] features: the MT-LSTM run once over
+    every text (texts sorted by length, batch_size at a time), a pair's two texts one after the
+    other; a text with no word gets one zero row, as `word_features` gives."""
+    texts = [text for example in examples for text in example_texts(example)]
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    encoded: list[torch.Tensor | None] = [None] * len(texts)
+    for start in range(0, len(order), batch_size):
+        rows = order[start: start + batch_size]
+        features, _ = model([texts[i] for i in rows])  # (B, T, D + 2H)
+        for j, i in enumerate(rows):
+            encoded[i] = features[j, : len(texts[i])].half()
+    rows, position = [], 0
+    for example in examples:
+        count = len(example_texts(example))
+        parts = [t for t in encoded[position: position + count] if len(t)]
+        position += count
+        rows.append(torch.cat(parts) if parts else torch.zeros(1, model.hidden_size, dtype=torch.float16))
+    return rows
+
+
+def word_features(vectors: StaticVectors | CoVeModel, examples: list) -> list[torch.Tensor]:
+    """Each example's (words, D) vectors (float32; CoVe's float16); a text with no word gets one
+    zero row, so that pooling has something to pool (its prediction is then the head's bias)."""
+    if isinstance(vectors, CoVeModel):
+        return cove_features(vectors, examples)
     cache: dict[str, torch.Tensor | None] = {}
     zeros = torch.zeros(vectors.hidden_size)
     rows = []
@@ -87,8 +131,9 @@ def check_task(spec: TaskSpec) -> None:
                         "(SQuAD) tasks")
 
 
-def prepare_static_data(spec: TaskSpec, train: list, dev: dict[str, list], vectors: StaticVectors) -> StaticRunData:
-    """Look every example's words up once."""
+def prepare_static_data(spec: TaskSpec, train: list, dev: dict[str, list],
+                        vectors: StaticVectors | CoVeModel) -> StaticRunData:
+    """Look every example's words up (CoVe: encode every text) once."""
     return StaticRunData(spec, vectors, train, dev, word_features(vectors, train),
                          {split: word_features(vectors, examples) for split, examples in dev.items()})
 
@@ -139,8 +184,8 @@ def predict_static(head: FeatureHead, spec: TaskSpec, features: list[torch.Tenso
     return [spec.labels[int(row.argmax())] for row in logits]
 
 
-def save_head(head: FeatureHead, vectors: StaticVectors, spec: TaskSpec, out: Path) -> None:
-    """The vectors directory plus the head and the task it was trained for."""
+def save_head(head: FeatureHead, vectors: StaticVectors | CoVeModel, spec: TaskSpec, out: Path) -> None:
+    """The vectors (or CoVe encoder) directory plus the head and the task it was trained for."""
     vectors.save_pretrained(out)
     with atomic_path(out / HEAD_WEIGHTS_NAME) as tmp:
         save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(tmp))
@@ -153,7 +198,7 @@ def train_static_head(cfg: EpochLoop, data: StaticRunData, seed: int, out: Path)
     `cfg` is a FinetuneConfig: its loop settings, `feature_head` and `feature_pooling` are used.
     """
     if cfg.feature_pooling == "cls":
-        raise UserError("--feature-pooling cls needs a [CLS] token; static vectors pool with mean or max")
+        raise UserError("--feature-pooling cls needs a [CLS] token; static vectors and CoVe pool with mean or max")
     spec = data.spec
     torch.manual_seed(seed)
     head = FeatureHead(HeadConfig(spec.kind, [0], "sum", data.vectors.hidden_size,
