@@ -44,12 +44,11 @@ vectors) and target_words.txt (the German vocabulary): self-contained, no GloVe 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -116,6 +115,9 @@ class CoVeConfig(ConfigFile):
     decoder_vocab_size=8004)` is the paper's MT-LSTM over 300-d GloVe vectors.
     """
 
+    MODEL_TYPE: ClassVar[str] = MODEL_TYPE
+    WHAT: ClassVar[str] = "a CoVe model"
+
     input_size: int = 300  # the English vectors' width (GloVe: 300), fixed
     hidden_size: int = 300  # per encoder direction; the decoder is 2 x hidden_size wide
     num_layers: int = 2  # encoder and decoder LSTM layers (the decoder starts from the encoder's states)
@@ -145,11 +147,6 @@ class CoVeConfig(ConfigFile):
             raise UserError(f"config field 'dropout' must be a number in [0, 1), got {self.dropout!r}")
 
     @property
-    def model_type(self) -> str:
-        """config.json's `model_type`."""
-        return MODEL_TYPE
-
-    @property
     def features_size(self) -> int:
         """The width of a word's features [GloVe; CoVe]: input_size + 2 x hidden_size."""
         return self.input_size + 2 * self.hidden_size
@@ -161,24 +158,6 @@ class CoVeConfig(ConfigFile):
             raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
         hidden_size, target_embedding_size = PRESETS[name]
         return cls(**{"hidden_size": hidden_size, "target_embedding_size": target_embedding_size, **overrides})
-
-    def to_dict(self) -> dict[str, Any]:
-        """config.json's content."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        return {"model_type": MODEL_TYPE, **data, **self.extra}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "CoVeConfig":
-        """Read config.json's content; unknown keys are kept in `extra`, bad values are one-line errors."""
-        if data.get("model_type", MODEL_TYPE) != MODEL_TYPE:
-            raise UserError(f"{source}: model_type {data.get('model_type')!r} is not a CoVe model ({MODEL_TYPE})")
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in data.items() if k in names}
-        extra = {k: v for k, v in data.items() if k not in names and k != "model_type"}
-        try:
-            return cls(**known, extra=extra)
-        except (UserError, TypeError) as err:
-            raise UserError(f"{source}: {err}") from None
 
 
 class MTLSTM(nn.Module):
