@@ -144,7 +144,7 @@ def test_glue_nul_inside_a_sentence_becomes_a_space(tmp_path):
 def test_glue_invisible_sentence_is_an_error_naming_the_line(tmp_path, text):
     file = tmp_path / "dev.tsv"
     file.write_text(f"sentence\tlabel\ngood film\t1\n{text}\t0\n", encoding="utf-8")
-    with pytest.raises(UserError, match=rf"dev\.tsv:3: column 'sentence' has no visible text"):
+    with pytest.raises(UserError, match=r"dev\.tsv:3: column 'sentence' has no visible text"):
         read_glue(TASKS["sst2"], file, "dev")
 
 
