@@ -26,6 +26,7 @@ from ..tasks.inputs import in_row_order
 from .embedding import embed_tokens, load_encoder
 
 LM_FOLDER = "lm"
+NO_LENGTH_LIMIT = 2**30  # an LSTM has no position table: every sentence is read whole, never cut
 
 
 class BiLMStates:
@@ -45,10 +46,8 @@ class BiLMStates:
         """Each sentence's (len(words), width) float32 states; a word the tokenizer drops entirely
         (only control characters) gets zeros."""
         texts = [" ".join(words) for words in sentences]
-        longest = max(len(row) for row in self.tokenizer(texts, padding=False, truncation=False,
-                                                          return_tensors=None)["input_ids"])
         found = embed_tokens(self.model, self.tokenizer, texts, layers="last", word_pieces="ends",
-                             batch_size=batch_size, precision="fp32", max_seq_len=max(longest, 3))
+                             batch_size=batch_size, precision="fp32", max_seq_len=NO_LENGTH_LIMIT)
         states = []
         for words, vectors in zip(sentences, found):
             row, kept = torch.zeros(len(words), self.width), 0

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from ..errors import UserError
 from ..inference.modeldir import describe_task
@@ -32,8 +31,8 @@ from ..models.taglm import PAD_WORD, UNKNOWN_WORD, TagLMConfig, TagLMForTokenCla
 from ..ops import IGNORE_INDEX
 from ..tasks.inputs import InputSettings
 from ..tasks.readers import TaskSpec
-from ..training.loop import StepOutput, Trainer
-from ..training.tasks import BestModel, EpochBatches, epoch_train_config, fit_and_finish
+from ..training.loop import Trainer
+from ..training.tasks import BestModel, EpochBatches, TaskModule, epoch_train_config, fit_and_finish
 
 MIN_WORD_COUNT = 2  # training words seen fewer times are [UNK], which so learns a vector
 
@@ -82,6 +81,7 @@ def prepare_tagger_data(spec: TaskSpec, train: list, dev: dict[str, list], lm_di
                             f"train`), not a {family_of(vectors_dir).name} model")
         vectors = StaticVectors.from_pretrained(vectors_dir)
     lm = BiLMStates(lm_dir) if lm_dir else None
+    train = [e for e in train if e.words]  # a sentence without words has nothing to tag or learn from
     lowercase = vectors.config.lowercase if vectors is not None else True
     words = vocabulary(train, lowercase, vectors)
     train_states = dev_states = None
@@ -113,18 +113,6 @@ def new_tagger(data: TaggerData) -> TagLMForTokenClassification:
     return model
 
 
-class TaggerModule(nn.Module):
-    """The tagger as the loop trains it: forward(batch) -> StepOutput with the CRF loss."""
-
-    def __init__(self, model: TagLMForTokenClassification):
-        super().__init__()
-        self.model = model
-
-    def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
-        """The CRF's negative log-likelihood of the batch's tags."""
-        return StepOutput(self.model(**batch).loss, {})
-
-
 def training_batch(model: TagLMForTokenClassification, examples: list, states: list[torch.Tensor] | None,
                    label_ids: dict[str, int]) -> dict[str, torch.Tensor]:
     """A padded batch of sentences with their tag ids (-100 on padding) and biLM states."""
@@ -145,17 +133,16 @@ def train_tagger(cfg, data: TaggerData, seed: int, out: Path) -> dict:
     model = new_tagger(data)
     describe_task(model.config, data.spec, InputSettings())  # evaluate and predict read the task from config.json
     label_ids = {label: i for i, label in enumerate(data.spec.labels)}
-    train_examples = [e for e in data.train if e.words]
 
     def make_batch(rows: list[int]) -> dict:
         states = [data.train_states[i] for i in rows] if data.train_states is not None else None
-        return training_batch(model, [train_examples[i] for i in rows], states, label_ids)
+        return training_batch(model, [data.train[i] for i in rows], states, label_ids)
 
-    batches = EpochBatches([len(e.words) for e in train_examples], cfg.batch_size, seed, make_batch)
+    batches = EpochBatches([len(e.words) for e in data.train], cfg.batch_size, seed, make_batch)
     best = BestModel(out, data, cfg.resume)
     tagger = Tagger(model, data.lm)
 
-    def evaluate(module: TaggerModule) -> dict:
+    def evaluate(module: TaskModule) -> dict:
         results = {}
         for split, examples in data.dev.items():
             states = data.dev_states[split] if data.dev_states is not None else None
@@ -163,7 +150,7 @@ def train_tagger(cfg, data: TaggerData, seed: int, out: Path) -> dict:
             results.update(score(data.spec, examples, predictions, split))
         return best.update(results, tagger, trainer.step)
 
-    trainer = Trainer(TaggerModule(model), epoch_train_config(cfg, batches.steps_per_epoch, seed, "fp32"), out,
+    trainer = Trainer(TaskModule(model), epoch_train_config(cfg, batches.steps_per_epoch, seed, "fp32"), out,
                       batches, evaluate)
     fit_and_finish(trainer, cfg, data.spec, out)
     return best.results

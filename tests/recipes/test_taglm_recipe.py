@@ -107,3 +107,14 @@ def test_one_line_errors(capsys, names_task, tiny_model, tmp_path):
                              "--out", tmp_path / "e")
     assert status != 0 and "--arch taglm is a sequence tagger" in err
     assert not any((tmp_path / name).exists() for name in "abcde")  # no empty output folder left behind
+
+
+def test_biLM_states_stay_with_their_sentences_when_one_has_no_words(tiny_elmo):
+    from bertology.recipes.taglm import prepare_tagger_data
+    from bertology.tasks.readers import TASKS, TokenExample
+
+    train = [TokenExample("0", [], [], "t:1"), TokenExample("1", ["John", "ran"], ["B-PER", "O"], "t:3"),
+             TokenExample("2", ["Rome"], ["B-LOC"], "t:6")]
+    data = prepare_tagger_data(TASKS["conll2003"], train, {"dev": train[1:]}, str(tiny_elmo), None)
+    assert [e.guid for e in data.train] == ["1", "2"]
+    assert [len(s) for s in data.train_states] == [2, 1]
