@@ -47,18 +47,8 @@ from ..models.cove import (
 from ..models.static import StaticVectors
 from ..plots import plot_training_curves
 from ..tasks.readers import read_text_lines
-from ..training.loop import (
-    LoopConfig,
-    StepOutput,
-    TrainConfig,
-    Trainer,
-    check_no_earlier_run,
-    check_writable,
-    loop_settings,
-)
-from ..training.tasks import EpochBatches
-
-RESULTS_NAME = "eval_results.json"
+from ..training.loop import LoopConfig, StepOutput, TrainConfig, Trainer, loop_settings
+from ..training.tasks import RESULTS_NAME, EpochBatches, check_output_dir
 
 
 @dataclass
@@ -239,9 +229,7 @@ def train(cfg: TranslateTrainConfig) -> dict:
     """`bertology translate train`; returns the best validation results (and the run's summary)."""
     cfg.validate()
     out = Path(cfg.out)
-    check_writable(out, needed_bytes=0)
-    if not cfg.resume:
-        check_no_earlier_run(out)
+    check_output_dir(out, cfg.resume)
     vectors = open_vectors(cfg.vectors)
     train_pairs = read_split(cfg.data, cfg.train_split, cfg.source_lang, cfg.target_lang)[: cfg.max_train_pairs]
     valid_pairs = read_split(cfg.data, cfg.valid_split, cfg.source_lang, cfg.target_lang)
