@@ -211,7 +211,7 @@ def add_setting(group: argparse._ArgumentGroup, name: str, field: dataclasses.Fi
     elif meta["metavar"]:
         options["metavar"] = meta["metavar"]
     if meta["positional"]:
-        group.add_argument(name, **options)
+        group.add_argument(name, **options, **({} if required else {"nargs": "?"}))
     else:
         group.add_argument(option_name(name), dest=name, required=required, **options)
 
@@ -519,6 +519,21 @@ def run_translate_text(cfg: Any) -> None:
         print("\n".join(translations))
 
 
+def run_reproduce(cfg: Any) -> None:
+    """List the claims, or run one and print its table."""
+    from .claims import claim_list, run_claim
+
+    if cfg.list:
+        print(claim_list())
+        return
+    if not cfg.claim:
+        raise UserError("name a claim to run (bertology reproduce --list shows them)")
+    run_claim(cfg)
+    out = Path(cfg.out)
+    print((out / "results.md").read_text(encoding="utf-8"))
+    print(f"wrote results.json, results.md, the plots and every run to {out}")
+
+
 def run_serve(cfg: Any) -> None:
     """Serve until SIGINT or SIGTERM."""
     from .uses.serve import run_server
@@ -629,6 +644,12 @@ COMMANDS = [
             ".recipes.translate:TranslateEvalConfig", run_translate_evaluate),
     Command("translate text", "translate English sentences (one per line) with a trained CoVe translation model",
             ".recipes.translate:TranslateTextConfig", run_translate_text),
+    Command("reproduce", "a paper's claim as an experiment: pre-train, fine-tune over seeds, table and plots",
+            ".claims:ReproduceConfig", run_reproduce,
+            description="Run one of the papers' claims at this machine's scale (--list shows the eleven): it "
+            "pre-trains what it needs (cached by content and shared between claims), fine-tunes over seeds and "
+            "writes results.json, results.md (median and range, and whether the claim's direction reproduced) and "
+            "PNG plots into --out. Interrupted, it resumes with the same --out."),
     Command("serve", "serve a model over HTTP: POST /predict, /embed or /generate, GET /health and /info, docs at "
             "/docs", ".uses.serve:ServeConfig", run_serve, extra="serve",
             description="Serve a fine-tuned model (POST /predict: labels with probabilities, scores, tags or answer "

@@ -232,3 +232,62 @@ def plot_epoch_metrics(rows: list[dict], panels: dict[str, str], path: str | os.
         axis.grid(alpha=0.3)
     fig.suptitle(title)
     return _save(plt, fig, path)
+
+
+def _median_and_range(values: list[float]) -> tuple[float, float, float]:
+    """(median, median - min, max - median): a point and its asymmetric error bar over seeds."""
+    median = float(np.median(values))
+    return median, median - min(values), max(values) - median
+
+
+def plot_seed_lines(series: dict[str, dict[float, list[float]]], path: str | os.PathLike, *, xlabel: str,
+                    ylabel: str, title: str, log_x: bool = False) -> Path:
+    """One line per model: the median over seeds at each x, with min-max error bars (the claims' curves).
+
+    Args:
+        series: label -> {x: every seed's value at x}.
+        log_x: a log-scaled x axis (label counts, compute).
+    """
+    plt = _pyplot()
+    fig, axis = plt.subplots(figsize=(7, 4.5))
+    for label, points in series.items():
+        xs = sorted(points)
+        stats = [_median_and_range(points[x]) for x in xs]
+        axis.errorbar(xs, [s[0] for s in stats], yerr=[[s[1] for s in stats], [s[2] for s in stats]],
+                      marker="o", capsize=3, label=label)
+    if log_x:
+        axis.set_xscale("log")
+    axis.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    axis.grid(alpha=0.3)
+    axis.legend()
+    return _save(plt, fig, path)
+
+
+def plot_seed_bars(groups: dict[str, dict[str, list[float]]], path: str | os.PathLike, *, ylabel: str,
+                   title: str) -> Path:
+    """Grouped bars: for each group (a task), one bar per model at its median over seeds, with
+    min-max error bars and every seed's value as a dot.
+
+    Args:
+        groups: group label -> {model label: every seed's value}; a model may be missing from a group.
+    """
+    plt = _pyplot()
+    models = list(dict.fromkeys(model for bars in groups.values() for model in bars))
+    width = 0.8 / max(len(models), 1)
+    fig, axis = plt.subplots(figsize=(max(6, 1.2 + 0.45 * len(models) * len(groups)), 4.5))
+    for k, model in enumerate(models):
+        xs, stats, dots = [], [], []
+        for g, bars in enumerate(groups.values()):
+            if model in bars:
+                x = g - 0.4 + width * (k + 0.5)
+                xs.append(x)
+                stats.append(_median_and_range(bars[model]))
+                dots += [(x, v) for v in bars[model]]
+        axis.bar(xs, [s[0] for s in stats], width, yerr=[[s[1] for s in stats], [s[2] for s in stats]],
+                 capsize=3, label=model)
+        axis.scatter([x for x, _ in dots], [v for _, v in dots], s=8, color="black", zorder=3)
+    axis.set_xticks(range(len(groups)), list(groups))
+    axis.set(ylabel=ylabel, title=title)
+    axis.grid(alpha=0.3, axis="y")
+    axis.legend(fontsize="small")
+    return _save(plt, fig, path)

@@ -20,7 +20,8 @@ LAYERS = {
     "inference": 6,
     "training": 7,
     "recipes": 8, "uses": 8,
-    "cli": 9, "__main__": 10,
+    "claims": 9,
+    "cli": 10, "__main__": 11,
 }
 # What the model families may never reach (the list): training, data pipelines, tasks,
 # export, serving, the CLI.

@@ -1,0 +1,79 @@
+"""The papers' claims as experiments: `bertology reproduce CLAIM --out DIR`.
+
+Each claim is one module here with `run(experiment) -> ClaimReport`: a short script over the
+public API (pre-train, fine-tune over seeds, compare) whose shared steps live in
+`experiment.py`. This registry lists all eleven in the order of the story; a claim whose
+script is not written yet says so in `--list` and refuses to run, rather than run a stand-in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+
+from ..errors import UserError
+from .experiment import Experiment, ReproduceConfig
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim: its number and name, what it measures, and its module (None: not written yet)."""
+
+    number: int
+    name: str
+    title: str
+    module: str | None
+    unavailable: str | None = None  # why it cannot run yet
+
+
+CLAIMS = [
+    Claim(1, "contextual-vs-static", "contextual vectors separate senses that static vectors merge (WiC, "
+          "CoNLL-2003, SST-2 over static, CoVe, ELMo and BERT features)", None, "its script is not written yet"),
+    Claim(2, "label-needs", "pre-training cuts the labels a task needs (ULMFiT's figure: SST-2 accuracy against "
+          "100 to 10k labels)", "label_needs"),
+    Claim(3, "pretraining-task", "the masked LM beats left-to-right, NSP matters on some tasks (BERT's ablation "
+          "table, with SOP, ELECTRA, XLNet and T5 beside)", None, "its script is not written yet"),
+    Claim(4, "directionality", "the masked LM converges more slowly than left-to-right but ends higher (downstream "
+          "score against pre-training steps)", None, "its script is not written yet"),
+    Claim(5, "model-size", "bigger models help even with 3,600 labels (tiny to medium, MRPC and SST-2)", None,
+          "its script is not written yet"),
+    Claim(6, "roberta", "RoBERTa's findings: dynamic masking, full sentences without NSP, more epochs", None,
+          "its script is not written yet"),
+    Claim(7, "albert", "ALBERT shrinks parameters, not compute (factorised embeddings, shared layers)", None,
+          "its script is not written yet"),
+    Claim(8, "electra", "ELECTRA is more sample-efficient than the masked LM (downstream score against "
+          "pre-training FLOPs)", None, "its script is not written yet"),
+    Claim(9, "t5-objective", "T5's span length and corruption rate barely matter", None,
+          "its script is not written yet"),
+    Claim(10, "features-vs-finetuning", "feature extraction from the right layers comes close to fine-tuning "
+          "(BERT's CoNLL-2003 table)", "features_vs_finetuning"),
+    Claim(11, "distillation", "distillation beats training the small model directly", "distillation"),
+]
+
+
+def find_claim(name: str) -> Claim:
+    """The claim named (or numbered) `name`; a one-line error listing the names otherwise."""
+    for claim in CLAIMS:
+        if name in (claim.name, str(claim.number)):
+            return claim
+    raise UserError(f"unknown claim {name!r}; choose one of {', '.join(c.name for c in CLAIMS)} "
+                    "(bertology reproduce --list)")
+
+
+def claim_list() -> str:
+    """What `--list` prints: one line per claim, and why it cannot run when it cannot."""
+    lines = []
+    for claim in CLAIMS:
+        status = f"  [unavailable: {claim.unavailable}]" if claim.module is None else ""
+        lines.append(f"{claim.number:2d}. {claim.name:24} {claim.title}{status}")
+    return "\n".join(lines)
+
+
+def run_claim(cfg: ReproduceConfig) -> dict:
+    """Run one claim at the scale `cfg` asks for; writes and returns its results."""
+    claim = find_claim(cfg.claim)
+    if claim.module is None:
+        raise UserError(f"claim {claim.name} is unavailable: {claim.unavailable}")
+    experiment = Experiment.from_config(cfg)
+    report = import_module(f"{__name__}.{claim.module}").run(experiment)
+    return experiment.report(report)

@@ -1,0 +1,346 @@
+"""What every claim shares: its settings, the data folder, pre-training cached by content,
+fine-tuning over seeds, the verdict, and the report (results.json, results.md, plots).
+
+A claim is a short script over the public API (`run_pretraining`, `run_finetuning`, ...)
+that calls these steps; nothing here knows any one claim. Two rules make claims cheap to
+run one after another and safe to interrupt:
+
+- Pre-trained models are cached by content: the key hashes every pre-training setting and
+  the corpus files' bytes, so the mini MLM model one claim pre-trains is the same folder for
+  every claim that asks for it, on any path, and a changed setting or corpus is a new model.
+  A run is written into `<key>.partial` and renamed when finished; an interrupted one
+  resumes from its last checkpoint.
+- Fine-tuning runs are kept in the claim's output folder (`runs/<name>/`): run the claim
+  again with the same --out and every finished run is read back instead of repeated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..config import setting
+from ..errors import UserError
+from ..files import cache_root, loads_json, write_json_atomic, write_text_atomic
+from ..data.tokenizer import Tokenizer
+from ..models import family_of, resolve_model_dir
+from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
+from ..models.bert import BertConfig, BertModel
+from ..recipes.finetune import FinetuneConfig, run_finetuning
+from ..recipes.pretrain import PretrainConfig, run_pretraining
+from ..tasks.readers import TASKS, read_examples, task_files
+
+_CACHE_VERSION = 1  # bump when a change to pre-training makes old cached models stale
+
+# The models most claims start from, pre-trained once on the shared corpus and cached. Budgets are
+# in steps, not minutes, so that a busy machine gets the same model later; the minutes are those
+# of this project's 2-core machine with both cores free.
+MINI_MLM = {"preset": "mini", "objective": "roberta", "seq_len": 64, "batch_size": 32, "lr": 1e-3,
+            "max_steps": 1600, "seed": 0}  # about 20 minutes
+AWD_LSTM_LM = {"arch": "awd-lstm", "preset": "mini", "tokenizer": None, "vocab_size": 8000, "seq_len": 70,
+               "batch_size": 32, "lr": 1e-2, "max_steps": 2000, "seed": 0}  # about 15 minutes
+TARGET_LM = {"max_steps": 300, "layer_lr_decay": 1 / 2.6, "schedule": "slanted_triangular", "warmup": 0.1}
+# --quick: the same steps on a tiny scale, to check the code
+QUICK = {"preset": "tiny", "max_steps": 30, "batch_size": 8}
+
+
+@dataclass
+class ReproduceConfig:
+    """The claim, its scale and where its results go.
+
+    The settings of `bertology reproduce`.
+    """
+
+    claim: str = setting("", positional=True, metavar="CLAIM",
+                         help="the claim to run, by name or number (default: none; --list shows them)")
+    list: bool = setting(False, help="list the claims: what each measures, its paper, and whether it can run")
+    out: str = setting("", metavar="DIR", output="dir",
+                       help="where results.json, results.md, the plots and every run go (default: none; "
+                            "required with a claim; run again with the same folder to resume)")
+    data: str = setting(default_factory=lambda: os.environ.get("BERTOLOGY_DATA", "../shared/data"), metavar="DIR",
+                        help="the data folder: glue/SST-2, glue/MRPC, conll2003, squad, wic, wikitext-2-raw, "
+                             "gutenberg (default: $BERTOLOGY_DATA, else ../shared/data)")
+    quick: bool = setting(False, help="a reduced version in minutes (tiny models, few examples, 2 seeds): it checks "
+                                      "the claim's code, not the claim")
+    seeds: int | None = setting(None, positive=True, help="fine-tuning seeds per number (default: 3; --quick 2)")
+    cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR",
+                             help="where pre-trained models are kept for every claim ($BERTOLOGY_CACHE)")
+
+
+# ----- the experiment: data, pre-training, fine-tuning ----------------------------------------------
+
+
+@dataclass
+class Experiment:
+    """One claim's run: where its data and results are, its scale, and the shared steps."""
+
+    out: Path
+    data: Path
+    quick: bool
+    seeds: list[int]
+    cache: Path
+    log: Callable[[str], None] = print
+    started: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def from_config(cls, cfg: ReproduceConfig) -> "Experiment":
+        """The experiment of `bertology reproduce`'s settings (the output folder made)."""
+        if not cfg.out:
+            raise UserError("--out DIR is required to run a claim")
+        seeds = cfg.seeds or (2 if cfg.quick else 3)
+        out = Path(cfg.out)
+        out.mkdir(parents=True, exist_ok=True)
+        return cls(out, Path(cfg.data), cfg.quick, list(range(seeds)), Path(cfg.cache_dir))
+
+    def path(self, relative: str) -> Path:
+        """A file or folder of the data folder; a one-line error naming it when it is missing."""
+        path = self.data / relative
+        if not path.exists():
+            raise UserError(f"{path}: not found; point --data (or $BERTOLOGY_DATA) at the folder that holds "
+                            f"{relative.split('/')[0]}")
+        return path
+
+    def corpus(self) -> list[str]:
+        """The pre-training corpus every claim shares: WikiText-2 valid + the 40 Gutenberg books
+        (--quick: WikiText-2 valid alone)."""
+        paths = [self.path("wikitext-2-raw/wiki.valid.raw")]
+        if not self.quick:
+            paths.append(self.path("gutenberg"))
+        return [str(p) for p in paths]
+
+    def minutes(self) -> float:
+        """Minutes since the claim started."""
+        return (time.perf_counter() - self.started) / 60
+
+    def scale_note(self) -> str:
+        """The scale of the shared pre-trained models, for a claim's report."""
+        if self.quick:
+            return "--quick: tiny models pre-trained for 30 steps on WikiText-2 valid; 2 seeds."
+        return ("Pre-training corpus: WikiText-2 valid + 40 Project Gutenberg books (10.8M words); the mini BERT "
+                f"(4 layers, 256 wide, 11M parameters) pre-trained here by masked LM for {MINI_MLM['max_steps']:,} "
+                f"steps of {MINI_MLM['batch_size']} x {MINI_MLM['seq_len']} tokens (RoBERTa's recipe, "
+                "all-MiniLM-L6-v2's vocabulary).")
+
+    def quick_scale(self, settings: dict) -> dict:
+        """`settings` as they run: with --quick, tiny and a few steps."""
+        return {**settings, **QUICK} if self.quick else settings
+
+    def shared_mlm(self) -> Path:
+        """The mini BERT pre-trained by masked LM that most claims start from (see MINI_MLM)."""
+        return self.pretrained(**self.quick_scale(MINI_MLM))
+
+    def ulmfit_language_model(self, target_text: Path) -> Path:
+        """ULMFiT's first two stages: an AWD-LSTM language model pre-trained on the shared corpus with
+        its own 8,000-word vocabulary, then fine-tuned as a language model on the target task's text."""
+        general = self.pretrained(**self.quick_scale(AWD_LSTM_LM))
+        target = {**AWD_LSTM_LM, **TARGET_LM, "corpus": [str(target_text)], "init": str(general)}
+        return self.pretrained(**{**self.quick_scale(target), "max_steps": QUICK["max_steps"] if self.quick
+                                  else TARGET_LM["max_steps"]})
+
+    def task_text(self, folder: str, task: str) -> Path:
+        """A task's training texts as a corpus, one document per example, labels dropped (in the cache:
+        the file's name hashes its content, so every claim shares it)."""
+        spec = TASKS[task]
+        examples = read_examples(spec, task_files(spec, self.path(folder), ["train"])["train"], "train")
+        text = "\n\n".join(" ".join(filter(None, (e.text_a, e.text_b))) for e in examples) + "\n"
+        path = self.cache / "claims" / f"{task}-train-text-{hashlib.sha256(text.encode()).hexdigest()[:16]}.txt"
+        if not path.exists():
+            write_text_atomic(path, text)
+        return path
+
+    def random_weights(self, like: Path) -> Path:
+        """A model of `like`'s architecture and vocabulary with random weights (seed 0): the
+        from-scratch baseline, under the claim's output folder."""
+        folder = self.out / "models" / f"random-weights-of-{like.name}"
+        if not (folder / "config.json").exists():
+            torch.manual_seed(0)
+            family = family_of(str(like)).name
+            model = AWDLSTMLanguageModel(AWDLSTMConfig.load(like)) if family == "awd-lstm" else \
+                BertModel(BertConfig.load(like))
+            partial = folder.with_name(folder.name + ".partial")
+            model.save_pretrained(partial)
+            Tokenizer.from_pretrained(like).save_pretrained(partial)
+            os.replace(partial, folder)
+        return folder
+
+    def pretrained(self, **settings: Any) -> Path:
+        """A model pre-trained on the shared corpus with these PretrainConfig settings, from the
+        cache when any claim has trained it before (see the module docstring).
+
+        The default vocabulary is all-MiniLM-L6-v2's, so every BERT-family model here shares it
+        with the real pre-trained model the claims compare against.
+        """
+        settings = {"tokenizer": str(resolve_model_dir("all-MiniLM-L6-v2")), "corpus": self.corpus(), **settings}
+        key = pretraining_key(settings)
+        folder = self.cache / "claims" / f"pretrained-{key[:20]}"
+        if (folder / "claim_settings.json").exists():
+            self.log(f"pre-trained model from the cache: {folder}")
+            return folder
+        partial = folder.with_name(folder.name + ".partial")
+        resume = (partial / "metrics.jsonl").exists()
+        self.log(f"pre-training ({describe(settings)}) into {partial}" + (" (resuming)" if resume else ""))
+        cfg = PretrainConfig(out=str(partial), cache_dir=str(self.cache), resume=resume, progress=False,
+                             eval_every=0, save_every=100, **settings)
+        if run_pretraining(cfg) == "interrupted":
+            raise KeyboardInterrupt
+        write_json_atomic(partial / "claim_settings.json", {"key": key, **settings})
+        os.replace(partial, folder)
+        return folder
+
+    def finetuned(self, name: str, **settings: Any) -> dict:
+        """Fine-tune over the experiment's seeds (FinetuneConfig settings: model, task, data, ...);
+        returns run_finetuning's summary: the median of each metric, its min and max, and "runs".
+
+        A finished run in `runs/<name>` is read back; an unfinished one is started again.
+        """
+        folder = self.out / "runs" / name
+        finished = folder / "claim_runs.json"  # written last: its presence means every seed finished
+        if finished.exists():
+            return loads_json(finished.read_text(encoding="utf-8"))
+        if folder.exists():
+            shutil.rmtree(folder)
+        self.log(f"fine-tuning {name} ({len(self.seeds)} seeds)")
+        cfg = FinetuneConfig(out=str(folder), seed=self.seeds[0], seeds=len(self.seeds), progress=False, **settings)
+        summary = run_finetuning(cfg)
+        if len(self.seeds) == 1:  # run_finetuning summarises several seeds only
+            summary = {**summary, "runs": [{"seed": self.seeds[0], **summary}]}
+        write_json_atomic(finished, summary)
+        return summary
+
+    def report(self, claim: "ClaimReport") -> dict:
+        """Write results.json and results.md (the table, the verdicts, the scale, the machine and the time)."""
+        results = {"claim": claim.name, "title": claim.title, "quick": self.quick, "seeds": self.seeds,
+                   "minutes": round(self.minutes(), 1), "machine": machine(), "scale": claim.scale,
+                   "paper": claim.paper, "columns": claim.columns, "rows": claim.rows,
+                   "verdicts": [dataclasses.asdict(v) for v in claim.verdicts], "plots": claim.plots,
+                   "notes": claim.notes}
+        write_json_atomic(self.out / "results.json", results)
+        write_text_atomic(self.out / "results.md", markdown(results))
+        return results
+
+
+def pretraining_key(settings: dict) -> str:
+    """A hash of everything a pre-trained model depends on: the settings and the corpus files' bytes."""
+    corpus = []
+    for path in settings["corpus"]:
+        files = sorted(p for p in Path(path).rglob("*") if p.is_file()) if Path(path).is_dir() else [Path(path)]
+        corpus += [file_digest(p) for p in files]
+    described = {"version": _CACHE_VERSION, **{k: v for k, v in settings.items() if k not in ("corpus", "tokenizer")},
+                 "corpus": corpus, "tokenizer": [file_digest(p) for p in sorted(Path(settings["tokenizer"]).glob(
+                     "*")) if p.name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json")]
+                 if settings.get("tokenizer") else None}
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def describe(settings: dict) -> str:
+    """The pre-training settings a reader cares about, in one line."""
+    keys = ("arch", "preset", "objective", "max_steps", "seq_len", "batch_size", "lr")
+    return ", ".join(f"{k} {settings[k]}" for k in keys if k in settings)
+
+
+def machine() -> dict:
+    """What the numbers were measured on."""
+    return {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
+
+
+# ----- verdicts and reports ------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """Whether a claim's direction held: `better` beat `worse` on every seed's range, or the reverse."""
+
+    statement: str  # "MLM beats left-to-right on SQuAD"
+    better: str  # the row the paper says is better
+    worse: str
+    metric: str
+    outcome: str  # "reproduced", "not reproduced" or "inconclusive (within seed range)"
+    margin: float  # median(better) - median(worse)
+
+
+def verdict(statement: str, better: str, better_values: list[float], worse: str, worse_values: list[float],
+            metric: str) -> Verdict:
+    """Reproduced when every seed of `better` beats every seed of `worse`; not reproduced when every
+    seed of `worse` beats every seed of `better`; otherwise inconclusive (the seed ranges overlap)."""
+    if min(better_values) > max(worse_values):
+        outcome = "reproduced"
+    elif max(better_values) < min(worse_values):
+        outcome = "not reproduced"
+    else:
+        outcome = "inconclusive (within seed range)"
+    margin = statistics.median(better_values) - statistics.median(worse_values)
+    return Verdict(statement, better, worse, metric, outcome, round(margin, 4))
+
+
+def seed_values(summary: dict, metric: str) -> list[float]:
+    """One metric of every seed of a fine-tuning summary."""
+    return [run[metric] for run in summary["runs"]]
+
+
+@dataclass
+class ClaimReport:
+    """What a claim found: table rows (each a dict over `columns`; a metric's cell holds every
+    seed's value), the verdicts, the plots written, and the scale in words."""
+
+    name: str
+    title: str
+    paper: str  # what the paper found and at what scale
+    scale: str  # what was run here
+    columns: list[str]
+    rows: list[dict] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def cell(value: Any) -> str:
+    """A table cell: seeds' values as "median (min-max)", a number to 3 decimals, text as is."""
+    if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+        if len(value) == 1:
+            return f"{value[0]:.3f}"
+        return f"{statistics.median(value):.3f} ({min(value):.3f}-{max(value):.3f})"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return "" if value is None else str(value)
+
+
+def markdown(results: dict) -> str:
+    """results.json as the Markdown that docs/claims.md and the README show."""
+    lines = [f"### {results['title']}", "", f"Paper: {results['paper']}", "", f"Here: {results['scale']}", "",
+             "| " + " | ".join(results["columns"]) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(results["columns"]))) + "|"]
+    for row in results["rows"]:
+        lines.append("| " + " | ".join(cell(row.get(column)) for column in results["columns"]) + " |")
+    lines += ["", "Numbers: median over the seeds (min-max)." if len(results["seeds"]) > 1 else "", ""]
+    for v in results["verdicts"]:
+        lines.append(f"- {v['statement']}: **{v['outcome']}** ({v['metric']}, median {v['better']} - "
+                     f"{v['worse']} = {v['margin']:+.3f})")
+    lines += [f"- {note}" for note in results["notes"]]
+    machine_ = results["machine"]
+    lines += ["", f"Ran in {results['minutes']} minutes on {machine_['cpus']} CPU cores ({machine_['processor']}, torch "
+              f"{machine_['torch']}, {machine_['torch_threads']} threads), {machine_['date']}"
+              + (", --quick (checks the code, not the claim)." if results["quick"] else "."), ""]
+    lines += [f"![{Path(p).stem}]({Path(p).name})" for p in results["plots"]]
+    return "\n".join(lines).replace("\n\n\n", "\n\n") + "\n"

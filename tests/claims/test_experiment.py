@@ -1,0 +1,100 @@
+"""The claims' shared steps: verdicts, tables, the content-keyed pre-training cache, the registry and
+`bertology reproduce`'s errors."""
+
+import json
+import shutil
+
+import pytest
+
+from bertology.claims import CLAIMS, claim_list, find_claim
+from bertology.claims.experiment import Experiment, ReproduceConfig, cell, markdown, pretraining_key, verdict
+from bertology.cli import main
+from bertology.errors import UserError
+
+
+def test_verdict_needs_every_seed_apart():
+    assert verdict("a beats b", "a", [0.8, 0.82, 0.85], "b", [0.7, 0.75, 0.79], "accuracy").outcome == "reproduced"
+    assert verdict("a beats b", "a", [0.6, 0.62], "b", [0.7, 0.75], "accuracy").outcome == "not reproduced"
+    overlapping = verdict("a beats b", "a", [0.8, 0.7, 0.9], "b", [0.75, 0.76, 0.74], "accuracy")
+    assert overlapping.outcome == "inconclusive (within seed range)"
+    assert overlapping.margin == pytest.approx(0.8 - 0.75)
+
+
+def test_cells_show_the_median_and_the_range():
+    assert cell([0.5, 0.7, 0.6]) == "0.600 (0.500-0.700)"
+    assert cell([0.25]) == "0.250"
+    assert cell("ULMFiT") == "ULMFiT"
+
+
+def test_markdown_has_the_table_verdicts_scale_and_machine():
+    results = {"title": "Claim X", "paper": "P", "scale": "S", "columns": ["model", "acc"], "seeds": [0, 1, 2],
+               "rows": [{"model": "m", "acc": [0.1, 0.2, 0.3]}], "quick": False, "minutes": 3.5, "notes": ["n"],
+               "verdicts": [vars(verdict("m beats z", "m", [0.3], "z", [0.1], "acc"))], "plots": ["/x/p.png"],
+               "machine": {"cpus": 2, "processor": "cpu", "torch": "2", "torch_threads": 2, "date": "d"}}
+    text = markdown(results)
+    assert "| m | 0.200 (0.100-0.300) |" in text
+    assert "m beats z: **reproduced**" in text and "+0.200" in text
+    assert "Ran in 3.5 minutes on 2 CPU cores" in text and "![p](p.png)" in text
+
+
+def test_pretraining_key_follows_content_not_paths(tmp_path):
+    corpus = tmp_path / "a" / "corpus.txt"
+    corpus.parent.mkdir()
+    corpus.write_text("one sentence.\n\nanother one.\n")
+    moved = tmp_path / "b" / "elsewhere.txt"
+    moved.parent.mkdir()
+    shutil.copy(corpus, moved)
+    key = pretraining_key({"corpus": [str(corpus)], "preset": "tiny", "max_steps": 10})
+    assert key == pretraining_key({"corpus": [str(moved)], "preset": "tiny", "max_steps": 10})
+    assert key == pretraining_key({"corpus": [str(corpus.parent)], "preset": "tiny", "max_steps": 10})
+    assert key != pretraining_key({"corpus": [str(corpus)], "preset": "tiny", "max_steps": 11})
+    moved.write_text("one sentence.\n\nanother one!\n")
+    assert key != pretraining_key({"corpus": [str(moved)], "preset": "tiny", "max_steps": 10})
+
+
+def test_registry_lists_the_eleven_claims_and_why_some_cannot_run():
+    assert [c.number for c in CLAIMS] == list(range(1, 12))
+    text = claim_list()
+    assert len(text.splitlines()) == 11
+    for claim in CLAIMS:
+        assert claim.name in text
+        assert (claim.module is None) == (claim.unavailable is not None)
+    assert find_claim("2") is find_claim("label-needs")
+    with pytest.raises(UserError, match="unknown claim 'nope'; choose one of contextual-vs-static"):
+        find_claim("nope")
+
+
+def test_reproduce_command_errors_are_one_line(tmp_path, capsys):
+    assert main(["reproduce", "--list"]) == 0
+    assert "label-needs" in capsys.readouterr().out
+    assert main(["reproduce", "--out", str(tmp_path / "x")]) == 2
+    assert "name a claim" in capsys.readouterr().err
+    assert main(["reproduce", "label-needs"]) == 2
+    assert "--out DIR is required" in capsys.readouterr().err
+    unavailable = next((c for c in CLAIMS if c.module is None), None)
+    if unavailable is not None:  # every claim may be written one day; then there is nothing to refuse
+        assert main(["reproduce", unavailable.name, "--out", str(tmp_path / "y")]) == 2
+        assert f"claim {unavailable.name} is unavailable" in capsys.readouterr().err
+    assert main(["reproduce", "label-needs", "--quick", "--data", str(tmp_path / "nothing"),
+                 "--out", str(tmp_path / "z"), "--cache-dir", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "nothing/glue/SST-2: not found" in err
+
+
+def test_finished_finetuning_runs_are_read_back(tmp_path, tiny_model, keyword_task):
+    experiment = Experiment(tmp_path / "claim", tmp_path, quick=True, seeds=[0, 1], cache=tmp_path / "cache",
+                            log=lambda _: None)
+    settings = dict(model=str(tiny_model), task="classification", train_file=str(keyword_task / "train.csv"),
+                    dev_file=str(keyword_task / "dev.csv"), epochs=1, lr=1e-3, precision="fp32")
+    first = experiment.finetuned("keyword", **settings)
+    assert [run["seed"] for run in first["runs"]] == [0, 1]
+    results = tmp_path / "claim" / "runs" / "keyword" / "claim_runs.json"
+    stamp = results.stat().st_mtime_ns
+    assert experiment.finetuned("keyword", **settings) == json.loads(results.read_text())
+    assert results.stat().st_mtime_ns == stamp  # read back, not run again
+
+
+def test_reproduce_config_defaults_to_three_seeds(tmp_path):
+    experiment = Experiment.from_config(ReproduceConfig(claim="label-needs", out=str(tmp_path / "o")))
+    assert experiment.seeds == [0, 1, 2]
+    assert Experiment.from_config(ReproduceConfig(claim="2", out=str(tmp_path / "q"), quick=True)).seeds == [0, 1]
