@@ -14,7 +14,7 @@ from bertology.cli import build_parser
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 # Commands that train for minutes: parsed here, run by their own tests (tests/recipes/).
-EXPENSIVE = {"demo", "pretrain", "finetune", "distill", "serve", "static train"}
+EXPENSIVE = {"demo", "pretrain", "finetune", "distill", "serve", "static train", "reproduce label-needs"}
 # What a README command may read without the development data: the files this test writes first.
 PREPARED = {"sentences.txt": "The bank raised its rates.\nWe sat on the river bank.\n"}
 

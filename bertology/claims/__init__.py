@@ -28,7 +28,7 @@ class Claim:
 
 CLAIMS = [
     Claim(1, "contextual-vs-static", "contextual vectors separate senses that static vectors merge (WiC, "
-          "CoNLL-2003, SST-2 over static, CoVe, ELMo and BERT features)", None, "its script is not written yet"),
+          "CoNLL-2003, SST-2 over static, CoVe, ELMo and BERT features)", "contextual_vs_static"),
     Claim(2, "label-needs", "pre-training cuts the labels a task needs (ULMFiT's figure: SST-2 accuracy against "
           "100 to 10k labels)", "label_needs"),
     Claim(3, "pretraining-task", "the masked LM beats left-to-right, NSP matters on some tasks (BERT's ablation "

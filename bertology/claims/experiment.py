@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import time
@@ -39,6 +40,10 @@ from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
 from ..models.bert import BertConfig, BertModel
 from ..recipes.finetune import FinetuneConfig, run_finetuning
 from ..recipes.pretrain import PretrainConfig, run_pretraining
+from ..recipes.static import StaticTrainConfig
+from ..recipes.static import train as train_static
+from ..recipes.translate import TranslateTrainConfig
+from ..recipes.translate import train as train_translation
 from ..tasks.readers import TASKS, read_examples, task_files
 
 _CACHE_VERSION = 1  # bump when a change to pre-training makes old cached models stale
@@ -53,6 +58,7 @@ AWD_LSTM_LM = {"arch": "awd-lstm", "preset": "mini", "tokenizer": None, "vocab_s
 TARGET_LM = {"max_steps": 300, "layer_lr_decay": 1 / 2.6, "schedule": "slanted_triangular", "warmup": 0.1}
 # --quick: the same steps on a tiny scale, to check the code
 QUICK = {"preset": "tiny", "max_steps": 30, "batch_size": 8}
+QUICK_EXAMPLES = 200  # examples per file of a task's data with --quick
 
 
 @dataclass
@@ -111,6 +117,23 @@ class Experiment:
                             f"{relative.split('/')[0]}")
         return path
 
+    def task_data(self, relative: str) -> Path:
+        """A task's folder or file in the data folder; with --quick, a copy of the first
+        QUICK_EXAMPLES examples of each of its files (in the cache, made once), so that the quick
+        tier evaluates on a few hundred examples instead of the full dev sets."""
+        source = self.path(relative)
+        if not self.quick:
+            return source
+        target = self.cache / "claims" / "quick-data" / relative
+        if not target.exists():
+            partial = target.with_name(target.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            files = sorted(p for p in source.iterdir() if p.is_file()) if source.is_dir() else [source]
+            for file in files:
+                write_text_atomic(partial / file.name if source.is_dir() else partial, first_examples(file))
+            os.replace(partial, target)
+        return target
+
     def corpus(self) -> list[str]:
         """The pre-training corpus every claim shares: WikiText-2 valid + the 40 Gutenberg books
         (--quick: WikiText-2 valid alone)."""
@@ -152,7 +175,7 @@ class Experiment:
         """A task's training texts as a corpus, one document per example, labels dropped (in the cache:
         the file's name hashes its content, so every claim shares it)."""
         spec = TASKS[task]
-        examples = read_examples(spec, task_files(spec, self.path(folder), ["train"])["train"], "train")
+        examples = read_examples(spec, task_files(spec, self.task_data(folder), ["train"])["train"], "train")
         text = "\n\n".join(" ".join(filter(None, (e.text_a, e.text_b))) for e in examples) + "\n"
         path = self.cache / "claims" / f"{task}-train-text-{hashlib.sha256(text.encode()).hexdigest()[:16]}.txt"
         if not path.exists():
@@ -182,18 +205,43 @@ class Experiment:
         with the real pre-trained model the claims compare against.
         """
         settings = {"tokenizer": str(resolve_model_dir("all-MiniLM-L6-v2")), "corpus": self.corpus(), **settings}
-        key = pretraining_key(settings)
-        folder = self.cache / "claims" / f"pretrained-{key[:20]}"
+
+        def train(out: Path, resume: bool) -> None:
+            cfg = PretrainConfig(out=str(out), cache_dir=str(self.cache), resume=resume, progress=not self.quick,
+                                 eval_every=0, save_every=100, **settings)
+            if run_pretraining(cfg) == "interrupted":
+                raise KeyboardInterrupt
+
+        return self.cached("pretrained", pretraining_key(settings), settings, train)
+
+    def static_vectors(self, **settings: Any) -> Path:
+        """Static word vectors (`bertology static train` settings) on the shared corpus, cached by content."""
+        settings = {"corpus": self.corpus(), **settings}
+        return self.cached("static", recipe_key("static", settings), settings,
+                           lambda out, _: train_static(StaticTrainConfig(out=str(out), **settings)))
+
+    def translation_model(self, **settings: Any) -> Path:
+        """CoVe's translation model (`bertology translate train` settings) on Multi30k, cached by content."""
+        settings = {"data": str(self.path("multi30k")), **settings}
+
+        def train(out: Path, resume: bool) -> None:
+            train_translation(TranslateTrainConfig(out=str(out), resume=resume, progress=not self.quick, **settings))
+
+        return self.cached("translation", recipe_key("translate", settings), settings, train)
+
+    def cached(self, kind: str, key: str, settings: dict, train: Callable[[Path, bool], None]) -> Path:
+        """The folder of a model trained by `train(folder, resume)` with `settings`, keyed by `key`:
+        trained into `<key>.partial` (resumed when a run was interrupted), renamed when finished."""
+        folder = self.cache / "claims" / f"{kind}-{key[:20]}"
         if (folder / "claim_settings.json").exists():
-            self.log(f"pre-trained model from the cache: {folder}")
+            self.log(f"{kind} model from the cache: {folder}")
             return folder
         partial = folder.with_name(folder.name + ".partial")
         resume = (partial / "metrics.jsonl").exists()
-        self.log(f"pre-training ({describe(settings)}) into {partial}" + (" (resuming)" if resume else ""))
-        cfg = PretrainConfig(out=str(partial), cache_dir=str(self.cache), resume=resume, progress=False,
-                             eval_every=0, save_every=100, **settings)
-        if run_pretraining(cfg) == "interrupted":
-            raise KeyboardInterrupt
+        if partial.exists() and not resume:
+            shutil.rmtree(partial)
+        self.log(f"training ({describe(settings)}) into {partial}" + (" (resuming)" if resume else ""))
+        train(partial, resume)
         write_json_atomic(partial / "claim_settings.json", {"key": key, **settings})
         os.replace(partial, folder)
         return folder
@@ -230,6 +278,25 @@ class Experiment:
         return results
 
 
+def first_examples(file: Path, count: int = QUICK_EXAMPLES) -> str:
+    """The start of a task file in the file's own format: SQuAD JSON (whole articles until `count`
+    questions), CoNLL (the first `count` blank-line-separated blocks after the first), or lines
+    (the first `count` + 1: a TSV's header and `count` rows; WiC's data and gold files alike)."""
+    text = file.read_text(encoding="utf-8")
+    if file.suffix == ".json":
+        squad = loads_json(text)
+        articles, questions = [], 0
+        for article in squad["data"]:
+            if questions >= count:
+                break
+            articles.append(article)
+            questions += sum(len(paragraph["qas"]) for paragraph in article["paragraphs"])
+        return json.dumps({**squad, "data": articles})
+    if "\n\n" in text.replace("\r\n", "\n"):
+        return "\n\n".join(re.split(r"\n\s*\n", text.replace("\r\n", "\n"))[: count + 1]).rstrip("\n") + "\n"
+    return "".join(text.splitlines(keepends=True)[: count + 1])
+
+
 def pretraining_key(settings: dict) -> str:
     """A hash of everything a pre-trained model depends on: the settings and the corpus files' bytes."""
     corpus = []
@@ -240,6 +307,21 @@ def pretraining_key(settings: dict) -> str:
                  "corpus": corpus, "tokenizer": [file_digest(p) for p in sorted(Path(settings["tokenizer"]).glob(
                      "*")) if p.name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json")]
                  if settings.get("tokenizer") else None}
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def recipe_key(recipe: str, settings: dict) -> str:
+    """A hash of a recipe's settings, every file or folder they name by its bytes (so a model
+    trained from a cached folder is keyed by that folder's content, not its path)."""
+    def content(value: Any) -> Any:
+        if isinstance(value, list):
+            return [content(item) for item in value]
+        if isinstance(value, str) and value and Path(value).exists():
+            path = Path(value)
+            files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+            return [(str(p.relative_to(path)) if path.is_dir() else "", file_digest(p)) for p in files]
+        return value
+    described = {"version": _CACHE_VERSION, "recipe": recipe, **{k: content(v) for k, v in settings.items()}}
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode("utf-8")).hexdigest()
 
 
@@ -254,8 +336,13 @@ def file_digest(path: Path) -> str:
 
 def describe(settings: dict) -> str:
     """The pre-training settings a reader cares about, in one line."""
-    keys = ("arch", "preset", "objective", "max_steps", "seq_len", "batch_size", "lr")
+    keys = ("arch", "method", "preset", "objective", "max_steps", "epochs", "seq_len", "batch_size", "lr")
     return ", ".join(f"{k} {settings[k]}" for k in keys if k in settings)
+
+
+def slug(name: str) -> str:
+    """A folder name for a row: "BERT, pre-trained here" -> "bert-pre-trained-here"."""
+    return "-".join("".join(c if c.isalnum() else " " for c in name.lower()).split())
 
 
 def machine() -> dict:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..models import resolve_model_dir
 from ..plots import plot_seed_lines
-from .experiment import ClaimReport, Experiment, seed_values, verdict
+from .experiment import ClaimReport, Experiment, seed_values, slug, verdict
 
 LABELS = (100, 300, 1000, 3000, 10000)
 EPOCHS = {100: 20, 300: 8, 1000: 4, 3000: 2, 10000: 1}
@@ -30,7 +30,7 @@ BERT_LR, MINI_LR, ULMFIT_LR = 5e-5, 3e-4, 1e-2
 
 def run(experiment: Experiment) -> ClaimReport:
     """Fine-tune the four models on each label count over the seeds; the curves and the verdicts."""
-    sst2 = str(experiment.path("glue/SST-2"))
+    sst2 = str(experiment.task_data("glue/SST-2"))
     mlm = experiment.shared_mlm()
     ulmfit = experiment.ulmfit_language_model(experiment.task_text("glue/SST-2", "sst2"))
     models = {
@@ -75,7 +75,3 @@ def run(experiment: Experiment) -> ClaimReport:
         columns=["model", *(f"{count:,} labels" for count in labels)], rows=rows, verdicts=verdicts,
         plots=[str(plot)])
 
-
-def slug(name: str) -> str:
-    """A folder name for a row: "BERT, pre-trained here" -> "mini-bert-pre-trained-here"."""
-    return "-".join("".join(c if c.isalnum() else " " for c in name.lower()).split())

@@ -10,7 +10,7 @@ the paper's dev anchors are 50.0 for chance, 57.7 for ELMo and 65.5 for BERT-lar
 
 Layers: a BERT's embeddings output (0) and each Transformer layer, ELMo's token layer (0) and
 each LSTM layer (both directions side by side); `mean` is the average of all of them (an
-untrained ELMo scalar mix). The features are standardised on the training pairs before the
+untrained ELMo scalar mix). CoVe gives the paper's [GloVe; CoVe] and each half alone. The features are standardised on the training pairs before the
 regression (lbfgs, C = 1; deterministic).
 """
 
@@ -32,8 +32,10 @@ from ..files import write_json_atomic
 from ..inference.embedding import load_encoder
 from ..inference.modeldir import load_model
 from ..models import family_of, resolve_model_dir
+from ..models.cove import CoVeModel
 from ..ops import PRECISIONS, autocast, resolve_precision
 from ..tasks.readers import read_wic
+from ..training.tasks import subset
 
 SPLITS = ("train", "dev")
 
@@ -45,8 +47,10 @@ class WicConfig:
     data: str = setting(required=True, metavar="DIR", help="WiC's folder: train.data.txt, train.gold.txt, "
                                                            "dev.data.txt, dev.gold.txt")
     model: str = setting(required=True, metavar="MODEL", model_dir=True,
-                         help="a BERT or ELMo model directory, static vectors (bertology static train), or an "
+                         help="a BERT, ELMo or CoVe model directory, static vectors (bertology static train), or an "
                               "installed model's name")
+    max_train_pairs: int | None = setting(None, positive=True, help="fit the regression on a reproducible random "
+                                                                    "subset of this many training pairs (default: all)")
     batch_size: int = setting(64, positive=True, help="sentences per forward pass")
     precision: str = setting("fp32", choices=PRECISIONS, help="the forward passes' precision")
     out: str | None = setting(None, metavar="FILE", output="file", help="also write the results as JSON here "
@@ -106,40 +110,59 @@ def layer_names(family: str, count: int) -> list[str]:
     return [first] + [f"{kind} {i}" for i in range(1, count)]
 
 
-def run_wic(cfg: WicConfig) -> dict:
-    """Probe every layer of the model on WiC; print a table and return the results."""
-    data = Path(cfg.data)
-    splits = {split: read_wic(data / f"{split}.data.txt", data / f"{split}.gold.txt") for split in SPLITS}
-    model_dir = resolve_model_dir(cfg.model)
-    family = family_of(model_dir).name
+def target_views(model_dir: Path, family: str, targets: list[tuple[list[str], int]], cfg: WicConfig,
+                 split: str) -> tuple[dict[str, np.ndarray], int]:
+    """Each named view of the target word's vector ((N, H) per view) in each (sentence, position),
+    and how many targets had no vector (static vectors: zeros).
+
+    A BERT or ELMo gives one view per layer and their mean; static vectors one; CoVe the paper's
+    [GloVe; CoVe], each half alone beside it (the GloVe half is its context-free control).
+    """
     if family == "static":
         static = load_model(model_dir)
-    elif family in ("bert", "elmo"):
-        model, tokenizer = load_encoder(model_dir)
-    else:
-        raise UserError(f"{model_dir}: a {family} model; the WiC probe reads BERT or ELMo layers, or static vectors")
-    vectors, missing = {}, 0
+        found = [static.vector(words[position]) for words, position in targets]
+        width = static.vectors.shape[1]
+        rows = [vector.numpy() if vector is not None else np.zeros(width, np.float32) for vector in found]
+        return {"static": np.stack(rows)}, sum(vector is None for vector in found)
+    print(f"{split}: the target word's vectors in {len(targets):,} sentences ...", file=sys.stderr)
+    if family == "cove":
+        cove = CoVeModel.from_pretrained(model_dir)
+        rows = []
+        for first in range(0, len(targets), cfg.batch_size):
+            chunk = targets[first:first + cfg.batch_size]
+            features, _ = cove([words for words, _ in chunk])  # (B, T, D + 2H)
+            rows.append(features[torch.arange(len(chunk)), [position for _, position in chunk]].numpy())
+        both = np.concatenate(rows)
+        glove_width = cove.config.input_size
+        return {"GloVe (context-free)": both[:, :glove_width], "CoVe": both[:, glove_width:],
+                "[GloVe; CoVe]": both}, 0
+    model, tokenizer = load_encoder(model_dir)
+    layers = contextual_vectors(model, tokenizer, targets, cfg.batch_size, cfg.precision)  # (N, layers, H)
+    views = {name: layers[:, index] for index, name in enumerate(layer_names(family, layers.shape[1]))}
+    views["mean of all layers"] = layers.mean(1)
+    return views, 0
+
+
+def run_wic(cfg: WicConfig) -> dict:
+    """Probe every layer (view) of the model on WiC; return the results (and write them to cfg.out)."""
+    data = Path(cfg.data)
+    splits = {split: read_wic(data / f"{split}.data.txt", data / f"{split}.gold.txt") for split in SPLITS}
+    splits["train"] = subset(splits["train"], cfg.max_train_pairs, seed=0)
+    model_dir = resolve_model_dir(cfg.model)
+    family = family_of(model_dir).name
+    if family not in ("static", "bert", "elmo", "cove"):
+        raise UserError(f"{model_dir}: a {family} model; the WiC probe reads BERT, ELMo or CoVe layers, or static "
+                        "vectors")
+    views, missing = {}, 0
     for split, examples in splits.items():
         targets = [(example.sentences[side], example.positions[side]) for example in examples for side in (0, 1)]
-        if family == "static":
-            found = [static.vector(words[position]) for words, position in targets]
-            missing += sum(vector is None for vector in found)
-            width = static.vectors.shape[1]
-            rows = [vector.numpy() if vector is not None else np.zeros(width, np.float32) for vector in found]
-            vectors[split] = np.stack(rows)[:, None]  # (2N, 1, D)
-        else:
-            print(f"{split}: the target word's vectors in {len(targets):,} sentences ...", file=sys.stderr)
-            vectors[split] = contextual_vectors(model, tokenizer, targets, cfg.batch_size, cfg.precision)
+        views[split], missed = target_views(model_dir, family, targets, cfg, split)
+        missing += missed
     labels = {split: np.array([example.same_sense for example in examples]) for split, examples in splits.items()}
-    count = vectors["train"].shape[1]
-    names = layer_names(family, count)
-    choices = [(name, [index]) for index, name in enumerate(names)]
-    if count > 1:
-        choices.append(("mean of all layers", list(range(count))))
     results = []
-    for name, layers in choices:
+    for name in views["train"]:
         def features(split: str) -> np.ndarray:
-            per_word = vectors[split][:, layers].mean(1)  # (2N, H)
+            per_word = views[split][name]  # (2N, H): the two sentences of pair i are rows 2i and 2i + 1
             return pair_features(per_word[0::2], per_word[1::2])
         accuracy = probe_accuracy((features("train"), labels["train"]), (features("dev"), labels["dev"]))
         results.append({"layer": name, "dev_accuracy": accuracy})

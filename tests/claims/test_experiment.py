@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from bertology.claims import CLAIMS, claim_list, find_claim
+from bertology.claims import CLAIMS, Claim, claim_list, find_claim
 from bertology.claims.experiment import Experiment, ReproduceConfig, cell, markdown, pretraining_key, verdict
 from bertology.cli import main
 from bertology.errors import UserError
@@ -64,17 +64,19 @@ def test_registry_lists_the_eleven_claims_and_why_some_cannot_run():
         find_claim("nope")
 
 
-def test_reproduce_command_errors_are_one_line(tmp_path, capsys):
+def test_reproduce_command_errors_are_one_line(tmp_path, capsys, monkeypatch):
     assert main(["reproduce", "--list"]) == 0
     assert "label-needs" in capsys.readouterr().out
     assert main(["reproduce", "--out", str(tmp_path / "x")]) == 2
     assert "name a claim" in capsys.readouterr().err
     assert main(["reproduce", "label-needs"]) == 2
     assert "--out DIR is required" in capsys.readouterr().err
-    unavailable = next((c for c in CLAIMS if c.module is None), None)
-    if unavailable is not None:  # every claim may be written one day; then there is nothing to refuse
-        assert main(["reproduce", unavailable.name, "--out", str(tmp_path / "y")]) == 2
-        assert f"claim {unavailable.name} is unavailable" in capsys.readouterr().err
+    unwritten = Claim(12, "unwritten", "a claim whose model is not built", None, "no such model yet")
+    monkeypatch.setattr("bertology.claims.CLAIMS", [*CLAIMS, unwritten])
+    assert "[unavailable: no such model yet]" in claim_list()
+    assert main(["reproduce", "unwritten", "--out", str(tmp_path / "y")]) == 2
+    assert "claim unwritten is unavailable: no such model yet" in capsys.readouterr().err
+    assert not (tmp_path / "y").exists()
     assert main(["reproduce", "label-needs", "--quick", "--data", str(tmp_path / "nothing"),
                  "--out", str(tmp_path / "z"), "--cache-dir", str(tmp_path / "cache")]) == 2
     err = capsys.readouterr().err
@@ -98,3 +100,17 @@ def test_reproduce_config_defaults_to_three_seeds(tmp_path):
     experiment = Experiment.from_config(ReproduceConfig(claim="label-needs", out=str(tmp_path / "o")))
     assert experiment.seeds == [0, 1, 2]
     assert Experiment.from_config(ReproduceConfig(claim="2", out=str(tmp_path / "q"), quick=True)).seeds == [0, 1]
+
+
+def test_quick_task_data_keeps_the_files_formats(tmp_path):
+    source = tmp_path / "data" / "task"
+    source.mkdir(parents=True)
+    (source / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"s{i}\t{i % 2}\n" for i in range(500)))
+    (source / "train.txt").write_text("-DOCSTART- -X- O\n\n" + "".join(f"w{i} B-PER\nx O\n\n" for i in range(500)))
+    experiment = Experiment(tmp_path / "claim", tmp_path / "data", quick=True, seeds=[0], cache=tmp_path / "cache")
+    quick = experiment.task_data("task")
+    assert quick != source and (quick / "train.tsv").read_text().splitlines()[:2] == ["sentence\tlabel", "s0\t0"]
+    assert len((quick / "train.tsv").read_text().splitlines()) == 201  # the header and 200 rows
+    assert (quick / "train.txt").read_text().count("B-PER") == 200
+    assert Experiment(tmp_path / "c2", tmp_path / "data", quick=False, seeds=[0], cache=tmp_path / "cache"
+                      ).task_data("task") == source

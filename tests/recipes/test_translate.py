@@ -5,12 +5,14 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import TOY_LEXICON, WORDS, keyword_sentence, run_cli, save_tiny_vectors, write_toy_parallel
 
 from bertology.cli import main
 from bertology.models.cove import CoVeModel
 from bertology.models.static import StaticVectors
+from bertology.uses.wic import WicConfig, run_wic, target_views
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +114,24 @@ def test_finetune_features_trains_a_head_over_glove_and_cove(trained, keyword_ss
     status, _, err = run_cli(capsys, "finetune", "--model", trained, "--task", "sst2", "--data", keyword_sst2,
                              "--out", tmp_path / "whole", "--no-progress")
     assert status == 2 and err.count("\n") == 1 and "CoVe is a fixed feature source" in err
+
+
+def test_wic_probe_reads_cove_and_its_glove_half(trained, tmp_path):
+    words = list(TOY_LEXICON)[:6]
+    sentences = [" ".join(words[i:] + words[:i]) for i in range(6)]
+    folder = tmp_path / "wic"
+    folder.mkdir()
+    for split in ("train", "dev"):
+        rows = [f"{words[k]}\tN\t0-{k}\t{sentences[0]}\t{sentences[k]}" for k in range(1, 6)] * 2
+        (folder / f"{split}.data.txt").write_text("\n".join(rows) + "\n")
+        (folder / f"{split}.gold.txt").write_text("\n".join("TF"[k % 2] for k in range(len(rows))) + "\n")
+    results = run_wic(WicConfig(data=str(folder), model=str(trained)))
+    assert [row["layer"] for row in results["layers"]] == ["GloVe (context-free)", "CoVe", "[GloVe; CoVe]"]
+    assert results["family"] == "cove" and results["train_pairs"] == 10
+    # the views are the model's own features at the target word
+    model = CoVeModel.from_pretrained(trained)
+    views, _ = target_views(trained, "cove", [(sentences[2].split(), 0)], WicConfig(data="", model=""), "dev")
+    features, _ = model([sentences[2].split()])
+    np.testing.assert_allclose(views["[GloVe; CoVe]"][0], features[0, 0].numpy(), rtol=1e-6)
+    width = model.config.input_size
+    np.testing.assert_allclose(views["CoVe"][0], features[0, 0, width:].numpy(), rtol=1e-6)

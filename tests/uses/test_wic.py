@@ -71,3 +71,7 @@ def test_the_command_probes_every_layer(tmp_path, tiny_model, capsys):
     results = json.loads((tmp_path / "r.json").read_text())
     assert [row["layer"] for row in results["layers"]] == ["embeddings", "layer 1", "layer 2", "mean of all layers"]
     assert results["train_pairs"] == 20 and results["dev_pairs"] == 4 and results["majority"] == 0.5
+    assert main(["wic", "--data", str(folder), "--model", str(tiny_model), "--max-train-pairs", "8",
+                 "--out", str(tmp_path / "s.json")]) == 0
+    subset = json.loads((tmp_path / "s.json").read_text())
+    assert subset["train_pairs"] == 8 and subset["dev_pairs"] == 4
