@@ -168,8 +168,9 @@ class Experiment:
         its own 8,000-word vocabulary, then fine-tuned as a language model on the target task's text."""
         general = self.pretrained(**self.quick_scale(AWD_LSTM_LM))
         target = {**AWD_LSTM_LM, **TARGET_LM, "corpus": [str(target_text)], "init": str(general)}
-        return self.pretrained(**{**self.quick_scale(target), "max_steps": QUICK["max_steps"] if self.quick
-                                  else TARGET_LM["max_steps"]})
+        if self.quick:  # the first 200 texts: hold out 20 of them, enough for a window of held-out tokens
+            target = {**self.quick_scale(target), "eval_fraction": 0.1}
+        return self.pretrained(**target)
 
     def task_text(self, folder: str, task: str) -> Path:
         """A task's training texts as a corpus, one document per example, labels dropped (in the cache:
