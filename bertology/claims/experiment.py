@@ -25,6 +25,7 @@ import re
 import shutil
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -37,7 +38,7 @@ from ..files import cache_root, loads_json, write_json_atomic, write_text_atomic
 from ..data.tokenizer import Tokenizer
 from ..models import family_of, resolve_model_dir
 from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
-from ..models.bert import BertConfig, BertModel
+from ..models.bert import PRESETS, BertConfig, BertModel
 from ..recipes.finetune import FinetuneConfig, run_finetuning
 from ..recipes.pretrain import PretrainConfig, run_pretraining
 from ..recipes.static import StaticTrainConfig
@@ -45,6 +46,7 @@ from ..recipes.static import train as train_static
 from ..recipes.translate import TranslateTrainConfig
 from ..recipes.translate import train as train_translation
 from ..tasks.readers import TASKS, read_examples, task_files
+from ..training.loop import run_summary
 
 _CACHE_VERSION = 1  # bump when a change to pre-training makes old cached models stale
 
@@ -59,6 +61,19 @@ TARGET_LM = {"max_steps": 300, "layer_lr_decay": 1 / 2.6, "schedule": "slanted_t
 # --quick: the same steps on a tiny scale, to check the code
 QUICK = {"preset": "tiny", "max_steps": 30, "batch_size": 8}
 QUICK_EXAMPLES = 200  # examples per file of a task's data with --quick
+
+# The two GLUE tasks most claims fine-tune on (column -> task, data folder), and two recipes.
+GLUE_TASKS = {"SST-2": ("sst2", "glue/SST-2"), "MRPC": ("mrpc", "glue/MRPC")}
+# Claims 5-7 (a few models each): MRPC on all its 3,668 pairs (one epoch at batch 16: 230 updates,
+# about the BERT recipe's 3 epochs at 32 for half the compute), SST-2 on a 2,000-sentence subset
+# (the same for every model and seed) for 2 epochs.
+GLUE_RECIPE = {"SST-2": {"max_train_examples": 2000, "epochs": 2, "max_seq_len": 64, "batch_size": 16},
+               "MRPC": {"epochs": 1, "max_seq_len": 128, "batch_size": 16}}
+# Claims 4 and 8 (ten models each): one epoch of 2,000 SST-2 sentences and 1,500 MRPC pairs at batch 32.
+LIGHT_GLUE_RECIPE = {"SST-2": {"max_train_examples": 2000, "epochs": 1, "max_seq_len": 64},
+                     "MRPC": {"max_train_examples": 1500, "epochs": 1, "max_seq_len": 128}}
+QUICK_GLUE = {"max_train_examples": 100, "epochs": 1, "max_seq_len": 48}
+MINI_FINETUNE_LR = 3e-4  # the mini BERTs' fine-tuning rate (bench/distill.py's for this size)
 
 
 @dataclass
@@ -267,6 +282,41 @@ class Experiment:
         write_json_atomic(finished, summary)
         return summary
 
+    def glue_accuracies(self, name: str, model: Path, recipe: dict = GLUE_RECIPE,
+                        lr: float = MINI_FINETUNE_LR) -> dict[str, list[float]]:
+        """Column -> dev accuracy of `model` fine-tuned on each task of `recipe` (GLUE_TASKS's columns ->
+        FinetuneConfig settings) at rate `lr`, one value per seed (runs under runs/<name>-<task>)."""
+        scores = {}
+        for column, settings in recipe.items():
+            task, folder = GLUE_TASKS[column]
+            summary = self.finetuned(f"{name}-{task}", model=str(model), task=task, data=str(self.task_data(folder)),
+                                     lr=lr, **({**settings, **QUICK_GLUE} if self.quick else settings))
+            scores[column] = seed_values(summary, "accuracy")
+        return scores
+
+    def glue_scale(self, recipe: dict = GLUE_RECIPE, lr: float | str = MINI_FINETUNE_LR) -> str:
+        """The fine-tuning of `glue_accuracies`, in words for a report's scale."""
+        if self.quick:
+            return (f"Fine-tuning (--quick): {QUICK_GLUE['max_train_examples']} examples of each task, "
+                    f"{QUICK_GLUE['epochs']} epoch, rows of {QUICK_GLUE['max_seq_len']} tokens, "
+                    f"{len(self.seeds)} seeds.")
+        tasks = "; ".join(f"{column} on {s['max_train_examples']:,} training examples" if "max_train_examples" in s
+                          else f"{column} on its whole training set" for column, s in recipe.items())
+        details = "; ".join(f"{column}: {s['epochs']:g} epoch(s), batch {s.get('batch_size', 32)}, rows of "
+                            f"{s['max_seq_len']} tokens" for column, s in recipe.items())
+        return (f"Fine-tuning at lr {lr} over {len(self.seeds)} seeds: {tasks} (the same subset for every model "
+                f"and seed); {details}; dev accuracy of the best epoch (SST-2 872 sentences, MRPC 408 pairs).")
+
+    def majority_note(self) -> str:
+        """What always answering the dev set's most frequent label scores on each GLUE task: the floor."""
+        shares = []
+        for column, (task, folder) in GLUE_TASKS.items():
+            spec = TASKS[task]
+            dev = read_examples(spec, task_files(spec, self.task_data(folder), ["dev"])["dev"], "dev")
+            labels = Counter(example.label for example in dev)
+            shares.append(f"{column} {max(labels.values()) / sum(labels.values()):.3f}")
+        return f"Majority-class dev accuracy: {', '.join(shares)}."
+
     def report(self, claim: "ClaimReport") -> dict:
         """Write results.json and results.md (the table, the verdicts, the scale, the machine and the time)."""
         results = {"claim": claim.name, "title": claim.title, "quick": self.quick, "seeds": self.seeds,
@@ -339,6 +389,30 @@ def describe(settings: dict) -> str:
     """The pre-training settings a reader cares about, in one line."""
     keys = ("arch", "method", "preset", "objective", "max_steps", "epochs", "seq_len", "batch_size", "lr")
     return ", ".join(f"{k} {settings[k]}" for k in keys if k in settings)
+
+
+def encoder_parameters(model: Path) -> int:
+    """The parameters of a pre-trained BERT's encoder (embeddings, layers and pooler; no pre-training
+    heads), shared weights counted once."""
+    return BertModel(BertConfig.load(model)).num_parameters()
+
+
+def pretraining_summary(model: Path) -> dict:
+    """A pre-trained model's run from its metrics.jsonl: steps, seconds, tokens, tokens/s and the
+    last held-out evaluation ("eval")."""
+    rows = [json.loads(line) for line in (model / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    return run_summary(rows)
+
+
+def size_label(preset: str) -> str:
+    """A BERT preset as a row's name: "small (4 layers, 512 wide)"."""
+    layers, hidden = PRESETS[preset]
+    return f"{preset} ({layers} layers, {hidden} wide)"
+
+
+def corpus_words(quick: bool) -> str:
+    """The shared pre-training corpus, in a few words."""
+    return "WikiText-2 valid" if quick else "WikiText-2 valid + 40 Project Gutenberg books (10.6M tokens)"
 
 
 def slug(name: str) -> str:
