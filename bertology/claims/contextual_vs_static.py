@@ -41,7 +41,7 @@ COVE = {"preset": "small", "epochs": 1.5, "seed": 0}
 ELMO = {"arch": "elmo", "preset": "mini", "tokenizer": None, "vocab_size": 8000, "seq_len": 20, "batch_size": 32,
         "lr": 3e-3, "max_steps": 2500, "seed": 0}
 QUICK_STATIC = {"vector_size": 50, "epochs": 1, "min_count": 2}
-QUICK_COVE = {"preset": "tiny", "epochs": 0.02}
+QUICK_COVE = {"preset": "tiny", "epochs": 1, "max_train_pairs": 300}
 # The heads: SST-2 as CoVe's and ELMo's sentence classifiers read it at its simplest (mean-pooled,
 # linear), CoNLL-2003 through the BERT paper's feature-based BiLSTM; the settings of
 # bench/static_features.py.

@@ -59,8 +59,8 @@ AWD_LSTM_LM = {"arch": "awd-lstm", "preset": "mini", "tokenizer": None, "vocab_s
                "batch_size": 32, "lr": 1e-2, "max_steps": 2000, "seed": 0}  # about 15 minutes
 TARGET_LM = {"max_steps": 300, "layer_lr_decay": 1 / 2.6, "schedule": "slanted_triangular", "warmup": 0.1}
 # --quick: the same steps on a tiny scale, to check the code
-QUICK = {"preset": "tiny", "max_steps": 30, "batch_size": 8}
-QUICK_EXAMPLES = 200  # examples per file of a task's data with --quick
+QUICK = {"preset": "tiny", "max_steps": 12, "batch_size": 8}
+QUICK_EXAMPLES = 80  # examples per file of a task's data with --quick
 
 # The two GLUE tasks most claims fine-tune on (column -> task, data folder), and two recipes.
 GLUE_TASKS = {"SST-2": ("sst2", "glue/SST-2"), "MRPC": ("mrpc", "glue/MRPC")}
@@ -72,7 +72,7 @@ GLUE_RECIPE = {"SST-2": {"max_train_examples": 2000, "epochs": 2, "max_seq_len":
 # Claims 4 and 8 (ten models each): one epoch of 2,000 SST-2 sentences and 1,500 MRPC pairs at batch 32.
 LIGHT_GLUE_RECIPE = {"SST-2": {"max_train_examples": 2000, "epochs": 1, "max_seq_len": 64},
                      "MRPC": {"max_train_examples": 1500, "epochs": 1, "max_seq_len": 128}}
-QUICK_GLUE = {"max_train_examples": 100, "epochs": 1, "max_seq_len": 48}
+QUICK_GLUE = {"max_train_examples": 48, "epochs": 1, "max_seq_len": 40}
 MINI_FINETUNE_LR = 3e-4  # the mini BERTs' fine-tuning rate (bench/distill.py's for this size)
 
 
@@ -164,7 +164,7 @@ class Experiment:
     def scale_note(self) -> str:
         """The scale of the shared pre-trained models, for a claim's report."""
         if self.quick:
-            return "--quick: tiny models pre-trained for 30 steps on WikiText-2 valid; 2 seeds."
+            return f"--quick: tiny models pre-trained for {QUICK['max_steps']} steps on WikiText-2 valid; 2 seeds."
         return ("Pre-training corpus: WikiText-2 valid + 40 Project Gutenberg books (10.8M words); the mini BERT "
                 f"(4 layers, 256 wide, 11M parameters) pre-trained here by masked LM for {MINI_MLM['max_steps']:,} "
                 f"steps of {MINI_MLM['batch_size']} x {MINI_MLM['seq_len']} tokens (RoBERTa's recipe, "
@@ -183,7 +183,7 @@ class Experiment:
         its own 8,000-word vocabulary, then fine-tuned as a language model on the target task's text."""
         general = self.pretrained(**self.quick_scale(AWD_LSTM_LM))
         target = {**AWD_LSTM_LM, **TARGET_LM, "corpus": [str(target_text)], "init": str(general)}
-        if self.quick:  # the first 200 texts: hold out 20 of them, enough for a window of held-out tokens
+        if self.quick:  # the first QUICK_EXAMPLES texts: hold out a tenth, enough for a window of held-out tokens
             target = {**self.quick_scale(target), "eval_fraction": 0.1}
         return self.pretrained(**target)
 

@@ -20,8 +20,8 @@ from .experiment import ClaimReport, Experiment, seed_values, slug, verdict
 
 LABELS = (100, 300, 1000, 3000, 10000)
 EPOCHS = {100: 20, 300: 8, 1000: 4, 3000: 2, 10000: 1}
-QUICK_LABELS = (40, 160)
-QUICK_EPOCHS = {40: 2, 160: 1}
+QUICK_LABELS = (20, 60)
+QUICK_EPOCHS = {20: 2, 60: 1}
 # lr per model: the BERT paper's fine-tuning range for the real model; the mini BERTs (random and
 # pre-trained here, the same settings for both) at the rate bench/distill.py uses for this size;
 # ULMFiT's classifier at fastai's rate.

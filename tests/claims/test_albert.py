@@ -25,7 +25,7 @@ def test_albert_quick(run_quick):
         assert row["tokens/s of its pre-training run"] > 10
         for task in GLUE_TASKS:
             assert len(row[task]) == 2  # one per seed
-            assert all(0.3 < v < 1 for v in row[task])
+            assert all(0.2 < v < 1 for v in row[task])
     verdicts = results["verdicts"]
     assert len(verdicts) == 3 + 3 + 3 * len(GLUE_TASKS)  # parameters, compute, downstream for each switch
     assert [v["outcome"] for v in verdicts[:3]] == ["reproduced"] * 3  # fewer parameters is arithmetic

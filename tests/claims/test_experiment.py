@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from bertology.claims import CLAIMS, Claim, claim_list, find_claim
-from bertology.claims.experiment import Experiment, ReproduceConfig, cell, markdown, pretraining_key, verdict
+from bertology.claims.experiment import QUICK_EXAMPLES, Experiment, ReproduceConfig, cell, markdown, pretraining_key, verdict
 from bertology.cli import main
 from bertology.errors import UserError
 
@@ -110,7 +110,7 @@ def test_quick_task_data_keeps_the_files_formats(tmp_path):
     experiment = Experiment(tmp_path / "claim", tmp_path / "data", quick=True, seeds=[0], cache=tmp_path / "cache")
     quick = experiment.task_data("task")
     assert quick != source and (quick / "train.tsv").read_text().splitlines()[:2] == ["sentence\tlabel", "s0\t0"]
-    assert len((quick / "train.tsv").read_text().splitlines()) == 201  # the header and 200 rows
-    assert (quick / "train.txt").read_text().count("B-PER") == 200
+    assert len((quick / "train.tsv").read_text().splitlines()) == QUICK_EXAMPLES + 1  # the header and the rows
+    assert (quick / "train.txt").read_text().count("B-PER") == QUICK_EXAMPLES
     assert Experiment(tmp_path / "c2", tmp_path / "data", quick=False, seeds=[0], cache=tmp_path / "cache"
                       ).task_data("task") == source

@@ -22,4 +22,4 @@ def test_label_needs_quick(run_quick):
     assert (out / "label_needs.png").stat().st_size > 10_000
     assert "| all-MiniLM-L6-v2 |" in (out / "results.md").read_text()
     # each run's own model and metrics are kept, one folder per seed
-    assert (out / "runs" / "all-minilm-l6-v2-40" / "seed-1" / "eval_results.json").exists()
+    assert (out / "runs" / "all-minilm-l6-v2-20" / "seed-1" / "eval_results.json").exists()
