@@ -99,5 +99,5 @@ def test_speed_measurement_times_real_steps_and_leaves_the_random_state_alone():
         mask_token_id, cls_token_id, sep_token_id, pad_token_id = 4, 2, 3, 0
 
     rate = measure_steps_per_second(config, Ids(), "roberta", seq_len=16, seconds=0.3)
-    assert 1 < rate < 10_000
+    assert 0.01 < rate < 10_000  # a real step: not instantaneous, and under 100 s even on a loaded machine
     assert torch.equal(torch.rand(3), expected)
