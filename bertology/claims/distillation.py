@@ -39,10 +39,9 @@ import dataclasses
 import hashlib
 import os
 import re
-import shutil
 from pathlib import Path
 
-from ..files import loads_json, write_json_atomic, write_text_atomic
+from ..files import loads_json, write_text_atomic
 from ..plots import plot_seed_bars
 from ..recipes.distill import DistillConfig, run_distillation
 from ..tasks.readers import TASKS, TaskSpec, task_files
@@ -127,23 +126,14 @@ def teacher_model(experiment: Experiment, data: Path, epochs: float) -> tuple[Pa
 def distilled_over_seeds(experiment: Experiment, name: str, **settings) -> dict:
     """Distil over the experiment's seeds (DistillConfig settings: teacher, student, data, ...), one
     student per seed in runs/<name>/seed-<seed>; returns the median of each dev metric with its
-    range and every seed's results under "runs", like `Experiment.finetuned`.
+    range and every seed's results under "runs", like `Experiment.finetuned` (and read back as it is)."""
+    def run(folder: Path) -> dict:
+        runs = [{"seed": seed, **run_distillation(DistillConfig(out=str(folder / f"seed-{seed}"), seed=seed,
+                                                                progress=False, **settings))}
+                for seed in experiment.seeds]
+        return summarize(TASKS[runs[0]["task"]], runs)
 
-    A finished set of runs is read back; an unfinished one is started again.
-    """
-    folder = experiment.out / "runs" / name
-    finished = folder / "claim_runs.json"  # written last: its presence means every seed finished
-    if finished.exists():
-        return loads_json(finished.read_text(encoding="utf-8"))
-    if folder.exists():
-        shutil.rmtree(folder)
-    experiment.log(f"distilling {name} ({len(experiment.seeds)} seeds)")
-    runs = [{"seed": seed, **run_distillation(DistillConfig(out=str(folder / f"seed-{seed}"), seed=seed,
-                                                            progress=False, **settings))}
-            for seed in experiment.seeds]
-    summary = summarize(TASKS[runs[0]["task"]], runs)
-    write_json_atomic(finished, summary)
-    return summary
+    return experiment.seed_runs(name, "distilling", run)
 
 
 def task_subset(experiment: Experiment, folder: str, task: str, **counts: int | None) -> Path:

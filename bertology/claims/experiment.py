@@ -264,21 +264,29 @@ class Experiment:
 
     def finetuned(self, name: str, **settings: Any) -> dict:
         """Fine-tune over the experiment's seeds (FinetuneConfig settings: model, task, data, ...);
-        returns run_finetuning's summary: the median of each metric, its min and max, and "runs".
+        returns run_finetuning's summary: the median of each metric, its min and max, and "runs"."""
+        def run(folder: Path) -> dict:
+            cfg = FinetuneConfig(out=str(folder), seed=self.seeds[0], seeds=len(self.seeds), progress=False,
+                                 **settings)
+            summary = run_finetuning(cfg)
+            if len(self.seeds) == 1:  # run_finetuning summarises several seeds only
+                summary = {**summary, "runs": [{"seed": self.seeds[0], **summary}]}
+            return summary
 
-        A finished run in `runs/<name>` is read back; an unfinished one is started again.
-        """
+        return self.seed_runs(name, "fine-tuning", run)
+
+    def seed_runs(self, name: str, what: str, run: Callable[[Path], dict]) -> dict:
+        """`run(folder)` (training over the seeds into runs/<name>, returning its summary), or the
+        summary of a finished run read back. The summary is written last (claim_runs.json), so a run
+        without it is unfinished and starts again."""
         folder = self.out / "runs" / name
-        finished = folder / "claim_runs.json"  # written last: its presence means every seed finished
+        finished = folder / "claim_runs.json"
         if finished.exists():
             return loads_json(finished.read_text(encoding="utf-8"))
         if folder.exists():
             shutil.rmtree(folder)
-        self.log(f"fine-tuning {name} ({len(self.seeds)} seeds)")
-        cfg = FinetuneConfig(out=str(folder), seed=self.seeds[0], seeds=len(self.seeds), progress=False, **settings)
-        summary = run_finetuning(cfg)
-        if len(self.seeds) == 1:  # run_finetuning summarises several seeds only
-            summary = {**summary, "runs": [{"seed": self.seeds[0], **summary}]}
+        self.log(f"{what} {name} ({len(self.seeds)} seeds)")
+        summary = run(folder)
         write_json_atomic(finished, summary)
         return summary
 
