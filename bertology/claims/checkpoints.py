@@ -38,12 +38,11 @@ from safetensors.torch import load_model
 
 from ..data.tokenizer import Tokenizer
 from ..files import loads_json, write_json_atomic
-from ..models import resolve_model_dir
 from ..models.bert import PRESETS, BertConfig
 from ..recipes.pretrain import STREAM_FAMILIES, PretrainConfig, build_model_config, run_pretraining
 from ..training.loop import CHECKPOINTS_DIR
 from ..training.objectives import build_objective, electra_generator_config
-from .experiment import LIGHT_GLUE_RECIPE, Experiment, describe, pretraining_key
+from .experiment import LIGHT_GLUE_RECIPE, Experiment, describe, minilm, pretraining_key
 
 # The runs of claims 4 and 8: the mini BERT at MINI_MLM's shape and rate (experiment.py), for
 # 1,024 steps so that the left-to-right run (about 2.4x a masked-LM step: it predicts every
@@ -103,7 +102,7 @@ def pretrained_at_steps(experiment: Experiment, steps: Sequence[int], **settings
     kept at each of `steps`; from the cache when a claim has run it before (see the module docstring)."""
     steps = sorted(set(steps))
     every = math.gcd(*steps)
-    settings = {"tokenizer": str(resolve_model_dir("all-MiniLM-L6-v2")), "corpus": experiment.corpus(), **settings,
+    settings = {"tokenizer": str(minilm()), "corpus": experiment.corpus(), **settings,
                 "max_steps": steps[-1], "eval_every": every, "eval_batches": EVAL_BATCHES}
     if settings.get("arch", "bert") in STREAM_FAMILIES:
         raise ValueError("checkpoints along a run are kept for the Transformer families, not the LSTMs")

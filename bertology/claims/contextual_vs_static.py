@@ -29,11 +29,10 @@ feature-head runs about 35: about 100 minutes from a cold cache, 60 with the BER
 
 from __future__ import annotations
 
-from ..models import resolve_model_dir
 from ..plots import plot_seed_bars
 from ..uses.explain import explain_senses
 from ..uses.wic import WicConfig, run_wic
-from .experiment import ClaimReport, Experiment, seed_values, slug, verdict
+from .experiment import ClaimReport, Experiment, minilm, seed_values, slug, verdict
 
 WORD2VEC = {"method": "word2vec", "skip_gram": True, "vector_size": 300, "epochs": 3, "seed": 0}
 GLOVE = {"method": "glove", "vector_size": 300, "epochs": 5, "seed": 0}
@@ -60,9 +59,9 @@ def run(experiment: Experiment) -> ClaimReport:
     glove = experiment.static_vectors(**{**GLOVE, **(QUICK_STATIC if quick else {})})
     cove = experiment.translation_model(vectors=str(glove), **{**COVE, **(QUICK_COVE if quick else {})})
     elmo = experiment.pretrained(**experiment.quick_scale(ELMO))
-    minilm = resolve_model_dir("all-MiniLM-L6-v2")
+    minilm_dir = minilm()
     sources = {"word2vec": word2vec, "GloVe": glove, "CoVe": cove, "ELMo": elmo,
-               "BERT pre-trained here": experiment.shared_mlm(), "all-MiniLM-L6-v2": minilm}
+               "BERT pre-trained here": experiment.shared_mlm(), "all-MiniLM-L6-v2": minilm_dir}
 
     wic_rows, best_wic = [], {}
     wic_data = str(experiment.task_data("wic"))
@@ -89,7 +88,7 @@ def run(experiment: Experiment) -> ClaimReport:
 
     plots = [str(plot_seed_bars(groups, experiment.out / "same_head.png", ylabel="dev score (SST-2 accuracy, "
                                 "CoNLL-2003 entity F1)", title="The same head over static and contextual features"))]
-    bank = explain_senses(minilm, "bank", experiment.out / "bank.png", static=word2vec, model_name="all-MiniLM-L6-v2")
+    bank = explain_senses(minilm_dir, "bank", experiment.out / "bank.png", static=word2vec, model_name="all-MiniLM-L6-v2")
     plots.append(str(experiment.out / "bank.png"))
 
     static_best = max(best_wic["word2vec"], best_wic["GloVe"])

@@ -17,6 +17,7 @@ run one after another and safe to interrupt:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -220,7 +221,7 @@ class Experiment:
         The default vocabulary is all-MiniLM-L6-v2's, so every BERT-family model here shares it
         with the real pre-trained model the claims compare against.
         """
-        settings = {"tokenizer": str(resolve_model_dir("all-MiniLM-L6-v2")), "corpus": self.corpus(), **settings}
+        settings = {"tokenizer": str(minilm()), "corpus": self.corpus(), **settings}
 
         def train(out: Path, resume: bool) -> None:
             cfg = PretrainConfig(out=str(out), cache_dir=str(self.cache), resume=resume, progress=not self.quick,
@@ -421,6 +422,13 @@ def size_label(preset: str) -> str:
 def corpus_words(quick: bool) -> str:
     """The shared pre-training corpus, in a few words."""
     return "WikiText-2 valid" if quick else "WikiText-2 valid + 40 Project Gutenberg books (10.6M tokens)"
+
+
+@functools.cache
+def minilm() -> Path:
+    """The installed all-MiniLM-L6-v2's folder: the real pre-trained model the claims compare against,
+    and the vocabulary of every BERT pre-trained here (looked up once: finding it costs a second or two)."""
+    return resolve_model_dir("all-MiniLM-L6-v2")
 
 
 def slug(name: str) -> str:

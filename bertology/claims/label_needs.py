@@ -14,9 +14,8 @@ takes at least a few hundred steps.
 
 from __future__ import annotations
 
-from ..models import resolve_model_dir
 from ..plots import plot_seed_lines
-from .experiment import ClaimReport, Experiment, seed_values, slug, verdict
+from .experiment import ClaimReport, Experiment, minilm, seed_values, slug, verdict
 
 LABELS = (100, 300, 1000, 3000, 10000)
 EPOCHS = {100: 20, 300: 8, 1000: 4, 3000: 2, 10000: 1}
@@ -39,7 +38,7 @@ def run(experiment: Experiment) -> ClaimReport:
                                                   "drop_mult": 0.5, "layer_lr_decay": 1 / 2.6,
                                                   "gradual_unfreezing": True}),
         "BERT, pre-trained here": (mlm, {"lr": MINI_LR}),
-        "all-MiniLM-L6-v2": (resolve_model_dir("all-MiniLM-L6-v2"), {"lr": BERT_LR}),
+        "all-MiniLM-L6-v2": (minilm(), {"lr": BERT_LR}),
     }
     labels, epochs = (QUICK_LABELS, QUICK_EPOCHS) if experiment.quick else (LABELS, EPOCHS)
     curves: dict[str, dict[float, list[float]]] = {name: {} for name in models}
