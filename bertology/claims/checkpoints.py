@@ -37,12 +37,12 @@ from typing import Any, Sequence
 from safetensors.torch import load_model
 
 from ..data.tokenizer import Tokenizer
-from ..files import loads_json, write_json_atomic
+from ..files import loads_json
 from ..models.bert import PRESETS, BertConfig
 from ..recipes.pretrain import STREAM_FAMILIES, PretrainConfig, build_model_config, run_pretraining
 from ..training.loop import CHECKPOINTS_DIR
 from ..training.objectives import build_objective, electra_generator_config
-from .experiment import LIGHT_GLUE_RECIPE, Experiment, describe, minilm, pretraining_key
+from .experiment import LIGHT_GLUE_RECIPE, Experiment, minilm, pretraining_key
 
 # The runs of claims 4 and 8: the mini BERT at MINI_MLM's shape and rate (experiment.py), for
 # 1,024 steps so that the left-to-right run (about 2.4x a masked-LM step: it predicts every
@@ -107,28 +107,18 @@ def pretrained_at_steps(experiment: Experiment, steps: Sequence[int], **settings
     if settings.get("arch", "bert") in STREAM_FAMILIES:
         raise ValueError("checkpoints along a run are kept for the Transformer families, not the LSTMs")
     key = pretraining_key({**settings, "kept_steps": steps})
-    folder = experiment.cache / "claims" / f"checkpointed-{key[:20]}"
-    run = CheckpointedRun(folder, steps)
-    if (folder / "claim_settings.json").exists():
-        experiment.log(f"pre-trained models at steps {', '.join(map(str, steps))} from the cache: {folder}")
-        return run
-    partial = folder.with_name(folder.name + ".partial")
-    missing = [step for step in steps if not (CheckpointedRun(partial, steps).model(step) / "config.json").exists()]
-    if missing:
-        resume = (partial / "metrics.jsonl").exists()
-        experiment.log(f"pre-training ({describe(settings)}), keeping the models at steps "
-                       f"{', '.join(map(str, steps))}, into {partial}" + (" (resuming)" if resume else ""))
+
+    def train(partial: Path, resume: bool) -> None:
         cfg = PretrainConfig(out=str(partial), cache_dir=str(experiment.cache), resume=resume, progress=False,
                              save_every=every, keep_last=steps[-1] // every, **settings)
         if run_pretraining(cfg) == "interrupted":
             raise KeyboardInterrupt
-        for step in missing:
+        for step in steps:
             export_checkpoint(cfg, step, CheckpointedRun(partial, steps).model(step))
-    # Every kept model is written: what the checkpoints add is optimizer state, twice the model's size.
-    shutil.rmtree(partial / CHECKPOINTS_DIR, ignore_errors=True)
-    write_json_atomic(partial / "claim_settings.json", {"key": key, "kept_steps": steps, **settings})
-    os.replace(partial, folder)
-    return run
+        # Every kept model is written: what the checkpoints add is optimizer state, twice the model's size.
+        shutil.rmtree(partial / CHECKPOINTS_DIR, ignore_errors=True)
+
+    return CheckpointedRun(experiment.cached("checkpointed", key, {**settings, "kept_steps": steps}, train), steps)
 
 
 def export_checkpoint(cfg: PretrainConfig, step: int, target: Path) -> Path:
