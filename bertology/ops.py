@@ -201,6 +201,16 @@ def autocast(precision: str, device: torch.device):
     return contextlib.nullcontext()
 
 
+def last_token_states(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Each row's last real token's vector (B, H) from hidden (B, T, H) and a right-padded
+    attention_mask (B, T) (None: no padding): under a causal mask, the one vector that has
+    read the whole input (GPT's classification head reads it)."""
+    if attention_mask is None:
+        return hidden[:, -1]
+    last = attention_mask.long().sum(1) - 1
+    return hidden[torch.arange(len(hidden), device=hidden.device), last]
+
+
 def relative_position_bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets: int,
                              max_distance: int) -> torch.Tensor:
     """The bucket of each relative distance (key position - query position), any shape: T5's

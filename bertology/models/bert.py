@@ -6,6 +6,7 @@ for Language Understanding", and the reference `modeling.py` of its release:
     input ids ─► token + segment + position embeddings ─► LayerNorm ─► dropout
               ─► N x [ self-attention ─► add & LayerNorm ─► GELU feed-forward ─► add & LayerNorm ]
               ─► last_hidden_state (B, T, H);  tanh(dense(h_[CLS])) ─► pooler_output (B, H)
+                 (with `causal` attention the pooler reads the last real token instead, as GPT's head does)
 
 Variants are config switches over this one implementation (see `BertConfig`):
 ALBERT's factorized embeddings (`embedding_size`) and cross-layer sharing
@@ -39,6 +40,7 @@ from ..ops import (
     Linear,
     cross_entropy_with_accuracy,
     dropout,
+    last_token_states,
     linear,
     relative_position_bucket,
 )
@@ -546,7 +548,11 @@ class BertModel(BertPreTrainedModel):
             x = self.final_norm(x)
             if output_hidden_states:
                 hidden_states[-1] = x
-        pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
+        pooled = None
+        if self.pooler is not None:
+            # Under a causal mask [CLS] sees only itself; the last real token has read the whole input.
+            summary = last_token_states(x, attention_mask) if self.config.causal else x[:, 0]
+            pooled = torch.tanh(self.pooler(summary))
         return ModelOutput(
             last_hidden_state=x,
             pooler_output=pooled,

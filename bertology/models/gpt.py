@@ -32,7 +32,7 @@ from torch import nn
 
 from .. import checkpoint
 from ..errors import UserError
-from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy
+from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy, last_token_states
 from . import ConfigFile
 from .bert import PRESETS, ModelOutput, activation
 
@@ -392,8 +392,7 @@ class GPTForSequenceClassification(GPTPreTrainedModel):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         hidden = self.transformer(input_ids, attention_mask).last_hidden_state
-        last = attention_mask.long().sum(1) - 1
-        logits = self.score(hidden[torch.arange(len(hidden), device=hidden.device), last])
+        logits = self.score(last_token_states(hidden, attention_mask))
         if labels is None:
             return ModelOutput(logits=logits)
         if self.config.num_labels == 1:

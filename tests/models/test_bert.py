@@ -237,6 +237,25 @@ def test_causal_attention_ignores_future_tokens():
     assert (a[:, 8:] - b[:, 8:]).abs().max() > 1e-3
 
 
+def test_causal_pooler_reads_the_last_real_token():
+    # [CLS] under a causal mask sees only itself: pooling it would give every input the same vector.
+    torch.manual_seed(6)
+    model = BertModel(tiny_config(causal=True)).eval()
+    ids = torch.tensor([[2, 11, 12, 13, 3, 0, 0], [2, 11, 14, 15, 16, 17, 3]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        out = model(ids, mask)
+        alone = model(ids[:1, :5]).pooler_output
+        bidirectional = BertModel(tiny_config()).eval()
+        bidirectional.load_state_dict(model.state_dict())
+        first = bidirectional(ids, mask).pooler_output
+    assert (out.pooler_output[0] - out.pooler_output[1]).abs().max() > 1e-3  # the inputs differ after [CLS]
+    assert (out.pooler_output[:1] - alone).abs().max() < TOL  # padding does not move it
+    expected = torch.tanh(model.pooler(out.last_hidden_state[[0, 1], [4, 6]]))
+    assert (out.pooler_output - expected).abs().max() < TOL
+    assert (first - torch.tanh(bidirectional.pooler(bidirectional(ids, mask).last_hidden_state[:, 0]))).abs().max() < TOL
+
+
 def test_no_segment_embeddings_variant():
     """type_vocab_size=0 (RoBERTa): no segment table at all, outputs blind to token_type_ids, and
     otherwise exactly the BERT whose segment embeddings are zero."""
