@@ -32,7 +32,7 @@ CLAIMS = [
     Claim(2, "label-needs", "pre-training cuts the labels a task needs (ULMFiT's figure: SST-2 accuracy against "
           "100 to 10k labels)", "label_needs"),
     Claim(3, "pretraining-task", "the masked LM beats left-to-right, NSP matters on some tasks (BERT's ablation "
-          "table, with SOP, ELECTRA, XLNet and T5 beside)", None, "its script is written but not yet tested and landed"),
+          "table, with SOP, ELECTRA, XLNet and T5 beside)", "pretraining_task"),
     Claim(4, "directionality", "the masked LM converges more slowly than left-to-right but ends higher (downstream "
           "score against pre-training steps)", "directionality"),
     Claim(5, "model-size", "bigger models help even with 3,600 labels (tiny to medium, MRPC and SST-2)", "model_size"),
@@ -40,8 +40,7 @@ CLAIMS = [
     Claim(7, "albert", "ALBERT shrinks parameters, not compute (factorised embeddings, shared layers)", "albert"),
     Claim(8, "electra", "ELECTRA is more sample-efficient than the masked LM (downstream score against "
           "pre-training FLOPs)", "electra"),
-    Claim(9, "t5-objective", "T5's span length and corruption rate barely matter", None,
-          "its script is written but not yet tested and landed"),
+    Claim(9, "t5-objective", "T5's span length and corruption rate barely matter", "t5_objective"),
     Claim(10, "features-vs-finetuning", "feature extraction from the right layers comes close to fine-tuning "
           "(BERT's CoNLL-2003 table)", "features_vs_finetuning"),
     Claim(11, "distillation", "distillation beats training the small model directly", "distillation"),
