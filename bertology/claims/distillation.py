@@ -129,7 +129,8 @@ def distilled_over_seeds(experiment: Experiment, name: str, **settings) -> dict:
     range and every seed's results under "runs", like `Experiment.finetuned` (and read back as it is)."""
     def run(folder: Path) -> dict:
         runs = [{"seed": seed, **run_distillation(DistillConfig(out=str(folder / f"seed-{seed}"), seed=seed,
-                                                                progress=False, **settings))}
+                                                                progress=False, learning_curve=not experiment.quick,
+                                                                **settings))}
                 for seed in experiment.seeds]
         return summarize(TASKS[runs[0]["task"]], runs)
 

@@ -40,6 +40,7 @@ from ..data.tokenizer import Tokenizer
 from ..models import family_of, resolve_model_dir
 from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
 from ..models.bert import PRESETS, BertConfig, BertModel
+from ..models.t5 import T5Config, T5ForConditionalGeneration
 from ..recipes.finetune import FinetuneConfig, run_finetuning
 from ..recipes.pretrain import PretrainConfig, run_pretraining
 from ..recipes.static import StaticTrainConfig
@@ -206,8 +207,12 @@ class Experiment:
         if not (folder / "config.json").exists():
             torch.manual_seed(0)
             family = family_of(str(like)).name
-            model = AWDLSTMLanguageModel(AWDLSTMConfig.load(like)) if family == "awd-lstm" else \
-                BertModel(BertConfig.load(like))
+            if family == "awd-lstm":
+                model = AWDLSTMLanguageModel(AWDLSTMConfig.load(like))
+            elif family == "t5":
+                model = T5ForConditionalGeneration(T5Config.load(like))
+            else:
+                model = BertModel(BertConfig.load(like))
             partial = folder.with_name(folder.name + ".partial")
             model.save_pretrained(partial)
             Tokenizer.from_pretrained(like).save_pretrained(partial)
@@ -268,7 +273,7 @@ class Experiment:
         returns run_finetuning's summary: the median of each metric, its min and max, and "runs"."""
         def run(folder: Path) -> dict:
             cfg = FinetuneConfig(out=str(folder), seed=self.seeds[0], seeds=len(self.seeds), progress=False,
-                                 **settings)
+                                 learning_curve=not self.quick, **settings)
             summary = run_finetuning(cfg)
             if len(self.seeds) == 1:  # run_finetuning summarises several seeds only
                 summary = {**summary, "runs": [{"seed": self.seeds[0], **summary}]}

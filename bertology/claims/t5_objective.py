@@ -37,14 +37,9 @@ span corruption or none; lr 3e-4 to 3e-3); only 500 updates from random weights 
 from __future__ import annotations
 
 import math
-import os
 import statistics
-from pathlib import Path
 
-import torch
-
-from ..data.tokenizer import Tokenizer
-from ..models.t5 import T5Config, T5ForConditionalGeneration
+from ..models.t5 import T5Config
 from ..plots import plot_seed_lines
 from .experiment import (
     GLUE_RECIPE,
@@ -102,7 +97,7 @@ def run(experiment: Experiment) -> ClaimReport:
     spans, densities = sweeps(experiment.quick)
     models = {label(span, density): experiment.pretrained(**pretrain, mean_span_length=span, noise_density=density)
               for span, density in settings(experiment.quick)}
-    models[RANDOM] = t5_random_weights(experiment, models[label(BASE_SPAN, BASE_DENSITY)])
+    models[RANDOM] = experiment.random_weights(models[label(BASE_SPAN, BASE_DENSITY)])
     scores: dict[str, dict[str, list[float]]] = {name: {} for name in models}
     rows = []
     for name, model in models.items():
@@ -186,16 +181,3 @@ def scale_note(experiment: Experiment, pretrain: dict) -> str:
             "from an "
             f"{T5_VOCABULARY['vocab_size']:,}-piece unigram vocabulary with {T5_VOCABULARY['sentinels']} sentinels "
             f"trained on the corpus. Fine-tuned text to text (greedy answers read back as labels). {finetuning}")
-
-
-def t5_random_weights(experiment: Experiment, like: Path) -> Path:
-    """A T5 of `like`'s size and vocabulary with random weights (seed 0), under the claim's output
-    folder: the no-pre-training baseline (Experiment.random_weights does BERT and AWD-LSTM)."""
-    folder = experiment.out / "models" / f"random-weights-of-{like.name}"
-    if not (folder / "config.json").exists():
-        torch.manual_seed(0)
-        partial = folder.with_name(folder.name + ".partial")
-        T5ForConditionalGeneration(T5Config.load(like)).save_pretrained(partial)
-        Tokenizer.from_pretrained(like).save_pretrained(partial)
-        os.replace(partial, folder)
-    return folder

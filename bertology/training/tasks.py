@@ -76,6 +76,8 @@ class EpochLoop(LoopConfig):
     lr: float = override(LoopConfig, "lr", 5e-5)  # the BERT paper's fine-tuning rates: 5e-5, 3e-5, 2e-5
     warmup: float = override(LoopConfig, "warmup", 0.1)
     seed: int = override(LoopConfig, "seed", 42)
+    learning_curve: bool = setting(True, help="draw learning_curve.png when a run ends (about half a second each; "
+                                              "a sweep of many short runs may skip it)")
 
 
 def resolve_task(cfg: TaskConfig) -> TaskSpec:
@@ -293,11 +295,13 @@ def epoch_train_config(cfg: EpochLoop, steps_per_epoch: int, seed: int, precisio
 def fit_and_finish(trainer: Trainer, cfg: EpochLoop, spec: TaskSpec, out: Path) -> None:
     """Train (resuming when cfg.resume, which `epoch_train_config` passed on to the trainer); once
     complete, drop the resume checkpoints (the best model and metrics are the results) and draw
-    the learning curve. An interrupted run keeps its checkpoint for --resume."""
+    the learning curve (unless cfg.learning_curve is off). An interrupted run keeps its checkpoint
+    for --resume."""
     if trainer.fit() != "completed":
         raise KeyboardInterrupt
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    plot_training_curves({spec.name: trainer.log.rows()}, out / "learning_curve.png", accuracy_keys=spec.metrics)
+    if cfg.learning_curve:
+        plot_training_curves({spec.name: trainer.log.rows()}, out / "learning_curve.png", accuracy_keys=spec.metrics)
 
 
 class BestModel:

@@ -90,6 +90,9 @@ def test_finished_finetuning_runs_are_read_back(tmp_path, tiny_model, keyword_ta
                     dev_file=str(keyword_task / "dev.csv"), epochs=1, lr=1e-3, precision="fp32")
     first = experiment.finetuned("keyword", **settings)
     assert [run["seed"] for run in first["runs"]] == [0, 1]
+    seed_folder = tmp_path / "claim" / "runs" / "keyword" / "seed-1"
+    # --quick skips the per-run learning curves (about half of a quick claim's time went to drawing them)
+    assert (seed_folder / "eval_results.json").is_file() and not (seed_folder / "learning_curve.png").exists()
     results = tmp_path / "claim" / "runs" / "keyword" / "claim_runs.json"
     stamp = results.stat().st_mtime_ns
     assert experiment.finetuned("keyword", **settings) == json.loads(results.read_text())
