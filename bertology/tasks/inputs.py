@@ -135,14 +135,17 @@ def _sequence_windows(ids: list[int], types: list[int], index: int, label, token
 
 
 def word_of_each_token(words: list[str], offsets: list[tuple[int, int]]) -> list[int | None]:
-    """Map token character offsets (into " ".join(words)) back to word numbers."""
+    """Map token character offsets (into " ".join(words)) back to word numbers.
+
+    A token belongs to the word of its last character: a unigram (SentencePiece-style) piece
+    like "▁word" starts at the space before its word."""
     starts, position = [], 0
     for word in words:
         starts.append(position)
         position += len(word) + 1
     mapped = []
     for begin, end in offsets:
-        mapped.append(None if begin == end else bisect.bisect_right(starts, begin) - 1)
+        mapped.append(None if begin == end else bisect.bisect_right(starts, end - 1) - 1)
     return mapped
 
 
@@ -356,7 +359,10 @@ def find_answers(encoded: Encoded, starts: list[np.ndarray], ends: list[np.ndarr
         s, e = top_s[a], top_e[b]
         probability = softmax(s_scores[valid])[valid[:s].sum()] * softmax(e_scores[valid])[valid[:e].sum()]
         char_start, char_end = feature.offsets[s][0], feature.offsets[e][1]
-        best[i] = (score, {"answer": examples[i].context[char_start:char_end], "start": char_start,
+        context = examples[i].context
+        while char_start < char_end and context[char_start].isspace():  # a "▁word" piece's leading space
+            char_start += 1
+        best[i] = (score, {"answer": context[char_start:char_end], "start": char_start,
                            "end": char_end, "score": float(probability)})
     no_answer = {"answer": "", "start": None, "end": None, "score": None}
     return [no_answer if found is None or (allow_no_answer and null[i] - found[0] > settings.null_score_threshold)

@@ -10,6 +10,9 @@ import transformers
 from bertology.cli import main
 from bertology.data.tokenizer import SPECIAL_TOKENS, Tokenizer, train_tokenizer
 from bertology.errors import UserError
+from bertology.ops import IGNORE_INDEX
+from bertology.tasks.inputs import InputSettings, encode_tokens
+from bertology.tasks.readers import TASKS, TokenExample
 
 WIKI_VALID = "wikitext-2-raw/wiki.valid.raw"
 TEXTS = ["The Eiffel Tower, completed in 1889, is 330 metres tall.", "Café résumé — №5 Élan",
@@ -94,3 +97,21 @@ def test_bad_inputs_are_one_line_errors(data_dir, tmp_path, unigram):
     (broken / "tokenizer_config.json").write_text('{"tokenizer_model": "bpe"}')
     with pytest.raises(UserError, match="'tokenizer_model' must be wordpiece or unigram"):
         Tokenizer.from_pretrained(broken)
+
+
+def test_tagging_labels_every_word_once_on_its_first_piece(unigram):
+    # A unigram piece "▁word" starts at the space before its word: mapped by its start, every
+    # word after the first lost its label to the word before.
+    tokenizer, _ = unigram
+    words = ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", "."]
+    tags = ["B-ORG", "O", "B-MISC", "O", "O", "O", "B-MISC", "O", "O"]
+    spec = TASKS["conll2003"]
+    (feature,) = encode_tokens(spec, [TokenExample("0", words, tags, "x:1")], tokenizer, InputSettings()).features
+    labelled = [(t, w) for t, w in enumerate(feature.word_ids) if w is not None]
+    assert [w for _, w in labelled] == list(range(len(words)))
+    assert [spec.labels[label] for label in feature.token_labels if label != IGNORE_INDEX] == tags
+    # each label sits on a piece of its own word: the piece's last character is inside the word
+    offsets = tokenizer([" ".join(words)], return_tensors=None, return_offsets_mapping=True)["offset_mapping"][0]
+    starts = [sum(len(word) + 1 for word in words[:k]) for k in range(len(words))]
+    for t, w in labelled:
+        assert starts[w] <= offsets[t][1] - 1 < starts[w] + len(words[w]), (t, w, offsets[t])
