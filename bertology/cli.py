@@ -577,18 +577,19 @@ COMMANDS = [
             ".recipes.pretrain:PretrainConfig", run_pretrain, config_file=True,
             description="Pre-train an encoder on your text. Interrupt with Ctrl-C at any time: a checkpoint is "
             "written; --resume continues." + FLAGS_OR_FILE),
-    Command("finetune", "fine-tune an encoder on a task (GLUE, CoNLL-2003, SQuAD, or your own CSV/TSV/JSONL)",
+    Command("finetune", "fine-tune an encoder on a task (GLUE, CoNLL-2003, SQuAD, WiC, or your own CSV/TSV/JSONL)",
             ".recipes.finetune:FinetuneConfig", run_finetune, config_file=True,
             description="Fine-tune a pre-trained encoder with one small head. Writes the best model (by the task's "
             "main dev metric), eval_results.json, metrics.jsonl and learning_curve.png into --out." + FLAGS_OR_FILE),
     Command("evaluate", "score a fine-tuned model on a task's dev (or other) split",
             ".recipes.finetune:EvaluateConfig", run_evaluate),
-    Command("predict", "predict with a fine-tuned model: GLUE submission TSV, SQuAD predictions JSON, CoNLL tags",
-            ".recipes.finetune:PredictConfig", run_predict,
-            description="Input formats: the task's official format (GLUE test.tsv, SQuAD JSON, CoNLL file), or for "
-            "sentence tasks a .txt with one text per line (a tab between the two texts of a pair) and for tagging "
-            "a .txt with one sentence of space-separated words per line. Output: GLUE-style index<TAB>prediction "
-            "TSV, {id: answer} JSON, or CoNLL columns (word [gold] predicted)."),
+    Command("predict", "predict with a fine-tuned model: GLUE submission TSV, SQuAD predictions JSON, CoNLL tags, "
+            "WiC T/F", ".recipes.finetune:PredictConfig", run_predict,
+            description="Input formats: the task's official format (GLUE test.tsv, SQuAD JSON, CoNLL file, WiC "
+            "X.data.txt), or for sentence tasks a .txt with one text per line (a tab between the two texts of a "
+            "pair) and for tagging a .txt with one sentence of space-separated words per line. Output: GLUE-style "
+            "index<TAB>prediction TSV, {id: answer} JSON, CoNLL columns (word [gold] predicted), or WiC's T or F "
+            "a line."),
     Command("distill", "distil a fine-tuned teacher into a small, fast student", ".recipes.distill:DistillConfig",
             run_distill, config_file=True,
             description="The teacher labels a transfer set (the task's training text and any --unlabeled files; its "

@@ -29,7 +29,7 @@ from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..models import family_of, read_config, resolve_model_dir
 from ..models.awd_lstm import AWDLSTMConfig
-from ..models.bert import BertConfig, BertPreTrainedModel, model_class, tensor_shapes
+from ..models.bert import BertConfig, BertForWordInContext, BertPreTrainedModel, model_class, tensor_shapes
 from ..models.elmo import ELMoConfig
 from ..models.gpt import GPTConfig
 from ..models.features import HEAD_CONFIG, FeatureModel
@@ -97,7 +97,16 @@ def export_format(config: BertConfig) -> str | None:
 
 
 def exported_config(model: BertPreTrainedModel, fmt: str) -> BertConfig:
-    """The config an export writes: the model's, naming its class (transformers' `architectures`) and the format."""
+    """The config an export writes: the model's, naming its class (transformers' `architectures`) and the format.
+
+    Raises:
+        UserError: WiC's head exported as "hf" or "onnx": neither transformers nor the ONNX graph's
+            inputs have its target word positions.
+    """
+    if isinstance(model, BertForWordInContext) and fmt in ("hf", "onnx"):
+        raise UserError(f"a {type(model).__name__} (WiC's head) has no {fmt} export: it also takes the target "
+                        "words' positions, which transformers' classes and the exported graph do not; evaluate and "
+                        "predict run the model directory itself, or export it as int8")
     extra = {**model.config.extra, "architectures": [type(model).__name__], EXPORT_KEY: fmt}
     return dataclasses.replace(model.config, extra=extra)
 

@@ -73,8 +73,9 @@ def run_rows(model: BertPreTrainedModel, encoded: Encoded, spec: TaskSpec, pad_i
 
 
 def decode(spec: TaskSpec, encoded: Encoded, outputs: list, examples: list, settings: InputSettings):
-    """Row outputs -> one prediction per example (label, score, tag list) or {qid: answer} for spans."""
-    if spec.kind == "sequence":
+    """Row outputs -> one prediction per example (label, score, tag list) or {qid: answer} for spans
+    (a WiC pair's label, as a sentence pair's)."""
+    if spec.kind in ("sequence", "wic"):
         return decode_sequences(spec, encoded, outputs)
     if spec.kind == "token":
         return decode_tokens(spec, encoded, outputs, examples)
@@ -102,7 +103,7 @@ def score(spec: TaskSpec, examples: list, predictions, split: str = "dev") -> di
     elif spec.regression:
         gold = [float(e.label) for e in examples]
     else:
-        gold = [spec.labels.index(str(e.label)) for e in examples]
+        gold = [None if e.label is None else spec.labels.index(str(e.label)) for e in examples]
         predictions = [spec.labels.index(p) for p in predictions]
     if any(g is None for g in gold):
         raise UserError(f"{examples[0].where.split(':')[0]}: this split has no gold labels to score against")

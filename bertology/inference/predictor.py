@@ -102,6 +102,9 @@ class Predictor:
         """
         if self.spec is None:
             raise UserError(f"{self.model_dir} is a bare encoder with no task head: it can only embed texts")
+        if self.spec.kind == "wic":
+            raise UserError(f"{self.model_dir} predicts WiC, which needs each sentence's target word position; "
+                            "run `bertology predict` on a WiC data file (X.data.txt)")
         if self.takes_pairs != (text_pairs is not None):
             raise UserError("text_pairs: " + ("required by" if self.takes_pairs else "not taken by")
                             + f" this model's task ({self.spec.name})")

@@ -587,7 +587,7 @@ class MaskedLMHead(nn.Module):
 
 
 class ClassificationHead(nn.Module):
-    """Dropout then a linear layer: on the pooled [CLS] vector, or on every token."""
+    """Dropout then a linear layer: on the pooled [CLS] vector, on every token, or on WiC's [CLS; targets]."""
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float):
         super().__init__()
@@ -770,10 +770,54 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         return _task_output(out, loss=loss, start_logits=start_logits, end_logits=end_logits)
 
 
+class BertForWordInContext(BertPreTrainedModel):
+    """Encoder + the SuperGLUE baseline's head for WiC (Wang et al. 2019; jiant): a linear classifier
+    (logistic regression) on the pooled [CLS] vector concatenated with the target word's vector in
+    each sentence, the mean of its tokens' last hidden states.
+
+    Example (B = 1 pair, T = 9 tokens, target tokens 2..3 of sentence 1 and 6 of sentence 2):
+        >>> model = BertForWordInContext(BertConfig.from_preset("tiny", vocab_size=100))
+        >>> model(torch.randint(5, 100, (1, 9)), target_spans=torch.tensor([[[2, 3], [6, 6]]])).logits.shape
+        torch.Size([1, 2])
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.classifier = ClassificationHead(3 * config.hidden_size, config.num_labels, _classifier_dropout(config))
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        target_spans: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """Args: input_ids, attention_mask, token_type_ids (B, T) as BertModel's; target_spans (B, 2, 2)
+        long, required: for sentence 1 and sentence 2, the first and last position (inclusive) of the
+        target word's tokens; labels (B,) class ids.
+        Returns logits (B, num_labels) and, with labels, their cross-entropy."""
+        if target_spans is None:
+            raise ValueError("BertForWordInContext needs target_spans (B, 2, 2): each sentence's target tokens")
+        out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        hidden = out.last_hidden_state  # (B, T, H)
+        positions = torch.arange(hidden.shape[1], device=hidden.device)  # (T,)
+        inside = (positions >= target_spans[..., :1]) & (positions <= target_spans[..., 1:])  # (B, 2, T)
+        weights = inside.to(hidden.dtype) / inside.sum(-1, keepdim=True).clamp(min=1)  # each row averages its span
+        targets = weights @ hidden  # (B, 2, H)
+        logits = self.classifier(torch.cat([out.pooler_output, targets.flatten(1)], dim=-1))  # (B, 3H) -> (B, labels)
+        loss = None if labels is None else F.cross_entropy(logits.float(), labels.view(-1))
+        return _task_output(out, loss=loss, logits=logits)
+
+
 MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = {
     cls.__name__: cls
     for cls in (BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
-                BertForTokenClassification, BertForQuestionAnswering)
+                BertForTokenClassification, BertForQuestionAnswering, BertForWordInContext)
 }
 
 

@@ -362,8 +362,9 @@ def run_distillation(cfg: DistillConfig) -> dict:
     out = Path(cfg.out)
     check_output_dir(out, cfg.resume)
     teacher, teacher_tokenizer, spec, settings = load_finetuned(cfg.teacher)
-    if spec.kind == "span":
-        raise UserError(f"{cfg.teacher}: distillation covers sentence, pair and token tasks, not span extraction")
+    if spec.kind in ("span", "wic"):
+        raise UserError(f"{cfg.teacher}: distillation covers sentence, pair and token tasks, not {spec.kind} "
+                        f"({spec.name})")
     if cfg.max_seq_len is not None:
         settings = dataclasses.replace(settings, max_seq_len=cfg.max_seq_len)
     torch.manual_seed(cfg.seed)

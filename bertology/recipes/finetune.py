@@ -2,7 +2,8 @@
 
 `run_finetuning(config)` reads a task's official files, encodes them (tasks/inputs.py), puts
 the head the task needs on the encoder (models/bert.py: [CLS]-pooled linear head for sentences
-and pairs, a per-token head for tagging, a start/end head for spans) and trains with the
+and pairs, a per-token head for tagging, a start/end head for spans, a head on [CLS] and the
+two target words for WiC) and trains with the
 BERT recipe (AdamW, warmup then linear decay, dropout 0.1), evaluating on the dev set after
 every epoch and keeping the best model. ULMFiT's tricks are switches: discriminative
 learning rates (`layer_lr_decay`), the slanted triangular schedule (`schedule`) and
@@ -37,6 +38,7 @@ from ..tasks.readers import (
     write_conll_predictions,
     write_glue_predictions,
     write_squad_predictions,
+    write_wic_predictions,
 )
 from ..training.loop import Trainer
 from ..training.tasks import (
@@ -183,10 +185,14 @@ def prepare_data(cfg: FinetuneConfig) -> RunData:
     settings = cfg.input_settings(spec)
     encoded = encode(spec, train, tokenizer, settings, training=True)
     if encoded.too_long:
-        action = "covered by overlapping windows" if cfg.long_inputs == "window" or spec.kind == "span" else "cut"
+        if spec.kind == "wic":
+            action = "cut around their target words"
+        elif cfg.long_inputs == "window" or spec.kind == "span":
+            action = "covered by overlapping windows"
+        else:
+            action = "cut (--long-inputs window keeps all of them)"
         print(f"{encoded.too_long:,} of {len(train):,} training examples are longer than {settings.max_seq_len} "
-              f"tokens and were {action}" + (" (--long-inputs window keeps all of them)" if action == "cut" else ""),
-              file=sys.stderr)
+              f"tokens and were {action}", file=sys.stderr)
     return RunData(spec, tokenizer, settings, train, dev, encoded)
 
 
@@ -217,12 +223,29 @@ def finetune_once(cfg: FinetuneConfig, data: RunData, seed: int, out: Path) -> d
     return best.results
 
 
+def check_wic_setup(cfg: FinetuneConfig, family: str) -> None:
+    """WiC's head reads the target word's tokens from a fine-tuned BERT-family encoder in one row:
+    a one-line error for any other model, the feature-based mode or windows."""
+    if family != "bert":
+        what = "--arch taglm trains a tagger" if cfg.arch == "taglm" else f"{cfg.model} is a {family} model"
+        raise UserError(f"wic needs a BERT-family encoder (BERT, RoBERTa, ALBERT or ELECTRA: its head reads the "
+                        f"target words' tokens); {what}")
+    if cfg.mode == "features":
+        raise UserError("wic is fine-tuned whole here (--mode finetune): its head reads the target word's tokens "
+                        "from the encoder")
+    if cfg.long_inputs == "window":
+        raise UserError("--long-inputs window does not apply to wic: its head reads both target words from one row, "
+                        "so long pairs are cut around them")
+
+
 def run_finetuning(cfg: FinetuneConfig) -> dict:
     """Fine-tune (or train a feature-based head) for cfg.seeds seeds; write and return the dev results."""
     cfg.validate()
     out = Path(cfg.out)
     check_output_dir(out, cfg.resume)
     family = "taglm" if cfg.arch == "taglm" else family_of(cfg.model).name
+    if resolve_task(cfg).kind == "wic":
+        check_wic_setup(cfg, family)
     if family == "taglm" and cfg.arch != "taglm":
         raise UserError(f"{cfg.model}: an already trained TagLM tagger; evaluate or predict with it, or train a new "
                         "one with --arch taglm")
@@ -293,10 +316,11 @@ class PredictConfig:
 
     model: str = setting(required=True, metavar="MODEL", model_dir=True,
                          help="a model directory from `bertology finetune`")
-    input: str = setting(required=True, metavar="FILE", help="the task's official format, or .txt: one text per "
-                                                             "line (a tab between the texts of a pair)")
-    out: str = setting(required=True, metavar="FILE", output="file", help="the predictions: GLUE TSV, SQuAD JSON "
-                                                                         "or CoNLL columns")
+    input: str = setting(required=True, metavar="FILE", help="the task's official format (WiC: a X.data.txt), or "
+                                                             ".txt: one text per line (a tab between the texts of a "
+                                                             "pair)")
+    out: str = setting(required=True, metavar="FILE", output="file", help="the predictions: GLUE TSV, SQuAD JSON, "
+                                                                         "CoNLL columns or WiC's T/F lines")
     batch_size: int = setting(128, positive=True, help="examples per forward pass")
     precision: str = setting("auto", choices=PRECISIONS, help="auto: bf16 where the processor runs it fast")
 
@@ -329,6 +353,8 @@ def run_prediction(model_dir: str, input_path: Path, out_path: Path, batch_size:
         write_squad_predictions(predictions, out_path)
     elif spec.kind == "token":
         write_conll_predictions(examples, predictions, out_path)
+    elif spec.kind == "wic":
+        write_wic_predictions(predictions, out_path)
     else:
         ids = predictions if spec.regression else [spec.labels.index(label) for label in predictions]
         write_glue_predictions(spec, examples, ids, out_path)

@@ -11,6 +11,10 @@ Each task kind has one encoder and one decoder:
 - span (SQuAD): "[CLS] question [SEP] context window [SEP]" with windows `doc_stride` tokens
   apart, as BERT's run_squad; answers are found by an n-best search over start/end scores,
   and SQuAD 2.0's "no answer" is chosen when the [CLS] score beats the best span by the threshold.
+- wic (a sentence pair with a target word in each): "[CLS] s1 [SEP] s2 [SEP]" and, for each
+  sentence, the first and last token of its target word (found from the word index through the
+  tokens' character offsets). Too-long pairs are cut longest first around the targets, which
+  always stay; windows do not apply, since the head reads both targets from one row.
 
 Batches are length-bucketed: examples of similar length share a batch, padded only to
 that batch's longest row."""
@@ -28,8 +32,9 @@ import torch
 
 from ..data.padding import pad_rows
 from ..data.tokenizer import Tokenizer
+from ..errors import UserError
 from ..ops import IGNORE_INDEX
-from .readers import SequenceExample, SpanExample, TaskSpec, TokenExample
+from .readers import SequenceExample, SpanExample, TaskSpec, TokenExample, WicExample
 
 
 @dataclass
@@ -39,13 +44,14 @@ class Feature:
     input_ids: list[int]
     token_type_ids: list[int]
     example: int
-    label: int | float | None = None  # sequence tasks
+    label: int | float | None = None  # sequence and wic tasks
     token_labels: list[int] | None = None  # token tasks (IGNORE_INDEX off first pieces)
     start: int = 0  # span tasks: gold token positions (0 = [CLS] = no answer in this window)
     end: int = 0
     word_ids: list[int | None] = field(default_factory=list)  # token tasks: word of each first piece
     centrality: list[int] = field(default_factory=list)  # token tasks: distance to the window's edge
     offsets: list[tuple[int, int] | None] = field(default_factory=list)  # span tasks: context chars per token
+    targets: list[tuple[int, int]] = field(default_factory=list)  # wic: each sentence's target, first and last token
 
 
 @dataclass
@@ -214,12 +220,76 @@ def encode_spans(spec: TaskSpec, examples: list[SpanExample], tokenizer: Tokeniz
     return Encoded(features, len(examples), too_long)
 
 
+def _pair_lengths(len_a: int, len_b: int, keep_a: int, keep_b: int, budget: int) -> tuple[int, int]:
+    """The lengths two texts are cut to so that together they take at most `budget` tokens:
+    tokens come off the longer one first (BERT's longest-first), never below `keep_a` and
+    `keep_b` (each text's target word), which must fit the budget together."""
+    for _ in range(len_a + len_b - budget):
+        if (len_a >= len_b and len_a > keep_a) or len_b <= keep_b:
+            len_a -= 1
+        else:
+            len_b -= 1
+    return len_a, len_b
+
+
+def _window_start(length: int, size: int, first: int, last: int) -> int:
+    """Where a window of `size` of `length` tokens starts so that it holds tokens first..last,
+    centred on them as far as the text allows."""
+    slack = size - (last - first + 1)
+    return min(max(0, first - slack // 2), length - size)
+
+
+def encode_word_pairs(spec: TaskSpec, examples: list[WicExample], tokenizer: Tokenizer,
+                      settings: InputSettings) -> Encoded:
+    """WiC pairs -> "[CLS] s1 [SEP] s2 [SEP]" rows with `targets`, the first and last token of
+    the target word in each sentence (row positions). Each sentence is its words joined by
+    spaces, so `word_of_each_token` maps its tokens back to the word indexes WiC gives.
+
+    Raises:
+        UserError: a target word that gives no token (naming the example's file and line), or two
+            targets that alone take more tokens than `settings.max_seq_len` leaves.
+    """
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    sides = []  # per sentence of the pair: (token ids, first and last target token) of each example
+    for side in (0, 1):
+        texts = [" ".join(e.sentences[side]) for e in examples]
+        encoded = tokenizer(texts, padding=False, truncation=False, return_tensors=None, return_offsets_mapping=True)
+        rows = []
+        for i, example in enumerate(examples):
+            words = word_of_each_token(example.sentences[side], encoded["offset_mapping"][i][1:-1])
+            target = [t for t, word in enumerate(words) if word == example.positions[side]]
+            if not target:
+                shown = example.sentences[side][example.positions[side]]
+                raise UserError(f"{example.where}: the target word {shown[:40]!r} of sentence {side + 1} gives no token")
+            rows.append((encoded["input_ids"][i][1:-1], target[0], target[-1]))
+        sides.append(rows)
+    budget = settings.max_seq_len - 3  # [CLS] and two [SEP]
+    features, too_long = [], 0
+    for i, example in enumerate(examples):
+        (a, a_first, a_last), (b, b_first, b_last) = sides[0][i], sides[1][i]
+        keep_a, keep_b = a_last - a_first + 1, b_last - b_first + 1
+        if keep_a + keep_b > budget:
+            raise UserError(f"{example.where}: the two target words alone take {keep_a + keep_b} tokens, more than "
+                            f"max_seq_len {settings.max_seq_len} leaves beside [CLS] and [SEP]")
+        len_a, len_b = _pair_lengths(len(a), len(b), keep_a, keep_b, budget)
+        too_long += len_a + len_b < len(a) + len(b)
+        start_a, start_b = _window_start(len(a), len_a, a_first, a_last), _window_start(len(b), len_b, b_first, b_last)
+        ids = [cls, *a[start_a:start_a + len_a], sep, *b[start_b:start_b + len_b], sep]
+        offset_b = len_a + 2 - start_b  # row position of b's token 0
+        targets = [(1 + a_first - start_a, 1 + a_last - start_a), (offset_b + b_first, offset_b + b_last)]
+        features.append(Feature(ids, [0] * (len_a + 2) + [1] * (len_b + 1), i, _label_id(spec, example.label),
+                                targets=targets))
+    return Encoded(features, len(examples), too_long)
+
+
 def encode(spec: TaskSpec, examples: list, tokenizer: Tokenizer, settings: InputSettings, training: bool) -> Encoded:
     """Examples of any task kind -> rows (see the module docstring)."""
     if spec.kind == "sequence":
         return encode_sequences(spec, examples, tokenizer, settings)
     if spec.kind == "token":
         return encode_tokens(spec, examples, tokenizer, settings)
+    if spec.kind == "wic":
+        return encode_word_pairs(spec, examples, tokenizer, settings)
     return encode_spans(spec, examples, tokenizer, settings, training)
 
 
@@ -266,9 +336,12 @@ def in_row_order(lengths: list[int], batch_size: int, predict_batch: Callable[[l
 
 
 def collate(features: list[Feature], kind: str, pad_id: int, regression: bool = False) -> dict[str, torch.Tensor]:
-    """Pad rows to the longest of the batch; add the labels the task's model takes."""
+    """Pad rows to the longest of the batch; add the labels the task's model takes (those of
+    `kind`; "none" for none), and WiC's target spans (B, 2, 2), an input its model always takes."""
     batch = pad_rows([f.input_ids for f in features], [f.token_type_ids for f in features], pad_id)
-    if kind == "sequence" and features[0].label is not None:
+    if features[0].targets:
+        batch["target_spans"] = torch.tensor([f.targets for f in features])
+    if kind in ("sequence", "wic") and features[0].label is not None:
         batch["labels"] = torch.tensor([f.label for f in features], dtype=torch.float if regression else torch.long)
     elif kind == "token" and features[0].token_labels is not None:
         labels = torch.full_like(batch["input_ids"], IGNORE_INDEX)

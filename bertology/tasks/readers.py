@@ -5,12 +5,13 @@
 | cola sst2 mrpc stsb qqp mnli qnli rte wnli | sequence (one sentence or a pair) | GLUE TSV | Wang et al. 2019, "GLUE" |
 | conll2003 | token (named entities, IOB2 tags) | CoNLL columns | Tjong Kim Sang & De Meulder 2003 |
 | squad, squad_v2 | span (extractive QA) | SQuAD JSON | Rajpurkar et al. 2016, 2018 |
+| wic | wic (a pair, a target word in each: same sense?) | WiC's X.data.txt, X.gold.txt | Pilehvar & Camacho-Collados 2019 |
 | `generic_task(...)` | sequence, from the user's own CSV, TSV or JSONL | table | |
 
 A `TaskSpec` says what a task predicts (its labels, or a score for regression), which
 metrics it reports and where its files' fields are. `task_files` finds a split's file in a
 task folder, `read_examples` reads it into examples (`SequenceExample`, `TokenExample`,
-`SpanExample`), and the `write_*_predictions` functions write predictions in the format
+`SpanExample`, `WicExample`), and the `write_*_predictions` functions write predictions in the format
 each benchmark's scorer or leaderboard expects.
 
 Every mistake in an input file raises `UserError` with a one-line message that names the
@@ -50,7 +51,7 @@ class TaskSpec:
     """What a fine-tuning task predicts, how it is scored and how its files are read."""
 
     name: str
-    kind: str  # "sequence" (one sentence or a pair), "token" or "span"
+    kind: str  # "sequence" (one sentence or a pair), "token", "span" or "wic" (a pair, a target word in each)
     labels: tuple[str, ...] | None  # class names in id order; None for regression, span tasks, and labels yet to be discovered
     metrics: tuple[str, ...]  # the metric keys reported (see tasks/metrics.py)
     main_metric: str  # the one that picks the best checkpoint
@@ -58,7 +59,7 @@ class TaskSpec:
     regression: bool = False  # sequence tasks: a float score instead of a class
     label_range: tuple[float, float] | None = None  # regression scores must lie in it (STS-B: 0 to 5)
     unanswerable: bool = False  # span tasks: questions may have no answer (SQuAD 2.0)
-    format: str = "glue"  # the reader: "glue", "table", "conll" or "squad"
+    format: str = "glue"  # the reader: "glue", "table", "conll", "squad" or "wic"
     columns: Columns | None = None  # "glue" and "table" formats
     # split -> file names looked for in a task folder, the first found wins (a dict: kept out of the hash)
     files: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
@@ -83,6 +84,10 @@ CONLL_FILES = {
     "dev": ("valid.txt", "dev.txt", "eng.testa"),
     "test": ("test.txt", "eng.testb"),
 }
+
+
+# WiC: X.data.txt holds the pairs, X.gold.txt beside it their labels (see `wic_gold_file`).
+WIC_FILES = {split: (f"{split}.data.txt",) for split in ("train", "dev", "test")}
 
 
 BINARY = ("0", "1")
@@ -132,6 +137,8 @@ TASKS: dict[str, TaskSpec] = {
                           format="conll", files=CONLL_FILES),
     "squad": _squad("squad", "1.1", unanswerable=False),
     "squad_v2": _squad("squad_v2", "2.0", unanswerable=True),
+    # Labels as the gold files write them: F (different senses), T (the same sense).
+    "wic": TaskSpec("wic", "wic", ("F", "T"), ("accuracy",), "accuracy", format="wic", files=WIC_FILES),
 }
 
 
@@ -225,14 +232,36 @@ class SpanExample:
     where: str  # "file: question <qid>", for messages
 
 
-Example = SequenceExample | TokenExample | SpanExample
+@dataclass
+class WicExample:
+    """One Word-in-Context pair: a target word in two sentences, same sense or not."""
+
+    word: str  # the target's lemma
+    pos: str  # "N" or "V"
+    sentences: tuple[list[str], list[str]]  # each sentence's space-separated tokens
+    positions: tuple[int, int]  # the target's token index in each
+    same_sense: bool | None  # None: no gold labels (a test file)
+    source: str  # "file:line", for error messages
+
+    @property
+    def label(self) -> str | None:
+        """The gold file's letter, the task's label: "T" (same sense), "F", or None without gold."""
+        return None if self.same_sense is None else "T" if self.same_sense else "F"
+
+    @property
+    def where(self) -> str:
+        """The pair's "file:line", the name every task example gives its place by."""
+        return self.source
+
+
+Example = SequenceExample | TokenExample | SpanExample | WicExample
 
 
 def task_files(spec: TaskSpec, path: str | Path, splits: Sequence[str]) -> dict[str, Path]:
     """Find the file of each split in `splits` ("train", "dev", "test", MNLI's "dev_mismatched", ...).
 
     `path` is a task folder (GLUE: train.tsv, dev.tsv, test.tsv; MNLI: dev_matched.tsv for
-    "dev"; CoNLL: train.txt, valid.txt or eng.testa for "dev", ...; see `TaskSpec.files`) or
+    "dev"; CoNLL: train.txt, valid.txt or eng.testa for "dev"; WiC: dev.data.txt, ...; see `TaskSpec.files`) or
     a single file, which is then used for every split asked.
 
     Raises:
@@ -266,6 +295,9 @@ def read_examples(spec: TaskSpec, file: str | Path, split: str, skipped: list[st
         skipped: SQuAD only: the ids of training questions left out are appended here (see
             `read_squad`).
 
+    WiC's `file` is the data file; its labels are read from the gold file beside it (see
+    `wic_gold_file`).
+
     Raises:
         UserError: the file is missing, malformed or holds no examples.
     """
@@ -277,6 +309,8 @@ def read_examples(spec: TaskSpec, file: str | Path, split: str, skipped: list[st
         return read_conll(spec, file)
     if spec.format == "squad":
         return read_squad(spec, file, split, skipped)
+    if spec.format == "wic":
+        return read_wic(file, wic_gold_file(file, split))
     raise ValueError(f"unknown task format {spec.format!r}")
 
 
@@ -337,31 +371,23 @@ def _nonempty(examples: list, file: Path) -> list:
     return examples
 
 
-@dataclass
-class WicExample:
-    """One Word-in-Context pair: a target word in two sentences, same sense or not."""
-
-    word: str  # the target's lemma
-    pos: str  # "N" or "V"
-    sentences: tuple[list[str], list[str]]  # each sentence's space-separated tokens
-    positions: tuple[int, int]  # the target's token index in each
-    same_sense: bool
-    source: str  # "file:line", for error messages
-
-
-def read_wic(data_file: str | Path, gold_file: str | Path) -> list[WicExample]:
+def read_wic(data_file: str | Path, gold_file: str | Path | None) -> list[WicExample]:
     """WiC's official files (Pilehvar and Camacho-Collados 2019): `X.data.txt` lines `lemma <TAB>
     N|V <TAB> i1-i2 <TAB> sentence 1 <TAB> sentence 2` (tokens separated by spaces, i1 and i2 the
-    target's token index in each) and `X.gold.txt` lines `T` or `F`, line by line.
+    target's token index in each) and `X.gold.txt` lines `T` or `F`, line by line. With no
+    `gold_file` (test data) every example's `same_sense` is None.
 
     Raises:
         UserError: the two files' line counts differ, or a line is malformed (naming file and line).
     """
-    data_file, gold_file = Path(data_file), Path(gold_file)
-    rows, golds = read_text_lines(data_file), read_text_lines(gold_file)
+    data_file = Path(data_file)
+    rows = read_text_lines(data_file)
+    golds = [(None, None)] * len(rows) if gold_file is None else read_text_lines(gold_file)
     if len(rows) != len(golds):
+        extra = (f"{data_file.name}:{rows[len(golds)][0]} has no label" if len(golds) < len(rows)
+                 else f"{Path(gold_file).name}:{golds[len(rows)][0]} labels no pair")
         raise UserError(f"{gold_file}: {len(golds):,} labels for the {len(rows):,} pairs of {data_file.name}; "
-                        "line n of the gold file labels line n of the data file")
+                        f"{extra} (line n of the gold file labels line n of the data file)")
     examples = []
     for (number, line), (gold_number, gold) in zip(rows, golds):
         where = f"{data_file}:{number}"
@@ -377,10 +403,34 @@ def read_wic(data_file: str | Path, gold_file: str | Path) -> list[WicExample]:
             positions = ()
         if len(positions) != 2 or not all(0 <= i < len(s) for i, s in zip(positions, sentences)):
             raise UserError(f"{where}: {indices!r} is not two token indexes i1-i2 within the sentences")
-        if gold.strip() not in ("T", "F"):
+        if gold is not None and gold.strip() not in ("T", "F"):
             raise UserError(f"{gold_file}:{gold_number}: expected T or F, got {gold.strip()[:20]!r}")
-        examples.append(WicExample(word, pos, sentences, positions, gold.strip() == "T", where))
+        same_sense = None if gold is None else gold.strip() == "T"
+        examples.append(WicExample(word, pos, sentences, positions, same_sense, where))
     return examples
+
+
+def wic_gold_file(data_file: str | Path, split: str) -> Path | None:
+    """The gold file of a WiC data file: `X.gold.txt` beside `X.data.txt`, as the official release
+    names them; None for test data that has none.
+
+    Raises:
+        UserError: a training or dev file without its gold file beside it (naming the file
+            looked for), or not named `X.data.txt`.
+    """
+    data_file = Path(data_file)
+    gold = None
+    if data_file.name.endswith(".data.txt"):
+        gold = data_file.with_name(data_file.name.removesuffix(".data.txt") + ".gold.txt")
+        if gold.is_file():
+            return gold
+    if split == "test":
+        return None
+    if gold is None:
+        raise UserError(f"{data_file}: a WiC data file is named X.data.txt, with its T/F labels in X.gold.txt "
+                        "beside it")
+    raise UserError(f"{gold}: no such file (the T/F labels of {data_file.name}, one a line; only test data may "
+                    "come without)")
 
 
 def read_glue(spec: TaskSpec, file: str | Path, split: str) -> list[SequenceExample]:
@@ -743,6 +793,11 @@ def write_conll_predictions(examples: Sequence[TokenExample], tags: Sequence[Seq
             lines += [f"{word} {tag}" for word, tag in zip(example.words, predicted)]
         lines.append("")
     write_text_atomic(path, "\n".join(lines) + "\n" if lines else "")
+
+
+def write_wic_predictions(labels: Sequence[str], path: str | Path) -> None:
+    """Write WiC predictions as its gold files hold labels: one `T` or `F` a line, in the data file's order."""
+    write_text_atomic(path, "".join(f"{label}\n" for label in labels))
 
 
 def write_squad_predictions(predictions: Mapping[str, str], path: str | Path) -> None:

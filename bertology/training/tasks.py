@@ -33,6 +33,7 @@ from ..models.bert import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
+    BertForWordInContext,
     BertPreTrainedModel,
 )
 from ..models.gpt import GPTConfig, GPTForSequenceClassification
@@ -150,7 +151,7 @@ def subset(examples: list, size: int | None, seed: int) -> list:
 
 
 MODEL_FOR_KIND = {"sequence": BertForSequenceClassification, "token": BertForTokenClassification,
-                  "span": BertForQuestionAnswering}
+                  "span": BertForQuestionAnswering, "wic": BertForWordInContext}
 
 
 # The families fine-tuned for sequence tasks only: their classifier, and what the refusal of other tasks says.
@@ -353,8 +354,9 @@ def check_output_dir(out: Path, resume: bool) -> None:
 
 
 def read_inputs(spec: TaskSpec, path: Path) -> list:
-    """`predict`'s input: the task's official format, or plain text (one example per line)."""
-    if path.suffix != ".txt" or spec.kind == "span":
+    """`predict`'s input: the task's official format, or plain text (one example per line; WiC's
+    data files are .txt files of its own format)."""
+    if path.suffix != ".txt" or spec.kind in ("span", "wic"):
         return read_examples(spec, path, "test")
     lines = read_text_lines(path)
     if spec.kind == "token":

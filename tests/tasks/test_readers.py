@@ -54,7 +54,7 @@ def test_every_task_reports_its_main_metric():
     for name, spec in TASKS.items():
         assert spec.name == name
         assert spec.main_metric in spec.metrics
-        assert spec.kind in ("sequence", "token", "span")
+        assert spec.kind in ("sequence", "token", "span", "wic")
     assert TASKS["cola"].main_metric == "mcc"
     assert TASKS["mrpc"].main_metric == TASKS["qqp"].main_metric == "f1"
     assert TASKS["stsb"].regression and TASKS["stsb"].labels is None
