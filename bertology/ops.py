@@ -201,6 +201,17 @@ def autocast(precision: str, device: torch.device):
     return contextlib.nullcontext()
 
 
+def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor, start_positions: torch.Tensor,
+              end_positions: torch.Tensor) -> torch.Tensor:
+    """The extractive-QA loss: the mean of the start and the end cross-entropies over each row's
+    positions, start_logits and end_logits (B, T), gold positions (B,); a gold position past the
+    row (>= T) carries no loss, as transformers' question-answering heads do."""
+    length = start_logits.shape[1]
+    start, end = start_positions.view(-1).clamp(0, length), end_positions.view(-1).clamp(0, length)
+    return (F.cross_entropy(start_logits.float(), start, ignore_index=length)
+            + F.cross_entropy(end_logits.float(), end, ignore_index=length)) / 2
+
+
 def last_token_states(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """Each row's last real token's vector (B, H) from hidden (B, T, H) and a right-padded
     attention_mask (B, T) (None: no padding): under a causal mask, the one vector that has

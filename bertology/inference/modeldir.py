@@ -51,12 +51,12 @@ CPU_FORMATS = ("int8", "onnx")  # run on the CPU only (PyTorch's quantized kerne
 
 def load_config(directory: str | os.PathLike) -> BertConfig | GPTConfig | AWDLSTMConfig | XLNetConfig:
     """The config of a model directory that tasks can fine-tune: a BERT encoder's, a GPT's
-    (fine-tuned for sequence tasks the GPT paper's way), an XLNet's (sequence tasks, on its last
-    token) or an AWD-LSTM's (ULMFiT's classifier)."""
+    (sequence tasks the GPT paper's way, token and span tasks on every token), an XLNet's (sequence
+    tasks on its last token, token and span tasks on every token) or an AWD-LSTM's (ULMFiT's classifier)."""
     family = family_of(directory).name
     if family == "t5":
-        raise UserError(f"{directory}: a T5 (text to text): predict and serve's /predict run BERT and GPT "
-                        "classifiers; `bertology evaluate` scores a fine-tuned T5, and `bertology generate` runs it")
+        raise UserError(f"{directory}: a T5 (text to text): serve's /predict runs classifiers and taggers; "
+                        "`bertology predict` and `evaluate` take a fine-tuned T5, and `bertology generate` runs it")
     return {"gpt": GPTConfig, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig, "taglm": TagLMConfig,
             "xlnet": XLNetConfig}.get(family, BertConfig).load(directory)
 

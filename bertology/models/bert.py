@@ -43,6 +43,7 @@ from ..ops import (
     last_token_states,
     linear,
     relative_position_bucket,
+    span_loss,
 )
 from . import ConfigFile
 
@@ -762,11 +763,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         start_logits, end_logits = self.qa_outputs(out.last_hidden_state).float().unbind(dim=-1)  # 2 x (B, T)
         loss = None
         if start_positions is not None and end_positions is not None:
-            seq_len = input_ids.shape[1]  # gold positions past the window count as "no answer here"
-            start = start_positions.view(-1).clamp(0, seq_len)
-            end = end_positions.view(-1).clamp(0, seq_len)
-            loss = (F.cross_entropy(start_logits, start, ignore_index=seq_len)
-                    + F.cross_entropy(end_logits, end, ignore_index=seq_len)) / 2
+            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
         return _task_output(out, loss=loss, start_logits=start_logits, end_logits=end_logits)
 
 

@@ -15,6 +15,14 @@ model_type "gpt2"), and either of those loads here. transformers stores the four
 matrices as `Conv1D` weights, (in, out); ours are `nn.Linear`'s (out, in): the key table below
 transposes them. Attention keeps a key/value cache (`past_key_values`) so that generation
 (inference/generation.py) costs one token's work per new token.
+
+Task models, fine-tuned with the language model's loss on the task's inputs as an auxiliary term
+(`lm_coef`, the GPT paper's): `GPTForSequenceClassification` (the last real token's state),
+`GPTForTokenClassification` (every token's state: a tag) and `GPTForQuestionAnswering` (every
+token's state: a start and an end score), in the layouts of transformers'
+`GPT2ForSequenceClassification`, `GPT2ForTokenClassification` and `GPT2ForQuestionAnswering`
+(and `OpenAIGPTForSequenceClassification`; transformers has no GPT-1 class for the token and
+span heads, so a GPT-1 directory with one of them names our class and loads here only).
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from torch import nn
 
 from .. import checkpoint
 from ..errors import UserError
-from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy, last_token_states
+from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy, last_token_states, span_loss
 from . import ConfigFile
 from .bert import PRESETS, ModelOutput, activation
 
@@ -69,7 +77,7 @@ class GPTConfig(ConfigFile):
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     pad_token_id: int | None = None
-    # Fine-tuning (GPTForSequenceClassification): the labels, and the weight of the auxiliary
+    # Fine-tuning (the task models below): the labels, and the weight of the auxiliary
     # language-model loss on the task's own inputs (the GPT paper's lambda, 0.5).
     num_labels: int = 2
     id2label: dict[int, str] | None = None
@@ -262,7 +270,7 @@ def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 class GPTPreTrainedModel(nn.Module):
-    """Initialisation, saving and loading, shared by the bare model and the LM."""
+    """Initialisation, saving and loading, shared by the bare model, the LM and the task models."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -283,7 +291,7 @@ class GPTPreTrainedModel(nn.Module):
         model_type, atomically (the tied output matrix is stored once, as transformers does)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        classes = CLASSIFIER_CLASSES if isinstance(self, GPTForSequenceClassification) else TRANSFORMERS_CLASSES
+        classes = ARCHITECTURES.get(type(self).__name__, ARCHITECTURES["GPTLMHeadModel"])
         self.config.extra["architectures"] = [classes[self.config.model_type]]
         checkpoint.write_weights(to_transformers(self.state_dict(), self.config), directory)
         self.config.save(directory)
@@ -301,6 +309,16 @@ class GPTPreTrainedModel(nn.Module):
         model = cls(config)
         checkpoint.load_checked(model, state, source, f"a {config.model_type} model of this config", skip=TIED)
         return model.eval()
+
+    @classmethod
+    def from_language_model(cls, directory: str | os.PathLike, num_labels: int,
+                            id2label: dict[int, str] | None) -> "GPTPreTrainedModel":
+        """This task model with a fresh head (`num_labels` labels, named by `id2label`) on the decoder
+        of a pre-trained GPT directory (a language model, or a task model of any head)."""
+        config = dataclasses.replace(GPTConfig.load(directory), num_labels=num_labels, id2label=id2label)
+        model = cls(config)
+        model.transformer.load_state_dict(load_pretrained(directory).transformer.state_dict())
+        return model
 
     def num_parameters(self) -> int:
         """Distinct parameters (the tied output matrix counted once)."""
@@ -399,31 +417,105 @@ class GPTForSequenceClassification(GPTPreTrainedModel):
             loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
         else:
             loss = F.cross_entropy(logits, labels)
-        if self.config.lm_coef > 0:
-            targets = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, IGNORE_INDEX)
-            scored = targets != IGNORE_INDEX
-            lm_logits = F.linear(hidden[:, :-1][scored], self.transformer.wte.weight)
-            loss = loss + self.config.lm_coef * cross_entropy_with_accuracy(lm_logits, targets[scored])[0]
-        return ModelOutput(loss=loss, logits=logits)
-
-    @classmethod
-    def from_language_model(cls, directory: str | os.PathLike, num_labels: int,
-                            id2label: dict[int, str] | None) -> GPTForSequenceClassification:
-        """A pre-trained GPT (LM or classifier directory) with a fresh head for `num_labels` labels."""
-        config = dataclasses.replace(GPTConfig.load(directory), num_labels=num_labels, id2label=id2label)
-        model = cls(config)
-        lm = GPTLMHeadModel.from_pretrained(directory) if _holds_lm(directory) else cls.from_pretrained(directory)
-        model.transformer.load_state_dict(lm.transformer.state_dict())
-        return model
+        return ModelOutput(loss=loss + auxiliary_lm_loss(self, hidden, input_ids, attention_mask), logits=logits)
 
 
-def _holds_lm(directory: str | os.PathLike) -> bool:
-    """Whether a GPT directory holds a language model (not a fine-tuned classifier)."""
-    return not str((GPTConfig.load(directory).extra.get("architectures") or [""])[0]).endswith("SequenceClassification")
+def auxiliary_lm_loss(model: GPTPreTrainedModel, hidden: torch.Tensor, input_ids: torch.Tensor,
+                      attention_mask: torch.Tensor) -> torch.Tensor | float:
+    """The GPT paper's auxiliary fine-tuning term: lm_coef x the next-token loss of the task's own
+    inputs (input_ids, attention_mask (B, T), right-padded), from the decoder's states hidden (B, T, H)
+    through the tied embedding table; 0 when lm_coef is 0."""
+    if model.config.lm_coef == 0:
+        return 0.0
+    targets = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, IGNORE_INDEX)
+    scored = targets != IGNORE_INDEX
+    lm_logits = F.linear(hidden[:, :-1][scored], model.transformer.wte.weight)
+    return model.config.lm_coef * cross_entropy_with_accuracy(lm_logits, targets[scored])[0]
 
 
-TRANSFORMERS_CLASSES = {"openai-gpt": "OpenAIGPTLMHeadModel", "gpt2": "GPT2LMHeadModel"}
-CLASSIFIER_CLASSES = {"openai-gpt": "OpenAIGPTForSequenceClassification", "gpt2": "GPT2ForSequenceClassification"}
+# transformers' GPT2ForTokenClassification: its classifier_dropout, which GPT-2's config does not set.
+CLASSIFIER_DROPOUT = 0.1
+
+
+class GPTForTokenClassification(GPTPreTrainedModel):
+    """GPT fine-tuned for tagging: dropout and a linear layer on every token's state (transformers'
+    GPT2ForTokenClassification), plus the auxiliary language-model loss (`lm_coef`).
+
+    A left-to-right model tags each token from the tokens up to it only: under the causal mask a
+    word's state has read its left context and never its right one (a word's label sits on its
+    first piece, which has not seen the word's other pieces either). The BERT paper's point
+    about left-to-right models: tagging is where the missing right context costs.
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.transformer = GPTModel(config)
+        self.dropout = nn.Dropout(CLASSIFIER_DROPOUT)
+        self.classifier = nn.Linear(config.n_embd, config.num_labels)  # transformers' name
+        init_module(self.classifier, config.initializer_range)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ModelOutput:
+        """input_ids, attention_mask (B, T), right-padded; token_type_ids are ignored (as by
+        GPTForSequenceClassification). Returns logits (B, T, num_labels); with `labels` (B, T;
+        -100 = no label, e.g. a word's later pieces and padding) their cross-entropy + lm_coef x
+        the next-token loss."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        hidden = self.transformer(input_ids, attention_mask).last_hidden_state
+        logits = self.classifier(self.dropout(hidden))
+        if labels is None:
+            return ModelOutput(logits=logits)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+        return ModelOutput(loss=loss + auxiliary_lm_loss(self, hidden, input_ids, attention_mask), logits=logits)
+
+
+class GPTForQuestionAnswering(GPTPreTrainedModel):
+    """GPT fine-tuned for extractive QA: a linear layer from every token's state to a start and an
+    end score (transformers' GPT2ForQuestionAnswering), plus the auxiliary language-model loss.
+
+    The input is "[CLS] question [SEP] context [SEP]", so every context token has read the question;
+    but a left-to-right model scores each token as an answer's start or end from its left context
+    only: the start of a span is chosen before the model has read the span, and SQuAD 2.0's
+    no-answer score ([CLS], position 0) has read nothing. The BERT paper (section 5.1) measured
+    what that costs on SQuAD.
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.transformer = GPTModel(config)
+        self.qa_outputs = nn.Linear(config.n_embd, 2)  # transformers' name: start and end
+        init_module(self.qa_outputs, config.initializer_range)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, start_positions: torch.Tensor | None = None,
+                end_positions: torch.Tensor | None = None) -> ModelOutput:
+        """input_ids, attention_mask (B, T), right-padded; token_type_ids are ignored (the [SEP]
+        delimiter tells question from context). Returns start_logits and end_logits (B, T); with the
+        gold positions (B,) the span loss (see `ops.span_loss`) + lm_coef x the next-token loss."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        hidden = self.transformer(input_ids, attention_mask).last_hidden_state
+        start_logits, end_logits = self.qa_outputs(hidden).float().unbind(dim=-1)  # 2 x (B, T)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
+            loss = loss + auxiliary_lm_loss(self, hidden, input_ids, attention_mask)
+        return ModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits)
+
+
+# Our model class -> the `architectures` name saved for each layout: transformers' class, or ours
+# where transformers has none (GPT-1 with a token or span head).
+ARCHITECTURES = {
+    "GPTLMHeadModel": {"openai-gpt": "OpenAIGPTLMHeadModel", "gpt2": "GPT2LMHeadModel"},
+    "GPTForSequenceClassification": {"openai-gpt": "OpenAIGPTForSequenceClassification",
+                                     "gpt2": "GPT2ForSequenceClassification"},
+    "GPTForTokenClassification": {"openai-gpt": "GPTForTokenClassification", "gpt2": "GPT2ForTokenClassification"},
+    "GPTForQuestionAnswering": {"openai-gpt": "GPTForQuestionAnswering", "gpt2": "GPT2ForQuestionAnswering"},
+}
+# A directory's `architectures` name (either layout's) -> the class that loads it; anything else is a language model.
+TASK_MODELS = {"SequenceClassification": GPTForSequenceClassification,
+               "TokenClassification": GPTForTokenClassification, "QuestionAnswering": GPTForQuestionAnswering}
 TIED = ("lm_head.weight",)
 # transformers stores these as Conv1D weights, (in, out): the transpose of nn.Linear's.
 _CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
@@ -456,7 +548,7 @@ def from_transformers(state: dict[str, torch.Tensor], config: GPTConfig) -> dict
     for name, tensor in state.items():
         if name.endswith(_BUFFERS) or name in TIED:
             continue
-        if not name.startswith(("transformer.", "score.")):  # a bare model's keys have no prefix
+        if not name.startswith(("transformer.", "score.", "classifier.", "qa_outputs.")):  # a bare model's: no prefix
             name = "transformer." + name
         for ours, theirs in _OPENAI_GPT_NAMES:
             if name.startswith(theirs):
@@ -467,9 +559,9 @@ def from_transformers(state: dict[str, torch.Tensor], config: GPTConfig) -> dict
     return converted
 
 
-def load_pretrained(directory: str | os.PathLike) -> GPTLMHeadModel | GPTForSequenceClassification:
-    """A GPT language model (or fine-tuned classifier, as config.json's `architectures` says)
-    from a directory written here or by transformers."""
-    if _holds_lm(directory):
-        return GPTLMHeadModel.from_pretrained(directory)
-    return GPTForSequenceClassification.from_pretrained(directory)
+def load_pretrained(directory: str | os.PathLike) -> GPTPreTrainedModel:
+    """A GPT language model or task model (sequence, token or span head, as config.json's
+    `architectures` says) from a directory written here or by transformers."""
+    architecture = str((GPTConfig.load(directory).extra.get("architectures") or [""])[0])
+    model_class = next((c for suffix, c in TASK_MODELS.items() if architecture.endswith(suffix)), GPTLMHeadModel)
+    return model_class.from_pretrained(directory)

@@ -21,9 +21,14 @@ What is where:
   tokens the query stream predicts (partial prediction).
 - `mems`: per layer, the content states (B, M, D) of the previous segment (Transformer-XL's
   recurrence), attended to by every query and given no gradient; `mem_len` keeps the last M.
-- `XLNetLMHeadModel` (pre-training, permutation LM) and `XLNetForSequenceClassification`
-  (transformers' sequence summary: the last token's state, a dense layer and tanh, then a linear
-  layer to the labels).
+- `XLNetLMHeadModel` (pre-training, permutation LM) and the task models, transformers' classes:
+  `XLNetForSequenceClassification` (transformers' sequence summary: the last token's state, a
+  dense layer and tanh, then a linear layer to the labels), `XLNetForTokenClassification` (a
+  linear layer on every position's state: tagging) and `XLNetForQuestionAnsweringSimple` (a
+  linear layer from every position's state to a start and an end score: extractive QA). The
+  content stream reads the whole input both ways, as BERT's encoder does; relative positions
+  make a row's outputs the same whichever side it is padded on (XLNet's tokenizer pads on the
+  left, bertology's batches on the right).
 
 Module names are those of transformers' `XLNetLMHeadModel` (`transformer.layer.0.rel_attn.r_w_bias`,
 ...) except the five attention projections: transformers keeps them as (D, heads, head size)
@@ -46,7 +51,7 @@ from torch import nn
 
 from .. import checkpoint
 from ..errors import UserError
-from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy
+from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy, span_loss
 from . import ConfigFile
 from .bert import PRESETS, ModelOutput, activation
 
@@ -347,7 +352,7 @@ class XLNetPreTrainedModel(nn.Module):
         output matrix is stored once, as transformers does)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.config.extra["architectures"] = [TRANSFORMERS_CLASSES.get(type(self).__name__, type(self).__name__)]
+        self.config.extra["architectures"] = [type(self).__name__]  # transformers' class names are ours
         checkpoint.write_weights(to_transformers(self.state_dict(), self.config), directory)
         self.config.save(directory)
 
@@ -364,6 +369,16 @@ class XLNetPreTrainedModel(nn.Module):
         model = cls(config)
         checkpoint.load_checked(model, state, source, "an XLNet of this config", skip=TIED)
         return model.eval()
+
+    @classmethod
+    def from_language_model(cls, directory: str | os.PathLike, num_labels: int,
+                            id2label: dict[int, str] | None) -> XLNetPreTrainedModel:
+        """This task model with a fresh head (`num_labels` labels, named by `id2label`) on the stack
+        of a pre-trained XLNet directory (a language model, or a task model of any head)."""
+        config = dataclasses.replace(XLNetConfig.load(directory), num_labels=num_labels, id2label=id2label)
+        model = cls(config)
+        model.transformer.load_state_dict(load_pretrained(directory).transformer.state_dict())
+        return model
 
     def num_parameters(self) -> int:
         """Distinct parameters (the tied output matrix counted once)."""
@@ -545,19 +560,63 @@ class XLNetForSequenceClassification(XLNetPreTrainedModel):
             loss = F.cross_entropy(logits, labels)
         return XLNetOutput(loss=loss, logits=logits, mems=encoded.mems)
 
-    @classmethod
-    def from_language_model(cls, directory: str | os.PathLike, num_labels: int,
-                            id2label: dict[int, str] | None) -> XLNetForSequenceClassification:
-        """A pre-trained XLNet (LM or classifier directory) with a fresh head for `num_labels` labels."""
-        config = dataclasses.replace(XLNetConfig.load(directory), num_labels=num_labels, id2label=id2label)
-        model = cls(config)
-        pretrained = load_pretrained(directory)
-        model.transformer.load_state_dict(pretrained.transformer.state_dict())
-        return model
+
+class XLNetForTokenClassification(XLNetPreTrainedModel):
+    """XLNet fine-tuned for tagging: a linear layer on every position's content-stream state, after
+    the stack's last dropout (transformers' XLNetForTokenClassification). Each token's state has
+    read the whole input, left and right."""
+
+    def __init__(self, config: XLNetConfig):
+        super().__init__(config)
+        self.transformer = XLNetModel(config)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)  # transformers' name
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                mems: list[torch.Tensor] | None = None, use_mems: bool | None = None) -> XLNetOutput:
+        """input_ids, attention_mask, token_type_ids (B, T), padded on either side. Returns logits
+        (B, T, num_labels) (and mems); with `labels` (B, T; -100 = no label, e.g. a word's later
+        pieces and padding) their cross-entropy."""
+        encoded = self.transformer(input_ids, attention_mask, token_type_ids, mems=mems, use_mems=use_mems)
+        logits = self.classifier(encoded.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+        return XLNetOutput(loss=loss, logits=logits, mems=encoded.mems)
 
 
-TRANSFORMERS_CLASSES = {"XLNetLMHeadModel": "XLNetLMHeadModel",
-                        "XLNetForSequenceClassification": "XLNetForSequenceClassification", "XLNetModel": "XLNetModel"}
+class XLNetForQuestionAnsweringSimple(XLNetPreTrainedModel):
+    """XLNet fine-tuned for extractive QA: a linear layer from every position's state to a start
+    and an end score (transformers' XLNetForQuestionAnsweringSimple; not its XLNetForQuestionAnswering,
+    the release's beam search over start and end). transformers sizes this layer by num_labels, so
+    the config says 2 whatever it was given."""
+
+    def __init__(self, config: XLNetConfig):
+        config = dataclasses.replace(config, num_labels=2, id2label=None)  # start and end
+        super().__init__(config)
+        self.transformer = XLNetModel(config)
+        self.qa_outputs = nn.Linear(config.d_model, 2)  # transformers' name
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, start_positions: torch.Tensor | None = None,
+                end_positions: torch.Tensor | None = None, mems: list[torch.Tensor] | None = None,
+                use_mems: bool | None = None) -> XLNetOutput:
+        """input_ids, attention_mask, token_type_ids (B, T), padded on either side. Returns
+        start_logits and end_logits (B, T) (and mems); with the gold positions (B,) the span loss
+        (ops.span_loss: the mean of the start and end cross-entropies)."""
+        encoded = self.transformer(input_ids, attention_mask, token_type_ids, mems=mems, use_mems=use_mems)
+        start_logits, end_logits = self.qa_outputs(encoded.last_hidden_state).float().unbind(dim=-1)  # 2 x (B, T)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
+        return XLNetOutput(loss=loss, start_logits=start_logits, end_logits=end_logits, mems=encoded.mems)
+
+
+# The task models by class name, which is also transformers' name and config.json's `architectures`.
+TASK_MODELS = {cls.__name__: cls for cls in (XLNetForSequenceClassification, XLNetForTokenClassification,
+                                             XLNetForQuestionAnsweringSimple)}
 TIED = ("lm_loss.weight",)
 # The key table: transformers keeps the attention projections as (D, heads, head size) tensors:
 # q, k, v, r map the input with einsum("ibh,hnd->ibnd"), the transpose of nn.Linear's (out, in)
@@ -565,7 +624,7 @@ TIED = ("lm_loss.weight",)
 # name and shape is transformers' own.
 _IN_PROJECTIONS = (".rel_attn.q", ".rel_attn.k", ".rel_attn.v", ".rel_attn.r")
 _OUT_PROJECTION = ".rel_attn.o"
-_TOP_LEVEL = ("transformer.", "lm_loss.", "sequence_summary.", "logits_proj.")
+_TOP_LEVEL = ("transformer.", "lm_loss.", "sequence_summary.", "logits_proj.", "classifier.", "qa_outputs.")
 
 
 def to_transformers(state: dict[str, torch.Tensor], config: XLNetConfig) -> dict[str, torch.Tensor]:
@@ -605,15 +664,8 @@ def from_transformers(state: dict[str, torch.Tensor], config: XLNetConfig, sourc
     return converted
 
 
-def _holds_classifier(directory: str | os.PathLike) -> bool:
-    """Whether an XLNet directory holds a fine-tuned sequence classifier (not a language model)."""
-    architecture = (XLNetConfig.load(directory).extra.get("architectures") or [""])[0]
-    return str(architecture).endswith("SequenceClassification")
-
-
-def load_pretrained(directory: str | os.PathLike) -> XLNetLMHeadModel | XLNetForSequenceClassification:
-    """An XLNet language model (or fine-tuned classifier, as config.json's `architectures` says)
-    from a directory written here or by transformers."""
-    if _holds_classifier(directory):
-        return XLNetForSequenceClassification.from_pretrained(directory)
-    return XLNetLMHeadModel.from_pretrained(directory)
+def load_pretrained(directory: str | os.PathLike) -> XLNetPreTrainedModel:
+    """An XLNet language model or task model (sequence, token or span head, as config.json's
+    `architectures` says) from a directory written here or by transformers."""
+    architecture = str((XLNetConfig.load(directory).extra.get("architectures") or [""])[0])
+    return TASK_MODELS.get(architecture, XLNetLMHeadModel).from_pretrained(directory)

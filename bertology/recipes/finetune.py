@@ -66,7 +66,7 @@ from ..training.tasks import (
 from .feature_mode import train_feature_head
 from .static_features import check_task, open_word_features, prepare_static_data, train_static_head
 from .taglm import prepare_tagger_data, train_tagger
-from .text_to_text import evaluate_directory, finetune_text_to_text, prepare_text_to_text
+from .text_to_text import evaluate_directory, finetune_text_to_text, predict_directory, prepare_text_to_text
 
 CONFIG_NAME = "finetune_config.json"
 
@@ -260,6 +260,9 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
     if family == "t5" and (cfg.layer_lr_decay < 1 or cfg.gradual_unfreezing):
         raise UserError("--layer-lr-decay and --gradual-unfreezing are ULMFiT's options for BERT and GPT layers, "
                         "not for a T5's encoder-decoder")
+    if family == "t5" and cfg.long_inputs == "window":
+        raise UserError("--long-inputs window: a T5's inputs are cut at --max-seq-len (text to text has no windows "
+                        "here; a training example whose answer is cut off is dropped and counted)")
     if family == "t5":  # text to text: the task's strings, not a head
         spec, train, dev = read_task(cfg)
         data = prepare_text_to_text(cfg.model, spec, train, dev, cfg.input_settings(spec))
@@ -345,10 +348,17 @@ def run_evaluation(task: str | None, data: str, model_dir: str, split: str = "de
 
 
 def run_prediction(model_dir: str, input_path: Path, out_path: Path, batch_size: int = 128, precision: str = "auto") -> int:
-    """`bertology predict`: predictions for every example of a file, written in the task's format."""
-    model, tokenizer, spec, settings = load_finetuned(model_dir)
-    examples = read_inputs(spec, Path(input_path))
-    predictions = predict(model, tokenizer, spec, examples, settings, batch_size, precision, progress=True)
+    """`bertology predict`: predictions for every example of a file, written in the task's format
+    (a T5's from its decoded answers, see text_to_text.py)."""
+    directory = resolve_model_dir(model_dir)
+    if family_of(directory).name == "t5":
+        spec, settings = task_of(T5Config.load(directory), model_dir)
+        examples = read_inputs(spec, Path(input_path))
+        predictions = predict_directory(str(directory), spec, settings, examples, batch_size)
+    else:
+        model, tokenizer, spec, settings = load_finetuned(model_dir)
+        examples = read_inputs(spec, Path(input_path))
+        predictions = predict(model, tokenizer, spec, examples, settings, batch_size, precision, progress=True)
     if spec.kind == "span":
         write_squad_predictions(predictions, out_path)
     elif spec.kind == "token":

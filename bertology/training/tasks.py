@@ -36,8 +36,13 @@ from ..models.bert import (
     BertForWordInContext,
     BertPreTrainedModel,
 )
-from ..models.gpt import GPTConfig, GPTForSequenceClassification
-from ..models.xlnet import XLNetConfig, XLNetForSequenceClassification
+from ..models.gpt import GPTConfig, GPTForQuestionAnswering, GPTForSequenceClassification, GPTForTokenClassification
+from ..models.xlnet import (
+    XLNetConfig,
+    XLNetForQuestionAnsweringSimple,
+    XLNetForSequenceClassification,
+    XLNetForTokenClassification,
+)
 from ..plots import plot_training_curves
 from ..tasks.inputs import Encoded, InputSettings, bucketed_batches
 from ..tasks.readers import (
@@ -154,28 +159,35 @@ MODEL_FOR_KIND = {"sequence": BertForSequenceClassification, "token": BertForTok
                   "span": BertForQuestionAnswering, "wic": BertForWordInContext}
 
 
-# The families fine-tuned for sequence tasks only: their classifier, and what the refusal of other tasks says.
-SEQUENCE_ONLY = {
-    AWDLSTMConfig: (AWDLSTMForSequenceClassification, "an AWD-LSTM is fine-tuned here as ULMFiT's classifier"),
-    GPTConfig: (GPTForSequenceClassification, "a GPT reads left to right and is fine-tuned here for sequence tasks"),
-    XLNetConfig: (XLNetForSequenceClassification, "an XLNet is fine-tuned here for sequence tasks"),
+# The families other than BERT's: their model class for each task kind they take, and what the
+# refusal of any other kind says.
+FAMILY_HEADS = {
+    AWDLSTMConfig: ({"sequence": AWDLSTMForSequenceClassification},
+                    "an AWD-LSTM is fine-tuned here as ULMFiT's classifier (classification, regression)"),
+    GPTConfig: ({"sequence": GPTForSequenceClassification, "token": GPTForTokenClassification,
+                 "span": GPTForQuestionAnswering}, "a GPT is fine-tuned here for sequence, token and span tasks"),
+    XLNetConfig: ({"sequence": XLNetForSequenceClassification, "token": XLNetForTokenClassification,
+                   "span": XLNetForQuestionAnsweringSimple},
+                  "an XLNet is fine-tuned here for sequence, token and span tasks"),
 }
 
 
 def load_task_model(directory: str, spec: TaskSpec, drop_mult: float = 1.0) -> nn.Module:
     """The encoder in `directory` with `spec`'s head: kept if the directory already holds a
     head for this very task and label set, else freshly initialised. A GPT takes sequence
-    tasks (classification, regression) with the GPT paper's head on its last token, an XLNet
-    too with transformers' sequence summary (its last token), an AWD-LSTM
-    ULMFiT's concat-pooling head with its dropouts times `drop_mult`."""
+    tasks (classification, regression) with the GPT paper's head on its last token, token tasks
+    with a linear layer on every token and span tasks with start and end scores on every token
+    (each token having read its left context only); an XLNet the same three, its sequence head
+    transformers' summary of its last token; an AWD-LSTM sequence tasks only, with ULMFiT's
+    concat-pooling head and its dropouts times `drop_mult`."""
     num_labels = len(spec.labels) if spec.labels else 1
     id2label = dict(enumerate(spec.labels)) if spec.labels else None
     config = load_config(directory)
-    for config_class, (model_class, what) in SEQUENCE_ONLY.items():
+    for config_class, (heads, what) in FAMILY_HEADS.items():
         if isinstance(config, config_class):
-            if spec.kind != "sequence":
-                raise UserError(f"{directory}: {what} (classification, regression), not {spec.name}'s "
-                                f"{spec.kind}-level labels; use a BERT")
+            if spec.kind not in heads:
+                raise UserError(f"{directory}: {what}, not {spec.name}'s {spec.kind}-level labels; use a BERT")
+            model_class = heads[spec.kind]
             if has_head_for(config, spec):
                 return model_class.from_pretrained(directory)
             options = {"drop_mult": drop_mult} if model_class is AWDLSTMForSequenceClassification else {}
@@ -186,9 +198,10 @@ def load_task_model(directory: str, spec: TaskSpec, drop_mult: float = 1.0) -> n
 
 def num_layers_of(model: nn.Module) -> int:
     """The number of layers under a task model's head (BERT's, a GPT's blocks, an XLNet's, an AWD-LSTM's LSTMs)."""
-    if isinstance(model, GPTForSequenceClassification):
+    config = getattr(model, "config", None)
+    if isinstance(config, GPTConfig):
         return len(model.transformer.h)
-    if isinstance(model, XLNetForSequenceClassification):
+    if isinstance(config, XLNetConfig):
         return len(model.transformer.layer)
     if isinstance(model, AWDLSTMForSequenceClassification):
         return len(model.awd_lstm.rnns)
@@ -354,12 +367,15 @@ def check_output_dir(out: Path, resume: bool) -> None:
 
 
 def read_inputs(spec: TaskSpec, path: Path) -> list:
-    """`predict`'s input: the task's official format, or plain text (one example per line; WiC's
-    data files are .txt files of its own format)."""
+    """`predict`'s input: the task's official format, or plain text (one example per line). Some
+    official files are .txt too: WiC's, and CoNLL's when named as the task's files (`valid.txt`)
+    or starting with `-DOCSTART-`."""
     if path.suffix != ".txt" or spec.kind in ("span", "wic"):
         return read_examples(spec, path, "test")
     lines = read_text_lines(path)
     if spec.kind == "token":
+        if any(path.name in names for names in spec.files.values()) or lines[0][1].startswith("-DOCSTART-"):
+            return read_examples(spec, path, "test")
         return [TokenExample(f"{path.name}-{n}", line.split(), None, f"{path}:{n}") for n, line in lines]
     examples = []
     for n, line in lines:

@@ -32,7 +32,7 @@ def test_pretraining_task_quick(run_quick):
             low = 0.3 if task in ("sst2", "mrpc") and not name.startswith("T5") else 0.0
             assert all(low <= v <= 1 for v in values), (name, column, values)
             filled += 1
-    assert filled == 30  # 9 models x 2 sentence tasks + 6 BERT encoders x 2 token and span tasks
+    assert filled == 36  # 9 models x 4 tasks: every row but left-to-right + BiLSTM
     # equal time: the fastest objective gets the quick steps, the others fewer, every one at least 2
     timed = [row for row in rows.values() if "steps" in row]
     assert len(timed) == 8 and max(row["steps"] for row in timed) == QUICK["max_steps"]

@@ -1,7 +1,9 @@
 """GPT against transformers' OpenAIGPTLMHeadModel and GPT2LMHeadModel on the same random weights:
 logits, greedy and beam generation token for token, and directories loading both ways; then the
-generation settings and their errors."""
+generation settings and their errors; then the task heads against transformers' sequence, token
+and question-answering classes."""
 
+import json
 import re
 
 import pytest
@@ -13,7 +15,14 @@ from bertology.errors import UserError
 from bertology.inference.generation import GenerationConfig, filter_logits, generate
 from bertology.inference.modeldir import load_model
 from bertology.models import family_of
-from bertology.models.gpt import GPTConfig, GPTForSequenceClassification, GPTLMHeadModel, GPTModel
+from bertology.models.gpt import (
+    GPTConfig,
+    GPTForQuestionAnswering,
+    GPTForSequenceClassification,
+    GPTForTokenClassification,
+    GPTLMHeadModel,
+    GPTModel,
+)
 
 LAYOUTS = {"openai-gpt": (OpenAIGPTLMHeadModel, OpenAIGPTConfig), "gpt2": (GPT2LMHeadModel, GPT2Config)}
 SMALL = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4)
@@ -254,3 +263,113 @@ def test_classifier_loss_adds_half_the_language_model_loss():
     model.config.lm_coef = 0.0
     with torch.no_grad():
         torch.testing.assert_close(model(ids, mask, labels=labels).loss, task)
+
+
+# --- Token and span heads: transformers' GPT-2 classes; GPT-1 has none there, so its body ----------
+
+
+# head -> (transformers' GPT-2 class, ours, the outputs compared)
+TASK_HEADS = {"token": (transformers.GPT2ForTokenClassification, GPTForTokenClassification, ("logits",)),
+              "span": (transformers.GPT2ForQuestionAnswering, GPTForQuestionAnswering, ("start_logits", "end_logits"))}
+
+
+def head_outputs(out, names: tuple[str, ...]) -> torch.Tensor:
+    """The named outputs of a token or span head, stacked: (outputs, B, T[, labels])."""
+    return torch.stack([getattr(out, name) for name in names])
+
+
+def right_padded(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two rows of 9 tokens, the second 5 real tokens and 4 of padding (id 0), as bertology pads."""
+    ids = torch.randint(1, 99, (2, 9), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones_like(ids)
+    ids[1, 5:], mask[1, 5:] = 0, 0
+    return ids, mask
+
+
+@pytest.mark.parametrize("head", list(TASK_HEADS))
+def test_token_and_span_heads_match_gpt2s_both_ways(head, tmp_path):
+    model_class, our_class, names = TASK_HEADS[head]
+    torch.manual_seed(0)
+    theirs = model_class(GPT2Config(**SMALL, num_labels=5)).eval()
+    with torch.no_grad():
+        for parameter in theirs.parameters():
+            parameter.normal_(0.0, 0.3)
+    theirs.save_pretrained(tmp_path / "theirs")
+    ours = load_model(tmp_path / "theirs")
+    assert type(ours) is our_class
+    ids, mask = right_padded()
+    with torch.no_grad():
+        # each row as transformers computes it alone, unpadded: the padding changes nothing at real positions
+        expected = [head_outputs(theirs(input_ids=ids[:1]), names)[:, 0],
+                    head_outputs(theirs(input_ids=ids[1:, :5]), names)[:, 0]]
+        assert expected[0].abs().mean() > 0.1  # not a near-zero output that anything would match
+        got = head_outputs(ours(ids, mask), names)
+        torch.testing.assert_close(got[:, 0], expected[0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(got[:, 1, :5], expected[1], rtol=0, atol=1e-5)
+    ours.save_pretrained(tmp_path / "ours")
+    config = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert config["architectures"] == [model_class.__name__]
+    back, info = model_class.from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    with torch.no_grad():
+        torch.testing.assert_close(head_outputs(back.eval()(input_ids=ids[:1]), names)[:, 0], expected[0],
+                                   rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("head", list(TASK_HEADS))
+def test_gpt1_token_and_span_heads_read_transformers_gpt1_body(head, tmp_path):
+    """transformers has no GPT-1 token or span class: the same heads on GPT-1's body give the
+    head's linear layer on OpenAIGPTModel's states, and the directory names our class."""
+    _, our_class, names = TASK_HEADS[head]
+    torch.manual_seed(0)
+    body = transformers.OpenAIGPTModel(OpenAIGPTConfig(**SMALL)).eval()
+    with torch.no_grad():
+        for parameter in body.parameters():
+            parameter.normal_(0.0, 0.3)
+    body.save_pretrained(tmp_path / "body")
+    ours = our_class.from_language_model(tmp_path / "body", 5, None).eval()
+    linear = ours.classifier if head == "token" else ours.qa_outputs
+    ids, mask = right_padded()
+    with torch.no_grad():
+        linear.weight.normal_(0.0, 0.3)
+        expected = linear(body(input_ids=ids[:1]).last_hidden_state)  # (B, T, labels or start and end)
+        expected = expected[None] if head == "token" else expected.permute(2, 0, 1)  # as head_outputs stacks them
+        torch.testing.assert_close(head_outputs(ours(ids[:1]), names), expected, rtol=0, atol=1e-5)
+    ours.save_pretrained(tmp_path / "ours")
+    config = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert config["model_type"] == "openai-gpt" and config["architectures"] == [our_class.__name__]
+    again = load_model(tmp_path / "ours")
+    assert type(again) is our_class
+    with torch.no_grad():
+        torch.testing.assert_close(head_outputs(again(ids, mask), names), head_outputs(ours(ids, mask), names))
+
+
+def test_token_and_span_losses_add_half_the_language_model_loss():
+    torch.manual_seed(0)
+    config = GPTConfig(**SMALL, num_labels=3, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    tagger, reader = GPTForTokenClassification(config).eval(), GPTForQuestionAnswering(config).eval()
+    ids, mask = right_padded(seed=2)
+    labels = torch.randint(0, 3, ids.shape, generator=torch.Generator().manual_seed(3)).masked_fill(mask == 0, -100)
+    starts, ends = torch.tensor([2, 7]), torch.tensor([4, 20])  # 20: past the row, no loss (as transformers)
+    with torch.no_grad():
+        lm = GPTLMHeadModel(config).eval()
+        lm.transformer.load_state_dict(tagger.transformer.state_dict())
+        lm_loss = lm(ids, mask, labels=ids.masked_fill(mask == 0, -100)).loss
+        out = tagger(ids, mask, labels=labels)
+        task = torch.nn.functional.cross_entropy(out.logits[mask.bool()], labels[mask.bool()])
+        torch.testing.assert_close(out.loss, task + 0.5 * lm_loss)
+        lm.transformer.load_state_dict(reader.transformer.state_dict())
+        lm_loss = lm(ids, mask, labels=ids.masked_fill(mask == 0, -100)).loss
+        out = reader(ids, mask, start_positions=starts, end_positions=ends)
+        span = (torch.nn.functional.cross_entropy(out.start_logits, starts)
+                + torch.nn.functional.cross_entropy(out.end_logits[:1], ends[:1])) / 2
+        torch.testing.assert_close(out.loss, span + 0.5 * lm_loss)
+
+
+def test_a_task_model_starts_from_any_gpt_directory_with_a_fresh_head(tmp_path):
+    classifier = GPTForSequenceClassification(GPTConfig(**SMALL, num_labels=2, pre_layer_norm=True))
+    classifier.save_pretrained(tmp_path / "classifier")
+    tagger = GPTForTokenClassification.from_language_model(tmp_path / "classifier", 9, None)
+    assert tagger.classifier.weight.shape == (9, 32) and tagger.config.num_labels == 9
+    assert all(torch.equal(a, b) for a, b in zip(tagger.transformer.state_dict().values(),
+                                                 classifier.transformer.state_dict().values()))

@@ -1,14 +1,18 @@
-"""XLNet against transformers' XLNetLMHeadModel and XLNetForSequenceClassification on the same random
-weights, converted through the key table: plain forward with segments and padding, two-stream with
-a permutation mask and target mapping, memory from a previous segment, the config switches; then
-directories both ways, and the config's errors."""
+"""XLNet against transformers' XLNetLMHeadModel, XLNetForSequenceClassification,
+XLNetForTokenClassification and XLNetForQuestionAnsweringSimple on the same random weights,
+converted through the key table: plain forward with segments and padding, two-stream with a
+permutation mask and target mapping, memory from a previous segment, the config switches; the
+token and span heads' outputs at real positions whatever the padding; then directories both
+ways, and the config's errors."""
 
 import json
 
 import pytest
 import torch
 from transformers import XLNetConfig as ReferenceConfig
+from transformers import XLNetForQuestionAnsweringSimple as ReferenceQuestionAnswering
 from transformers import XLNetForSequenceClassification as ReferenceClassifier
+from transformers import XLNetForTokenClassification as ReferenceTagger
 from transformers import XLNetLMHeadModel as ReferenceLM
 
 from bertology.errors import UserError
@@ -16,7 +20,9 @@ from bertology.inference.modeldir import load_model
 from bertology.models import family_of
 from bertology.models.xlnet import (
     XLNetConfig,
+    XLNetForQuestionAnsweringSimple,
     XLNetForSequenceClassification,
+    XLNetForTokenClassification,
     XLNetLMHeadModel,
     XLNetModel,
     from_transformers,
@@ -148,6 +154,70 @@ def test_sequence_classifier_matches_transformers_on_the_last_token():
         alone = theirs(ids[1:, 3:], token_type_ids=segments[1:, 3:]).logits
         padded = ours(right_ids, right_mask, torch.cat([segments[1:, 3:], segments[1:, :3]], dim=1)).logits
     torch.testing.assert_close(padded, alone, **TOLERANCE)
+
+
+# The token and span heads: (transformers' class, ours, config switches, the outputs compared).
+HEADS = {"token": (ReferenceTagger, XLNetForTokenClassification, dict(num_labels=5), ("logits",)),
+         "span": (ReferenceQuestionAnswering, XLNetForQuestionAnsweringSimple, dict(num_labels=2),
+                  ("start_logits", "end_logits"))}
+
+
+def head_outputs(out, names: tuple[str, ...]) -> torch.Tensor:
+    """The named outputs of a token or span head, stacked: (outputs, B, T[, labels])."""
+    return torch.stack([getattr(out, name) for name in names])
+
+
+@pytest.mark.parametrize("head", list(HEADS))
+def test_token_and_span_heads_match_transformers_both_ways(head, tmp_path):
+    reference_class, our_class, switches, names = HEADS[head]
+    theirs = reference(reference_class, **switches)
+    ours = ours_from(theirs, our_class, **switches)
+    ids, segments, mask = inputs()  # left-padded, as XLNet's tokenizer pads
+    with torch.no_grad():
+        expected = head_outputs(theirs(ids, attention_mask=mask, token_type_ids=segments), names)
+        assert expected.abs().mean() > 0.1  # not a near-zero output that anything would match
+        torch.testing.assert_close(head_outputs(ours(ids, mask, segments), names), expected, **TOLERANCE)
+    ours.save_pretrained(tmp_path / "ours")
+    assert json.loads((tmp_path / "ours" / "config.json").read_text())["architectures"] == [reference_class.__name__]
+    back, info = reference_class.from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    theirs.save_pretrained(tmp_path / "theirs")
+    again = load_model(tmp_path / "theirs")
+    assert type(again) is our_class
+    with torch.no_grad():
+        torch.testing.assert_close(head_outputs(back.eval()(ids, attention_mask=mask, token_type_ids=segments), names),
+                                   expected, **TOLERANCE)
+        torch.testing.assert_close(head_outputs(again(ids, mask, segments), names), expected, **TOLERANCE)
+
+
+@pytest.mark.parametrize("head", list(HEADS))
+def test_token_and_span_heads_ignore_padding_on_either_side(head):
+    """A row alone, right-padded with a mask (bertology's batches) and left-padded (transformers'
+    tokenizer): the same outputs at its real positions, since XLNet's positions are relative."""
+    reference_class, our_class, switches, names = HEADS[head]
+    ours = ours_from(reference(reference_class, **switches), our_class, **switches)
+    ids, segments, _ = inputs()
+    row, row_segments = ids[:1, :6], segments[:1, :6]
+    pad = torch.full((1, 3), 5)
+    mask = torch.cat([torch.ones(1, 6, dtype=torch.long), torch.zeros(1, 3, dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        alone = head_outputs(ours(row, token_type_ids=row_segments), names)
+        right = head_outputs(ours(torch.cat([row, pad], 1), mask, torch.cat([row_segments, pad * 0], 1)), names)
+        left = head_outputs(ours(torch.cat([pad, row], 1), mask.flip(1), torch.cat([pad * 0, row_segments], 1)), names)
+        unmasked = head_outputs(ours(torch.cat([row, pad], 1), token_type_ids=torch.cat([row_segments, pad * 0], 1)),
+                                names)
+    torch.testing.assert_close(right[:, :, :6], alone, **TOLERANCE)
+    torch.testing.assert_close(left[:, :, 3:], alone, **TOLERANCE)
+    assert (unmasked[:, :, :6] - alone).abs().max() > 0.01  # the mask is what hides the padding
+
+
+def test_a_task_model_starts_from_any_xlnet_directory_with_a_fresh_head(tmp_path):
+    tagger = XLNetForTokenClassification(XLNetConfig(**SMALL, num_labels=5))
+    tagger.save_pretrained(tmp_path / "tagger")
+    reader = XLNetForQuestionAnsweringSimple.from_language_model(tmp_path / "tagger", 1, None)
+    assert reader.config.num_labels == 2 and reader.qa_outputs.weight.shape == (2, 32)
+    assert all(torch.equal(a, b) for a, b in zip(reader.transformer.state_dict().values(),
+                                                 tagger.transformer.state_dict().values()))
 
 
 def test_rel_shift_puts_each_distance_under_its_key():

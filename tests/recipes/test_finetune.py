@@ -19,7 +19,7 @@ from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.recipes.finetune import FinetuneConfig, run_finetuning
-from bertology.recipes.text_to_text import Casting, encode_pairs, predict_text
+from bertology.recipes.text_to_text import Casting, casting_for, encode_inputs, predict_text
 from bertology.tasks.inputs import (
     Encoded,
     Feature,
@@ -307,11 +307,7 @@ def test_gpt_fine_tunes_the_gpt_papers_way_and_evaluates_predicts_and_serves(tmp
         assert [p["label"] for p in response.json()["predictions"]] == ["neg", "pos"]
 
 
-def test_gpt_refuses_tasks_it_cannot_read_left_to_right(tmp_path, tiny_gpt, data_dir, capsys):
-    status = main(["finetune", "--task", "conll2003", "--data", str(data_dir / "conll2003"), "--model", str(tiny_gpt),
-                   "--out", str(tmp_path / "o"), "--max-train-examples", "8", "--no-progress"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert status == 2 and "a GPT reads left to right and is fine-tuned here for sequence tasks" in err[-1]
+def test_gpt_is_fine_tuned_whole(tmp_path, tiny_gpt, capsys):
     status = main(["finetune", "--task", "classification", "--train-file", "x.csv", "--model", str(tiny_gpt),
                    "--out", str(tmp_path / "f"), "--mode", "features"])
     err = capsys.readouterr().err.strip()
@@ -341,7 +337,7 @@ def test_t5_fine_tunes_text_to_text_scored_on_its_decoded_answers(tmp_path, tiny
     spec = load_config_task(out)
     casting = Casting(spec)
     dev = read_examples(spec, keyword_task / "dev.csv", "dev")
-    inputs, _, _ = encode_pairs(casting, tokenizer, dev, 128, None)
+    inputs = encode_inputs(casting, tokenizer, dev, 128).ids
     answers = predict_text(model, tokenizer, inputs, max_new_tokens=6)
     labels = [casting.parse(answer, example)[0] for answer, example in zip(answers, dev)]
     assert accuracy(labels, csv_labels(keyword_task / "dev.csv")) == pytest.approx(results["accuracy"])
@@ -351,8 +347,8 @@ def test_t5_fine_tunes_text_to_text_scored_on_its_decoded_answers(tmp_path, tiny
     evaluated = json.loads((tmp_path / "eval.json").read_text())
     assert evaluated["accuracy"] == pytest.approx(results["accuracy"]) and evaluated["invalid"] == results["invalid"]
     assert main(["predict", "--model", str(out), "--input", str(keyword_task / "dev.csv"), "--out",
-                 str(tmp_path / "p.tsv")]) == 2
-    assert "a T5 (text to text): predict and serve's /predict run BERT and GPT" in capsys.readouterr().err
+                 str(tmp_path / "p.tsv")]) == 0
+    assert [line.split("\t")[1] for line in (tmp_path / "p.tsv").read_text().splitlines()[1:]] == labels
 
 
 def load_config_task(directory):
@@ -373,8 +369,8 @@ def test_text_to_text_casting_is_t5s():
     assert Casting(stsb).source(pair) == "stsb sentence1: A man plays. sentence2: A man is playing."
     assert Casting(stsb).target(pair) == "3.8"  # rounded to the nearest 0.2, as T5
     assert Casting(stsb).parse("4.2", pair) == (4.2, True) and Casting(stsb).parse("high", pair) == (2.5, False)
-    with pytest.raises(UserError, match="text-to-text fine-tuning casts sequence tasks"):
-        Casting(TASKS["conll2003"])
+    with pytest.raises(UserError, match="text-to-text fine-tuning casts sequence tasks, CoNLL's tags and SQuAD's"):
+        casting_for(TASKS["wic"])
 
 
 def test_a_t5_target_longer_than_the_decoder_limit_is_a_one_line_error(tmp_path, tiny_t5, capsys):

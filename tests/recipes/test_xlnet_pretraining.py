@@ -122,11 +122,12 @@ def test_finetune_sst2_builds_the_xlnet_classifier_and_evaluate_and_predict_agre
     assert hits / 24 == pytest.approx(results["accuracy"])
 
 
-def test_xlnet_takes_sequence_tasks_only_and_its_layers_have_depths(pretrained):
+def test_xlnet_task_heads_and_its_layers_have_depths(pretrained):
     model_dir, _ = pretrained
-    with pytest.raises(UserError, match="an XLNet is fine-tuned here for sequence tasks .* not conll2003's "
-                                        "token-level labels; use a BERT"):
-        load_task_model(str(model_dir), TASKS["conll2003"])
+    assert type(load_task_model(str(model_dir), TASKS["conll2003"])).__name__ == "XLNetForTokenClassification"
+    assert type(load_task_model(str(model_dir), TASKS["squad"])).__name__ == "XLNetForQuestionAnsweringSimple"
+    with pytest.raises(UserError, match="an XLNet is fine-tuned here for sequence, token and span tasks"):
+        load_task_model(str(model_dir), TASKS["wic"])
     model = load_task_model(str(model_dir), TASKS["sst2"])
     assert num_layers_of(model) == 2
     depths = {name: layer_depth(name, 2) for name, _ in model.named_parameters()}
