@@ -12,6 +12,11 @@ import pytest
 
 # Never reach the Hugging Face Hub from a test: everything is read from local folders.
 os.environ["HF_HUB_OFFLINE"] = "1"
+# pytest-xdist (`-n auto` in pyproject's addopts) runs one worker per core: each takes its share of
+# the cores for PyTorch, set before torch is imported and passed on to the commands tests start,
+# so that the workers do not oversubscribe the machine (the tiny models here gain little from threads).
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 from helpers import save_task_model, write_keyword_task  # noqa: E402 - imports bertology: after the line above
 
