@@ -52,9 +52,12 @@ _KEY_TABLE: list[tuple[str, tuple[str, ...]]] = [
     ("nsp.dense", ("cls.seq_relationship",)),
     ("classifier.dense", ("classifier",)),
     ("qa_outputs", ("qa_outputs",)),
+    # bertology's own (`head_bilstm`, the BERT paper's "+ BiLSTM"): transformers has no such module and
+    # its classes skip these keys; stored under the same name, nn.LSTM's parameters (weight_ih_l0, ...)
+    ("bilstm.lstm", ("bilstm.lstm",)),
 ]
-_HEAD_PREFIXES = ("mlm.", "nsp.", "classifier.", "qa_outputs.")
-TASK_HEAD_PREFIXES = ("classifier.", "qa_outputs.")  # fine-tuning heads, replaced for a new task
+_HEAD_PREFIXES = ("mlm.", "nsp.", "classifier.", "qa_outputs.", "bilstm.")
+TASK_HEAD_PREFIXES = ("classifier.", "qa_outputs.", "bilstm.")  # fine-tuning heads, replaced for a new task
 # Keys transformers stores that carry no information of their own.
 _REDUNDANT = ("embeddings.position_ids", "cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 _ENCODER_PREFIX = "bert."
@@ -62,7 +65,7 @@ _ENCODER_PREFIX = "bert."
 
 def _compile(pattern: str) -> re.Pattern:
     """A module pattern -> regex matching '<module>' or '<module>.<param>' (layer index captured)."""
-    return re.compile(re.escape(pattern).replace(r"\{i\}", r"(?P<i>\d+)") + r"(?P<param>(\.[A-Za-z_]+)?)$")
+    return re.compile(re.escape(pattern).replace(r"\{i\}", r"(?P<i>\d+)") + r"(?P<param>(\.[A-Za-z_][A-Za-z0-9_]*)?)$")
 
 
 _OURS = [(_compile(ours), ours, theirs) for ours, theirs in _KEY_TABLE]

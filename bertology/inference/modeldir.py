@@ -9,6 +9,10 @@ and bertology adds a few config.json keys, read and written only here:
 - `architectures`: the model class (transformers' key);
 - a feature-based model adds `feature_head.json` and its weights.
 
+The architecture switches transformers' BERT lacks (`causal`, `share_layers`, `head_bilstm`, ...)
+are not such keys: they are fields of the model's own config (models/bert.py's `BertConfig`),
+which writes and reads them with the rest of the architecture.
+
 `load_model` opens any PyTorch directory through its model family (models/__init__.py
 recognises the family from `model_type`), an int8 export quantized and a feature-based
 model with its head; `load_finetuned` adds the ONNX Runtime path and the task, for
@@ -101,12 +105,17 @@ def exported_config(model: BertPreTrainedModel, fmt: str) -> BertConfig:
 
     Raises:
         UserError: WiC's head exported as "hf" or "onnx": neither transformers nor the ONNX graph's
-            inputs have its target word positions.
+            inputs have its target word positions; a BiLSTM head (`head_bilstm`) in any format:
+            transformers has no such head, and the int8 and ONNX exports hold linear heads only.
     """
     if isinstance(model, BertForWordInContext) and fmt in ("hf", "onnx"):
         raise UserError(f"a {type(model).__name__} (WiC's head) has no {fmt} export: it also takes the target "
                         "words' positions, which transformers' classes and the exported graph do not; evaluate and "
                         "predict run the model directory itself, or export it as int8")
+    if model.config.head_bilstm:
+        why = "transformers has no such head" if fmt == "hf" else "the int8 and onnx exports hold linear heads only"
+        raise UserError(f"a model fine-tuned with --head-bilstm (a BiLSTM between the encoder and the head) has no "
+                        f"{fmt} export: {why}; evaluate, predict and serve run the model directory itself")
     extra = {**model.config.extra, "architectures": [type(model).__name__], EXPORT_KEY: fmt}
     return dataclasses.replace(model.config, extra=extra)
 

@@ -13,9 +13,10 @@ ALBERT's factorized embeddings (`embedding_size`) and cross-layer sharing
 (`share_layers`), pre-LayerNorm blocks (`pre_layer_norm`), no segment embeddings
 (`type_vocab_size=0`) and left-to-right attention (`causal`, GPT's objective).
 
-Task models compose the encoder with one small head each; their names, forward
-arguments and output fields are those of Hugging Face transformers, so habits
-carry over. Loading and saving live in `checkpoint.py`; the config, its size presets and the
+Task models compose the encoder with one small head each (with `head_bilstm`, the paper's
+Table 5 "+ BiLSTM": a randomly initialised BiLSTM between the encoder and the sequence, token or
+span head); their names, forward arguments and output fields are those of Hugging Face
+transformers, so habits carry over. Loading and saving live in `checkpoint.py`; the config, its size presets and the
 model are all here, so this file is the whole BERT family."""
 
 from __future__ import annotations
@@ -114,6 +115,10 @@ class BertConfig(ConfigFile):
     num_labels: int = 2
     id2label: dict[int, str] | None = None
     classifier_dropout: float | None = None  # None = hidden_dropout_prob
+    # The BERT paper's Table 5 "+ BiLSTM": one randomly initialised bidirectional LSTM layer (hidden_size // 2
+    # per direction) between the encoder and the sequence, token and span heads. bertology's own: transformers
+    # ignores the key, so its classes would load such a model's encoder and head but not the BiLSTM.
+    head_bilstm: bool = False
 
     # Anything else found in a config.json (e.g. transformers' bookkeeping), kept for round trips.
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -178,9 +183,12 @@ class BertConfig(ConfigFile):
         for name in ("relative_attention_num_buckets", "relative_attention_max_distance"):
             if type(getattr(self, name)) is not int or not 4 <= getattr(self, name) <= 4096:
                 raise UserError(f"config field {name!r} must be an integer in [4, 4096], got {getattr(self, name)!r}")
-        for name in ("share_layers", "pre_layer_norm", "causal"):
+        for name in ("share_layers", "pre_layer_norm", "causal", "head_bilstm"):
             if type(getattr(self, name)) is not bool:
                 raise UserError(f"config field {name!r} must be true or false, got {getattr(self, name)!r}")
+        if self.head_bilstm and self.hidden_size % 2:
+            raise UserError(f"config field 'head_bilstm' needs an even 'hidden_size' (half each way), got "
+                            f"{self.hidden_size}")
         if self.embedding_size is not None and (type(self.embedding_size) is not int
                                                 or not 0 < self.embedding_size <= SIZE_LIMITS["hidden_size"]):
             raise UserError(f"config field 'embedding_size' must be a positive integer, got {self.embedding_size!r}")
@@ -428,7 +436,8 @@ class BertPreTrainedModel(nn.Module):
         Args:
             directory: holds `config.json` and `model.safetensors` (or a legacy
                 `pytorch_model.bin`, read with `torch.load(weights_only=True)`).
-            drop_head: ignore the checkpoint's task-head weights (a new task's head starts fresh).
+            drop_head: ignore the checkpoint's task-head weights, a BiLSTM head's too (a new task's
+                head starts fresh).
             config_overrides: config fields to change, e.g. `num_labels=3` for a new head.
         Returns:
             The model in eval mode. Weights a head needs but the checkpoint lacks are
@@ -600,6 +609,38 @@ class ClassificationHead(nn.Module):
         return self.dense(self.dropout(x))
 
 
+class HeadBiLSTM(nn.Module):
+    """The BERT paper's Table 5 "+ BiLSTM": one bidirectional LSTM layer (PyTorch's fused nn.LSTM) between
+    the encoder and a task head, hidden_size // 2 wide each way so that its states keep the encoder's width.
+
+    Rows are packed by their lengths, so padding never reaches a real position, not even through the
+    backward direction, which starts each row at its last real token. A causal encoder's states have read
+    only their left context; the backward direction gives every position its right context back.
+
+    Example:
+        >>> bilstm = HeadBiLSTM(BertConfig.from_preset("tiny", vocab_size=100, head_bilstm=True))
+        >>> states, summary = bilstm(torch.randn(2, 5, 128), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]))
+        >>> states.shape, summary.shape
+        (torch.Size([2, 5, 128]), torch.Size([2, 128]))
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.lstm = nn.LSTM(config.hidden_size, config.hidden_size // 2, batch_first=True, bidirectional=True)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden (B, T, H), attention_mask (B, T) right-padded, 1 = real token (None: no padding) ->
+        states (B, T, H), zero at padding, and the sentence summary (B, H): the forward direction's final
+        state (at the last real token) beside the backward direction's (at the first), each having read
+        the whole row whatever position a pooler would read."""
+        B, T, _ = hidden.shape
+        lengths = torch.full((B,), T) if attention_mask is None else attention_mask.sum(1).clamp(min=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(hidden, lengths, batch_first=True, enforce_sorted=False)
+        states, (final, _) = self.lstm(packed)  # final (2, B, H/2): forward, backward, in the rows' order
+        states, _ = nn.utils.rnn.pad_packed_sequence(states, batch_first=True, total_length=T)  # (B, T, H)
+        return states, torch.cat([final[0], final[1]], dim=-1)
+
+
 def _classifier_dropout(config: BertConfig) -> float:
     return config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
 
@@ -694,12 +735,15 @@ class BertForMaskedLM(_PreTrainingHeads):
 
 
 class _Classifier(BertPreTrainedModel):
-    """What the sentence and token classifiers share: a linear head on encoder vectors, and its loss."""
+    """What the sentence and token classifiers share: a linear head on encoder vectors (or on a BiLSTM's
+    over them, with `head_bilstm`), and its loss."""
 
     def __init__(self, config: BertConfig, per_token: bool):
         super().__init__(config)
         self.per_token = per_token
-        self.bert = BertModel(config, add_pooling_layer=not per_token)
+        # With the BiLSTM, sentences are read from its summary (HeadBiLSTM.forward), not the pooler.
+        self.bert = BertModel(config, add_pooling_layer=not per_token and not config.head_bilstm)
+        self.bilstm = HeadBiLSTM(config) if config.head_bilstm else None
         self.classifier = ClassificationHead(config.hidden_size, config.num_labels, _classifier_dropout(config))
         self.init_weights()
 
@@ -712,10 +756,15 @@ class _Classifier(BertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> ModelOutput:
-        """Returns logits (B, num_labels) on the pooled [CLS] vector, or (B, T, num_labels) per token.
+        """Returns logits (B, num_labels) on the pooled [CLS] vector (with the BiLSTM, on its summary of
+        the row), or (B, T, num_labels) per token.
         Loss: cross-entropy (tokens labelled IGNORE_INDEX carry none), or MSE when num_labels == 1."""
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        logits = self.classifier(out.last_hidden_state if self.per_token else out.pooler_output)
+        if self.bilstm is None:
+            logits = self.classifier(out.last_hidden_state if self.per_token else out.pooler_output)
+        else:
+            states, summary = self.bilstm(out.last_hidden_state, attention_mask)
+            logits = self.classifier(states if self.per_token else summary)
         loss = None
         if labels is not None and self.config.num_labels == 1:
             loss = F.mse_loss(logits.float().view(-1), labels.float().view(-1))
@@ -725,7 +774,13 @@ class _Classifier(BertPreTrainedModel):
 
 
 class BertForSequenceClassification(_Classifier):
-    """Encoder + linear head on the pooled [CLS] vector; regression when num_labels == 1."""
+    """Encoder + linear head on the pooled [CLS] vector; regression when num_labels == 1.
+
+    With `head_bilstm` the head reads the BiLSTM's final states instead: the forward direction's at the
+    last real token beside the backward direction's at the first. Both have read every real token, so
+    the summary is the same kind of vector for a causal encoder (whose pooler reads the last real token)
+    as for a bidirectional one (whose pooler reads [CLS]); the BiLSTM's state at either pooled position
+    would have read the row in one direction only, and so the pooler is left out."""
 
     def __init__(self, config: BertConfig):
         super().__init__(config, per_token=False)
@@ -739,11 +794,13 @@ class BertForTokenClassification(_Classifier):
 
 
 class BertForQuestionAnswering(BertPreTrainedModel):
-    """Encoder + span head: a start and an end score for every token (SQuAD)."""
+    """Encoder + span head: a start and an end score for every token (SQuAD), on the BiLSTM's states
+    with `head_bilstm`."""
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)
+        self.bilstm = HeadBiLSTM(config) if config.head_bilstm else None
         self.qa_outputs = Linear(config.hidden_size, 2)
         self.init_weights()
 
@@ -760,7 +817,8 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         """Returns start_logits and end_logits (B, T); loss is the mean of the two
         cross-entropies when the gold positions (B,) are given."""
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        start_logits, end_logits = self.qa_outputs(out.last_hidden_state).float().unbind(dim=-1)  # 2 x (B, T)
+        hidden = out.last_hidden_state if self.bilstm is None else self.bilstm(out.last_hidden_state, attention_mask)[0]
+        start_logits, end_logits = self.qa_outputs(hidden).float().unbind(dim=-1)  # 2 x (B, T)
         loss = None
         if start_positions is not None and end_positions is not None:
             loss = span_loss(start_logits, end_logits, start_positions, end_positions)

@@ -3,7 +3,8 @@
 `run_finetuning(config)` reads a task's official files, encodes them (tasks/inputs.py), puts
 the head the task needs on the encoder (models/bert.py: [CLS]-pooled linear head for sentences
 and pairs, a per-token head for tagging, a start/end head for spans, a head on [CLS] and the
-two target words for WiC) and trains with the
+two target words for WiC; with `head_bilstm`, the BERT paper's randomly initialised BiLSTM between
+a BERT-family encoder and its sequence, token or span head) and trains with the
 BERT recipe (AdamW, warmup then linear decay, dropout 0.1), evaluating on the dev set after
 every epoch and keeping the best model. ULMFiT's tricks are switches: discriminative
 learning rates (`layer_lr_decay`), the slanted triangular schedule (`schedule`) and
@@ -103,6 +104,10 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                                     help="ULMFiT's discriminative learning rates: each layer down gets this factor "
                                          "of the rate above it (1: off)")
     gradual_unfreezing: bool = setting(False, help="ULMFiT: train the top layer first, one more layer each epoch")
+    head_bilstm: bool = setting(False, help="the BERT paper's Table 5 '+ BiLSTM': a randomly initialised BiLSTM (one "
+                                            "layer, hidden_size / 2 each way) between a BERT-family encoder and its "
+                                            "head, trained with it (as part of the head for --layer-lr-decay and "
+                                            "--gradual-unfreezing)")
     drop_mult: float = setting(1.0, positive=True, help="--model an AWD-LSTM: ULMFiT's one dropout knob, every "
                                                        "dropout of the classifier (fastai's) times this")
     arch: str = setting("head", choices=ARCHES,
@@ -143,7 +148,8 @@ class FinetuneConfig(TaskConfig, EpochLoop):
         if self.arch == "taglm":
             given = [flag for flag, value in (("--model", self.model), ("--mode features", self.mode == "features"),
                                               ("--layer-lr-decay", self.layer_lr_decay < 1),
-                                              ("--gradual-unfreezing", self.gradual_unfreezing)) if value]
+                                              ("--gradual-unfreezing", self.gradual_unfreezing),
+                                              ("--head-bilstm", self.head_bilstm)) if value]
             if given:
                 raise UserError(f"{given[0]} is not an option of --arch taglm, which trains its own tagger "
                                 "(--lm DIR gives it a biLM, --word-vectors DIR its starting word vectors)")
@@ -199,7 +205,7 @@ def prepare_data(cfg: FinetuneConfig) -> RunData:
 def finetune_once(cfg: FinetuneConfig, data: RunData, seed: int, out: Path) -> dict:
     """Train one seed into `out`; returns the best dev results (with the step they came from)."""
     torch.manual_seed(seed)
-    model = load_task_model(cfg.model, data.spec, cfg.drop_mult)
+    model = load_task_model(cfg.model, data.spec, cfg.drop_mult, cfg.head_bilstm)
     describe_task(model.config, data.spec, data.settings)
     num_layers = num_layers_of(model)
     features = data.train_encoded.features
@@ -238,12 +244,28 @@ def check_wic_setup(cfg: FinetuneConfig, family: str) -> None:
                         "so long pairs are cut around them")
 
 
+def check_head_bilstm_setup(cfg: FinetuneConfig, family: str, kind: str) -> None:
+    """--head-bilstm puts a BiLSTM between a fine-tuned BERT-family encoder and a sequence, token or
+    span head: a one-line error for any other model, the feature-based mode or WiC's head."""
+    if family != "bert":
+        raise UserError(f"--head-bilstm puts a BiLSTM on a BERT-family encoder (BERT, RoBERTa, ALBERT or ELECTRA); "
+                        f"{cfg.model} is a {family} model")
+    if cfg.mode == "features":
+        raise UserError("--head-bilstm trains a BiLSTM with the encoder (--mode finetune); the feature-based mode has "
+                        "its own over the frozen encoder: --feature-head bilstm")
+    if kind == "wic":
+        raise UserError("--head-bilstm does not apply to wic: its head reads the target words' own tokens from the "
+                        "encoder")
+
+
 def run_finetuning(cfg: FinetuneConfig) -> dict:
     """Fine-tune (or train a feature-based head) for cfg.seeds seeds; write and return the dev results."""
     cfg.validate()
     out = Path(cfg.out)
     check_output_dir(out, cfg.resume)
     family = "taglm" if cfg.arch == "taglm" else family_of(cfg.model).name
+    if cfg.head_bilstm:
+        check_head_bilstm_setup(cfg, family, resolve_task(cfg).kind)
     if resolve_task(cfg).kind == "wic":
         check_wic_setup(cfg, family)
     if family == "taglm" and cfg.arch != "taglm":

@@ -172,9 +172,11 @@ FAMILY_HEADS = {
 }
 
 
-def load_task_model(directory: str, spec: TaskSpec, drop_mult: float = 1.0) -> nn.Module:
+def load_task_model(directory: str, spec: TaskSpec, drop_mult: float = 1.0, head_bilstm: bool = False) -> nn.Module:
     """The encoder in `directory` with `spec`'s head: kept if the directory already holds a
-    head for this very task and label set, else freshly initialised. A GPT takes sequence
+    head for this very task and label set (and, with `head_bilstm`, a BiLSTM under it), else freshly
+    initialised. A BERT encoder given `head_bilstm` gets a randomly initialised BiLSTM between it and
+    the head (models/bert.py's HeadBiLSTM: the BERT paper's Table 5 "+ BiLSTM"). A GPT takes sequence
     tasks (classification, regression) with the GPT paper's head on its last token, token tasks
     with a linear layer on every token and span tasks with start and end scores on every token
     (each token having read its left context only); an XLNet the same three, its sequence head
@@ -192,8 +194,10 @@ def load_task_model(directory: str, spec: TaskSpec, drop_mult: float = 1.0) -> n
                 return model_class.from_pretrained(directory)
             options = {"drop_mult": drop_mult} if model_class is AWDLSTMForSequenceClassification else {}
             return model_class.from_language_model(directory, num_labels, id2label, **options)
+    keep = has_head_for(config, spec) and (config.head_bilstm or not head_bilstm)
     return MODEL_FOR_KIND[spec.kind].from_pretrained(directory, num_labels=num_labels, id2label=id2label,
-                                                     drop_head=not has_head_for(config, spec))
+                                                     head_bilstm=head_bilstm or (keep and config.head_bilstm),
+                                                     drop_head=not keep)
 
 
 def num_layers_of(model: nn.Module) -> int:
@@ -209,10 +213,10 @@ def num_layers_of(model: nn.Module) -> int:
 
 
 def layer_depth(name: str, num_layers: int) -> int:
-    """0 for embeddings, i + 1 for layer i, num_layers + 1 for the pooler and head (BERT's names,
-    a GPT's: blocks `h.i`, embeddings `wte` and `wpe`, an XLNet's: `layer.i`, `word_embedding` and
-    `mask_emb`, or an AWD-LSTM's: LSTMs `rnns.i`, embedding `awd_lstm.encoder`: fastai's layer groups
-    for ULMFiT's classifier)."""
+    """0 for embeddings, i + 1 for layer i, num_layers + 1 for the pooler and head, a BiLSTM under the head
+    included (BERT's names, a GPT's: blocks `h.i`, embeddings `wte` and `wpe`, an XLNet's: `layer.i`,
+    `word_embedding` and `mask_emb`, or an AWD-LSTM's: LSTMs `rnns.i`, embedding `awd_lstm.encoder`:
+    fastai's layer groups for ULMFiT's classifier)."""
     if name.startswith("classifier."):  # the head (ULMFiT's has `layers` of its own)
         return num_layers + 1
     match = re.search(r"\.(?:layers|h|rnns|layer)\.(\d+)\.", f".{name}")

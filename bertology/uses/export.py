@@ -236,11 +236,11 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out_dir: str | os.PathL
         for module in ("onnx", "onnxscript", "onnxruntime"):  # the exporter needs all three
             require(module)
     model = _source_model(source)
+    config = _exported_config(model, fmt)  # first: a head no export holds (WiC's, a BiLSTM) is the reason to give
     if fmt == "hf" and not model.config.is_vanilla_bert:
         raise UserError(f"{source}: transformers' BERT cannot represent this variant (factorized embeddings, "
                         "shared layers, pre-LayerNorm, causal attention or no segment embeddings); "
                         "export int8 or onnx instead")
-    config = _exported_config(model, fmt)
     with _staging(out) as tmp:
         if fmt == "hf":
             checkpoint.save_state_dict(model.state_dict(), tmp)
