@@ -30,7 +30,7 @@ from bertology.tasks.inputs import (
     encode,
 )
 from bertology.tasks.readers import TASKS, SequenceExample, SpanExample, TokenExample, read_examples
-from bertology.training.tasks import gradual_unfreezer, layer_depth, load_task_model
+from bertology.training.tasks import gradual_unfreezer, layer_depth, load_task_model, read_inputs
 from bertology.uses.serve import ServeConfig, create_app, load_served
 
 
@@ -455,3 +455,18 @@ def test_elmo_features_train_a_head_and_evaluate_and_predict(tmp_path, keyword_t
     dev = read_examples(spec, keyword_task / "dev.csv", "dev")
     assert accuracy(predict(model, tokenizer, spec, dev, settings, precision="fp32"),
                     csv_labels(keyword_task / "dev.csv")) == pytest.approx(results["accuracy"])
+
+
+@pytest.mark.parametrize("name, first_line", [("valid.txt", "EU NNP B-NP B-ORG"), ("mine.txt", "-DOCSTART- -X- O O")])
+def test_predict_reads_a_conll_txt_as_conll_and_other_txt_as_sentences(tmp_path, name, first_line):
+    # CoNLL's own files end in .txt: read as plain text, every token line became a "sentence"
+    conll = tmp_path / name
+    lines = [first_line, "", "EU NNP B-NP B-ORG", "rejects VBZ B-VP O", ""] if first_line.startswith("-DOC") else \
+        [first_line, "rejects VBZ B-VP O", ""]
+    conll.write_text("\n".join(lines) + "\n")
+    (example,) = read_inputs(TASKS["conll2003"], conll)
+    assert example.words == ["EU", "rejects"]
+    plain = tmp_path / "sentences.txt"
+    plain.write_text("EU rejects German call\nPeter Blackburn\n")
+    assert [e.words for e in read_inputs(TASKS["conll2003"], plain)] == [["EU", "rejects", "German", "call"],
+                                                                      ["Peter", "Blackburn"]]
