@@ -241,10 +241,9 @@ def test_t5_finetunes_on_conll_and_evaluate_and_predict_give_the_decoded_entity_
         assert evaluated[key] == pytest.approx(recomputed[key]) == pytest.approx(trained[key]), key
     assert evaluated["invalid"] == sum(not valid for _, valid in parsed) / len(dev) == trained["invalid"]
     assert evaluated["inputs_cut"] == evaluated["answers_cut"] == 0
-    # predict writes CoNLL columns (a file not named .txt: those are one sentence a line) with those tags
-    (tmp_path / "valid.conll").write_text((task_files / "conll/valid.txt").read_text())
+    # predict reads CoNLL's valid.txt as CoNLL and writes CoNLL columns with those tags
     capsys.readouterr()
-    assert main(["predict", "--model", str(out), "--input", str(tmp_path / "valid.conll"), "--out",
+    assert main(["predict", "--model", str(out), "--input", str(task_files / "conll/valid.txt"), "--out",
                  str(tmp_path / "tags.conll")]) == 0
     invalid = sum(not valid for _, valid in parsed)
     assert (f"{invalid} of {len(dev)} outputs could not be read as answers; in their place: the tags of the "
