@@ -88,11 +88,16 @@ def task_of(config: BertConfig, directory: str) -> tuple[TaskSpec, InputSettings
     if not is_finetuned(config):
         raise UserError(f"{directory}: not a fine-tuned model (its config.json has no {TASK_KEY}; "
                         "make one with `bertology finetune`)")
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in config.extra[TASK_KEY].items()}
+    return task_from_dict(config.extra[TASK_KEY]), InputSettings(**config.extra.get(INPUTS_KEY, {}))
+
+
+def task_from_dict(saved: dict) -> TaskSpec:
+    """A TaskSpec back from its `dataclasses.asdict` as read from JSON (lists become tuples again)."""
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()}
     if values.get("columns"):
         values["columns"] = Columns(**{k: tuple(v) if isinstance(v, list) else v for k, v in values["columns"].items()})
     values["files"] = {split: tuple(names) for split, names in (values.get("files") or {}).items()}
-    return TaskSpec(**values), InputSettings(**config.extra.get(INPUTS_KEY, {}))
+    return TaskSpec(**values)
 
 
 def export_format(config: BertConfig) -> str | None:
@@ -149,10 +154,10 @@ def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer | None, TaskSpe
     (models/quantized.py); both are called like the PyTorch models and stay on the CPU.
     """
     model_dir = resolve_model_dir(model_dir)
-    if family_of(model_dir).name in ("static", "cove"):
-        raise UserError(f"{model_dir}: {family_of(model_dir).name} word features (with a feature head): evaluate, "
-                        "predict and serve run BERT models only for now; the head's dev scores are in its "
-                        "eval_results.json")
+    if family_of(model_dir).name in ("static", "cove"):  # recipes/static_features.py runs these heads
+        source = "static word vectors" if family_of(model_dir).name == "static" else "CoVe"
+        raise UserError(f"{model_dir}: a feature head over {source}: `bertology evaluate` and `bertology predict` "
+                        "run it; serve and distill do not take one yet")
     config = load_config(model_dir)
     spec, settings = task_of(config, model_dir)
     if family_of(model_dir).name == "taglm":  # words in, tags out: the tagger brings its biLM's tokenizer

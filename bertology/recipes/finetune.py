@@ -65,7 +65,14 @@ from ..training.tasks import (
     summarize,
 )
 from .feature_mode import train_feature_head
-from .static_features import check_task, open_word_features, prepare_static_data, train_static_head
+from .static_features import (
+    check_task,
+    load_static_head,
+    open_word_features,
+    predict_examples,
+    prepare_static_data,
+    train_static_head,
+)
 from .taglm import prepare_tagger_data, train_tagger
 from .text_to_text import evaluate_directory, finetune_text_to_text, predict_directory, prepare_text_to_text
 
@@ -353,30 +360,43 @@ class PredictConfig:
 def run_evaluation(task: str | None, data: str, model_dir: str, split: str = "dev", batch_size: int = 128,
                    precision: str = "auto") -> dict:
     """`bertology evaluate`: a fine-tuned model's metrics on a split of its task's files (a T5's
-    from its decoded answers, see text_to_text.py)."""
-    if family_of(resolve_model_dir(model_dir)).name == "t5":
-        spec, settings = task_of(T5Config.load(resolve_model_dir(model_dir)), model_dir)
-        if task and task != spec.name:
-            raise UserError(f"{model_dir} was fine-tuned for {spec.name}, not {task}")
-        examples = read_split(FinetuneConfig(task=spec.name, model=model_dir), spec, split, data)
-        return {"task": spec.name, "split": split,
-                **evaluate_directory(str(resolve_model_dir(model_dir)), spec, settings, split, examples, batch_size)}
-    model, tokenizer, spec, settings = load_finetuned(model_dir)
+    from its decoded answers, see text_to_text.py; a feature head over static vectors or CoVe
+    through static_features.py, in fp32 as it trained)."""
+    directory = resolve_model_dir(model_dir)
+    family = family_of(directory).name
+    if family == "t5":
+        spec, settings = task_of(T5Config.load(directory), model_dir)
+    elif family in ("static", "cove"):
+        head, vectors, spec = load_static_head(directory)
+    else:
+        model, tokenizer, spec, settings = load_finetuned(model_dir)
     if task and task != spec.name:
         raise UserError(f"{model_dir} was fine-tuned for {spec.name}, not {task}")
     examples = read_split(FinetuneConfig(task=spec.name, model=model_dir), spec, split, data)
-    predictions = predict(model, tokenizer, spec, examples, settings, batch_size, precision, progress=True)
+    if family == "t5":
+        return {"task": spec.name, "split": split,
+                **evaluate_directory(str(directory), spec, settings, split, examples, batch_size)}
+    if family in ("static", "cove"):
+        predictions = predict_examples(head, vectors, spec, examples, batch_size)
+    else:
+        predictions = predict(model, tokenizer, spec, examples, settings, batch_size, precision, progress=True)
     return {"task": spec.name, "split": split, **score(spec, examples, predictions, split)}
 
 
 def run_prediction(model_dir: str, input_path: Path, out_path: Path, batch_size: int = 128, precision: str = "auto") -> int:
     """`bertology predict`: predictions for every example of a file, written in the task's format
-    (a T5's from its decoded answers, see text_to_text.py)."""
+    (a T5's from its decoded answers, see text_to_text.py; a feature head over static vectors or
+    CoVe through static_features.py)."""
     directory = resolve_model_dir(model_dir)
-    if family_of(directory).name == "t5":
+    family = family_of(directory).name
+    if family == "t5":
         spec, settings = task_of(T5Config.load(directory), model_dir)
         examples = read_inputs(spec, Path(input_path))
         predictions = predict_directory(str(directory), spec, settings, examples, batch_size)
+    elif family in ("static", "cove"):
+        head, vectors, spec = load_static_head(directory)
+        examples = read_inputs(spec, Path(input_path))
+        predictions = predict_examples(head, vectors, spec, examples, batch_size)
     else:
         model, tokenizer, spec, settings = load_finetuned(model_dir)
         examples = read_inputs(spec, Path(input_path))

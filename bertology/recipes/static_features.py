@@ -23,6 +23,11 @@ paper's [GloVe; CoVe] features, its MT-LSTM run once over each text (each text o
 its own, as the paper encodes each sentence; a tagging sentence over its own words) and the
 results kept, in float16 (900 numbers a word in the base preset), for all epochs and seeds.
 The saved head sits beside the encoder (`CoVeModel`, the decoder left out).
+
+`bertology evaluate` and `predict` run such a directory (recipes/finetune.py): `load_static_head`
+opens the head, its task and the copy of the vectors (or encoder) saved beside it, and
+`predict_examples` computes the words' features and predicts as the training's dev evaluation
+did (`word_features`, then `predict_static`), so the same split scores the same.
 """
 
 from __future__ import annotations
@@ -32,11 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from ..errors import UserError
-from ..files import atomic_path, write_json_atomic
-from ..inference.modeldir import load_model
+from ..files import atomic_path, loads_json, write_json_atomic
+from ..inference.modeldir import load_model, task_from_dict
 from ..inference.predict import score
 from ..models import family_of
 from ..models.cove import CoVeModel
@@ -182,6 +187,43 @@ def predict_static(head: FeatureHead, spec: TaskSpec, features: list[torch.Tenso
     if spec.regression:
         return [float(row[0]) for row in logits]
     return [spec.labels[int(row.argmax())] for row in logits]
+
+
+def predict_examples(head: FeatureHead, vectors: StaticVectors | CoVeModel, spec: TaskSpec, examples: list,
+                     batch_size: int = 128) -> list:
+    """`evaluate` and `predict`: the examples' features (`word_features`) through the head
+    (`predict_static`), the path of the training's dev evaluation. Returns predictions as `score` takes them."""
+    return predict_static(head, spec, word_features(vectors, examples), batch_size)
+
+
+def load_static_head(directory: str | Path) -> tuple[FeatureHead, StaticVectors | CoVeModel, TaskSpec]:
+    """A directory written by `save_head` -> its head (eval mode), vectors (or CoVe encoder) and task.
+
+    The vectors are read from the directory itself (the copy saved with the head), not from the
+    directory the head was trained from, which may since have moved.
+
+    Raises:
+        UserError: one line naming the directory or file: no head (a plain vectors directory),
+            a head file unreadable or not matching its weights, missing or broken vectors.
+    """
+    directory = Path(directory)
+    config_path = directory / HEAD_CONFIG_NAME
+    if not config_path.is_file():
+        raise UserError(f"{directory}: word vectors without a feature head ({HEAD_CONFIG_NAME}); train one with "
+                        f"`bertology finetune --mode features --model {directory}`")
+    try:
+        saved = loads_json(config_path.read_text(encoding="utf-8"))
+        spec = task_from_dict(saved["task"])
+        head = FeatureHead(HeadConfig(**saved["head"]))
+        head.load_state_dict(load_file(str(directory / HEAD_WEIGHTS_NAME)))
+    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as err:
+        reason = " ".join(str(err).split())  # load_state_dict's message spans lines
+        raise UserError(f"{directory}: cannot load the feature head ({type(err).__name__}: {reason})") from None
+    vectors = open_word_features(str(directory))
+    if vectors.hidden_size != head.config.width:
+        raise UserError(f"{config_path}: the head reads {head.config.width}-wide features, but the vectors beside it "
+                        f"are {vectors.hidden_size} wide")
+    return head.eval(), vectors, spec
 
 
 def save_head(head: FeatureHead, vectors: StaticVectors | CoVeModel, spec: TaskSpec, out: Path) -> None:
