@@ -312,19 +312,15 @@ class EntityCasting:
 
 
 def entity_spans(tags: list[str]) -> list[tuple[int, int, str]]:
-    """The entities of IOB2 tags as (first word, one past the last word, type), in order.
+    """The entities of IOB2 tags as (first word, one past the last word, type), in order, as seqeval
+    (the CoNLL metric's library) reads them: an I- tag after O opens an entity, as conlleval.
 
     >>> entity_spans(["B-ORG", "O", "B-MISC", "I-MISC"])
     [(0, 1, 'ORG'), (2, 4, 'MISC')]
     """
-    spans, start, kind = [], None, None
-    for position, tag in enumerate([*tags, "O"]):
-        if start is not None and tag != f"I-{kind}":
-            spans.append((start, position, kind))
-            start = None
-        if tag.startswith("B-") or (tag.startswith("I-") and start is None):  # an I- after O opens one, as conlleval
-            start, kind = position, tag[2:]
-    return spans
+    from seqeval.metrics.sequence_labeling import get_entities  # imported when used: about a second to load
+
+    return [(start, end + 1, kind) for kind, start, end in get_entities(list(tags))]
 
 
 def _find_run(keys: list[str], tags: list[str], wanted: str, after: int) -> tuple[int, int] | None:
