@@ -441,24 +441,39 @@ def predict_text(model: T5ForConditionalGeneration, tokenizer: Tokenizer, inputs
     return texts
 
 
-def decode_examples(model: T5ForConditionalGeneration, tokenizer: Tokenizer, casting, examples: list, max_input: int,
-                    batch_size: int) -> tuple[list[tuple], Inputs]:
-    """Generate for every example and read each output back: [(prediction, valid)], and the inputs
-    (what was cut). Generation stops at the casting's limit or the decoder's (n_positions)."""
+def generation_inputs(tokenizer: Tokenizer, casting, examples: list, max_input: int,
+                      decoder_limit: int) -> tuple[Inputs, list[int]]:
+    """The examples' encoded inputs (with what was cut) and each one's generation limit: the
+    casting's, at most the decoder's (n_positions). Computed once per split: every evaluation of a
+    fine-tuning run reuses them."""
     inputs = encode_inputs(casting, tokenizer, examples, max_input)
-    limits = [min(limit, model.config.n_positions) for limit in casting.answer_limits(tokenizer, examples)]
+    return inputs, [min(limit, decoder_limit) for limit in casting.answer_limits(tokenizer, examples)]
+
+
+def decode_examples(model: T5ForConditionalGeneration, tokenizer: Tokenizer, casting, examples: list,
+                    prepared: tuple[Inputs, list[int]], batch_size: int) -> list[tuple]:
+    """Generate for every example from its `generation_inputs` and read each output back:
+    [(prediction, valid)]."""
+    inputs, limits = prepared
     texts = predict_text(model, tokenizer, inputs.ids, limits, batch_size)
-    return [casting.parse(text, example) for text, example in zip(texts, examples)], inputs
+    return [casting.parse(text, example) for text, example in zip(texts, examples)]
 
 
-def evaluate_text_to_text(model: T5ForConditionalGeneration, data: RunData, casting,
-                          batch_size: int) -> dict[str, float]:
-    """The task's metrics on every dev split from the decoded outputs, the share of invalid ones,
-    and for SQuAD and CoNLL the shares of inputs cut and of answers cut with them."""
+def dev_generation_inputs(model: T5ForConditionalGeneration, data: RunData, casting) -> dict[str, tuple]:
+    """`generation_inputs` of every dev split."""
+    return {split: generation_inputs(data.tokenizer, casting, examples, data.settings.max_seq_len,
+                                     model.config.n_positions) for split, examples in data.dev.items()}
+
+
+def evaluate_text_to_text(model: T5ForConditionalGeneration, data: RunData, casting, batch_size: int,
+                          prepared: dict[str, tuple]) -> dict[str, float]:
+    """The task's metrics on every dev split from the decoded outputs (inputs from
+    `dev_generation_inputs`), the share of invalid ones, and for SQuAD and CoNLL the shares of
+    inputs cut and of answers cut with them."""
     results = {}
     for split, examples in data.dev.items():
-        parsed, inputs = decode_examples(model, data.tokenizer, casting, examples, data.settings.max_seq_len,
-                                         batch_size)
+        parsed = decode_examples(model, data.tokenizer, casting, examples, prepared[split], batch_size)
+        inputs = prepared[split][0]
         results.update(score(data.spec, examples, casting.collect(examples, [p for p, _ in parsed]), split))
         suffix = "" if split == "dev" else f"_{split.removeprefix('dev_')}"
         results[f"invalid{suffix}"] = sum(not valid for _, valid in parsed) / len(parsed)
@@ -479,7 +494,7 @@ def evaluate_directory(model_dir: str, spec: TaskSpec, settings: InputSettings, 
     """`bertology evaluate` for a T5 fine-tuned here: the split's metrics from decoded answers."""
     model, tokenizer, casting = open_directory(model_dir, spec, settings)
     data = RunData(spec, tokenizer, settings, [], {split: examples}, None)
-    return evaluate_text_to_text(model, data, casting, batch_size)
+    return evaluate_text_to_text(model, data, casting, batch_size, dev_generation_inputs(model, data, casting))
 
 
 def predict_directory(model_dir: str, spec: TaskSpec, settings: InputSettings, examples: list,
@@ -488,7 +503,8 @@ def predict_directory(model_dir: str, spec: TaskSpec, settings: InputSettings, e
     scores, tag sequences, or {question id: answer}); how many outputs were invalid, and what
     stands in for them, goes to stderr."""
     model, tokenizer, casting = open_directory(model_dir, spec, settings)
-    parsed, _ = decode_examples(model, tokenizer, casting, examples, settings.max_seq_len, batch_size)
+    prepared = generation_inputs(tokenizer, casting, examples, settings.max_seq_len, model.config.n_positions)
+    parsed = decode_examples(model, tokenizer, casting, examples, prepared, batch_size)
     predictions = casting.collect(examples, [prediction for prediction, _ in parsed])
     if spec.kind == "span":
         predictions = {example.qid: predictions.get(example.qid, "") for example in examples}
@@ -542,10 +558,11 @@ def finetune_text_to_text(cfg, data: RunData, seed: int, out: Path) -> dict:
 
     batches = EpochBatches([len(ids) for ids in inputs], cfg.batch_size, seed, make_batch)
     best = BestModel(out, data, cfg.resume)
+    prepared = dev_generation_inputs(model, data, casting)  # encoded once, not at every evaluation
 
     def evaluate(module: TextToTextModule) -> dict:
-        return best.update(evaluate_text_to_text(module.model, data, casting, cfg.eval_batch_size), module.model,
-                           trainer.step)
+        return best.update(evaluate_text_to_text(module.model, data, casting, cfg.eval_batch_size, prepared),
+                           module.model, trainer.step)
 
     trainer = Trainer(TextToTextModule(model), epoch_train_config(cfg, batches.steps_per_epoch, seed, cfg.precision),
                       out, batches, evaluate)
