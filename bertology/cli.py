@@ -621,8 +621,8 @@ COMMANDS = [
             "--num-beams; a continuation ends at the end of a text, a --stop string or --max-new-tokens."),
     Command("wic", "Word-in-Context probe: do a model's layers tell a word's senses apart?",
             ".uses.wic:WicConfig", run_wic,
-            description="For every layer of a BERT or ELMo (CoVe: [GloVe; CoVe] and each half; static vectors: the "
-            "one vector): the target word's vector in each sentence of a WiC pair, a logistic regression on "
+            description="For every layer of a BERT, GPT, XLNet, T5 encoder, ELMo or AWD-LSTM (CoVe: [GloVe; CoVe] "
+            "and each half; static vectors: the one vector): the target word's vector in each sentence of a WiC pair, a logistic regression on "
             "[v1; v2; v1*v2; |v1-v2|] trained on WiC's train "
             "split, accuracy on its dev split (the paper: chance 50.0, ELMo 57.7, BERT-large 65.5)."),
     Command("static train", "train word2vec, fastText or GloVe vectors on a corpus (or import a vectors file)",

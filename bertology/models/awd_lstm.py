@@ -267,6 +267,15 @@ class AWDLSTM(nn.Module):
                 x = dropout(x)
         return outputs, new_state
 
+    def layer_states(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Every layer's states of input_ids (B, T), read from a zero state, for probes (eval mode:
+        no dropout): the embedding output (B, T, emb_sz), then each LSTM's output (B, T, n_hid; the
+        last (B, T, emb_sz)). The LSTMs read left to right only, so a position's states have read
+        the tokens up to it and no further, and right padding leaves the real positions' states as
+        they are alone."""
+        outputs, _ = self(input_ids)
+        return (self.encoder(input_ids), *outputs)
+
 
 class LinearDecoder(nn.Module):
     """The language model's output layer: locked dropout, then a linear map to the vocabulary."""

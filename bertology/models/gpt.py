@@ -338,10 +338,13 @@ class GPTModel(GPTPreTrainedModel):
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, past_key_values: CACHE | None = None) -> ModelOutput:
+                position_ids: torch.Tensor | None = None, past_key_values: CACHE | None = None,
+                output_hidden_states: bool = False) -> ModelOutput:
         """input_ids: (B, T); attention_mask: (B, S) over the cached and the new tokens
         (S = past length + T), 1 = real; position_ids: (B, T), default past length + 0, 1, ...
-        Returns last_hidden_state (B, T, H) and past_key_values (this call's cache)."""
+        Returns last_hidden_state (B, T, H), past_key_values (this call's cache) and, when asked,
+        hidden_states: the embeddings output, then each block's output (B, T, H), GPT-2's last one
+        after its final LayerNorm (transformers' convention: the last is last_hidden_state)."""
         batch, length = input_ids.shape
         past_length = past_key_values[0][0].shape[2] if past_key_values else 0
         if past_length + length > self.config.n_positions:
@@ -351,13 +354,15 @@ class GPTModel(GPTPreTrainedModel):
             position_ids = torch.arange(past_length, past_length + length, device=input_ids.device).expand(batch, length)
         x = self.drop(self.wte(input_ids) + self.wpe(position_ids))
         bias = attention_bias(attention_mask, batch, length, past_length, x.dtype, x.device)
-        presents = []
+        presents, hidden_states = [], [x]
         for index, block in enumerate(self.h):
             x, present = block(x, bias, past_key_values[index] if past_key_values else None)
             presents.append(present)
+            hidden_states.append(x)
         if self.ln_f is not None:
-            x = self.ln_f(x)
-        return ModelOutput(last_hidden_state=x, past_key_values=presents)
+            x = hidden_states[-1] = self.ln_f(x)
+        return ModelOutput(last_hidden_state=x, past_key_values=presents,
+                           hidden_states=tuple(hidden_states) if output_hidden_states else None)
 
 
 class GPTLMHeadModel(GPTPreTrainedModel):

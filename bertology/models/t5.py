@@ -335,11 +335,13 @@ class T5Stack(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
-                past_key_values: CACHE | None = None) -> ModelOutput:
+                past_key_values: CACHE | None = None, output_hidden_states: bool = False) -> ModelOutput:
         """input_ids (B, T); attention_mask (B, T) (encoder: padding; decoder: over the cached and
         new tokens, default all real). The decoder also takes the encoder states (B, S, D) and
         their mask (B, S), and its cache. Returns last_hidden_state (B, T, D) (and the decoder's
-        past_key_values)."""
+        past_key_values) and, when asked, hidden_states: the embeddings output, then each block's
+        output (B, T, D), the last one after the final norm (transformers' convention: the last
+        is last_hidden_state)."""
         x = self.dropout(self.embed_tokens(input_ids))
         length = input_ids.shape[1]
         past_length = past_key_values[0][0].shape[2] if past_key_values else 0
@@ -355,9 +357,11 @@ class T5Stack(nn.Module):
             encoder_mask = (encoder_attention_mask if encoder_attention_mask is not None
                             else torch.ones(encoder_hidden_states.shape[:2], device=x.device))
             cross_bias = padding_bias(encoder_mask, x.dtype)
+        hidden_states = [x]
         for index, block in enumerate(self.block):
             if not self.is_decoder:
                 x, _ = block(x, bias)
+                hidden_states.append(x)
                 continue
             past = past_key_values[index] if past_key_values else None
             if past is not None:
@@ -366,8 +370,10 @@ class T5Stack(nn.Module):
                 cross = block.layer[1].EncDecAttention.project_keys_values(encoder_hidden_states)
             x, (key, value) = block(x, bias, cross_bias, cross, past[:2] if past is not None else None)
             presents.append((key, value, *cross))
-        x = self.dropout(self.final_layer_norm(x))
-        return ModelOutput(last_hidden_state=x, past_key_values=presents if self.is_decoder else None)
+            hidden_states.append(x)
+        x = hidden_states[-1] = self.dropout(self.final_layer_norm(x))
+        return ModelOutput(last_hidden_state=x, past_key_values=presents if self.is_decoder else None,
+                           hidden_states=tuple(hidden_states) if output_hidden_states else None)
 
 
 def shift_right(labels: torch.Tensor, start_id: int, pad_id: int) -> torch.Tensor:

@@ -433,14 +433,16 @@ class XLNetModel(XLNetPreTrainedModel):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, perm_mask: torch.Tensor | None = None,
                 target_mapping: torch.Tensor | None = None, mems: list[torch.Tensor] | None = None,
-                use_mems: bool | None = None) -> XLNetOutput:
+                use_mems: bool | None = None, output_hidden_states: bool = False) -> XLNetOutput:
         """input_ids (B, T); attention_mask (B, T), 1 = a real token; token_type_ids (B, T) segments;
         perm_mask (B, T, T), 1 = token i may not see token j (the query stream; the content stream
         also sees itself); target_mapping (B, P, T): predict at these positions (the query stream),
         none = the content stream's output; mems: per layer (B, M, D) from the previous segment.
 
-        Returns last_hidden_state (B, P or T, D) and, if use_mems (default: config.use_mems_eval,
-        or use_mems_train in training), the mems for the next segment."""
+        Returns last_hidden_state (B, P or T, D), if use_mems (default: config.use_mems_eval,
+        or use_mems_train in training) the mems for the next segment, and when asked hidden_states:
+        the content stream's word embeddings output, then each layer's output (B, T, D) (the query
+        stream's states are not kept)."""
         batch, length = input_ids.shape
         device = input_ids.device
         mem_length = mems[0].shape[1] if mems is not None and mems[0] is not None else 0
@@ -477,14 +479,16 @@ class XLNetModel(XLNetPreTrainedModel):
             different_segment = token_type_ids[:, :, None] != segments[:, None, :]  # (B, T, klen)
         positions = self.dropout(self.relative_positional_encoding(length, key_length, batch, device).to(h.dtype))
 
-        new_mems = []
+        new_mems, hidden_states = [], [h]
         for index, layer in enumerate(self.layer):
             mem = mems[index] if mems is not None else None
             if use_mems:
                 new_mems.append(self.cache_mem(h, mem))
             h, g = layer(h, g, hidden_h, hidden_g, positions, different_segment, mem, target_mapping)
+            hidden_states.append(h)
         return XLNetOutput(last_hidden_state=self.dropout(g if g is not None else h),
-                           mems=new_mems if use_mems else None)
+                           mems=new_mems if use_mems else None,
+                           hidden_states=tuple(hidden_states) if output_hidden_states else None)
 
 
 class XLNetLMHeadModel(XLNetPreTrainedModel):

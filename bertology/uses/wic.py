@@ -8,10 +8,31 @@ split, for every layer of the model. A static vector is the same in every contex
 what a word's form (carry / carries) and the lemma's prior give away it cannot beat chance;
 the paper's dev anchors are 50.0 for chance, 57.7 for ELMo and 65.5 for BERT-large.
 
-Layers: a BERT's embeddings output (0) and each Transformer layer, ELMo's token layer (0) and
-each LSTM layer (both directions side by side); `mean` is the average of all of them (an
-untrained ELMo scalar mix). CoVe gives the paper's [GloVe; CoVe] and each half alone. The features are standardised on the training pairs before the
-regression (lbfgs, C = 1; deterministic).
+Layers, for every family the package builds (a task model's head is not read):
+- BERT (and its variants): the embeddings output ("embeddings") and each Transformer layer
+  ("layer 1", ...);
+- GPT (GPT-1 or GPT-2 layout): the embeddings output and each block's output (GPT-2's last
+  after its final LayerNorm). Causal: a word's state has read its left context only, never the
+  words after it; that is the model, not the probe;
+- XLNet: the content stream, word embeddings output and each layer, with no permutation (every
+  token sees every other, as transformers' XLNetModel without perm_mask);
+- T5: the encoder's embeddings output ("encoder embeddings") and each encoder layer ("encoder
+  layer 1", ...; the last after the final norm); the decoder is not a word's representation;
+- ELMo: the token layer and each LSTM layer (both directions side by side);
+- AWD-LSTM (ULMFiT's language model, or its fine-tuned classifier): the embedding layer and each
+  LSTM's output ("LSTM 1", ...); one direction, left to right, so like a GPT's it has read the
+  words before the target only;
+- CoVe: the paper's [GloVe; CoVe] and each half alone; static vectors: the one vector.
+`mean` is the average of all layers (an untrained ELMo scalar mix), where they share a width
+(an AWD-LSTM's do not: ULMFiT's inner LSTMs are 1,152 wide, its embedding and last LSTM 400).
+
+A sentence is tokenized as the family was trained to read it: [CLS] text [SEP] (bertology's
+tokenizer; the [SEP] after the words changes nothing for a left-to-right model), and for T5 the
+text + [SEP] that span corruption gave its encoder. The target's tokens are found by their
+character offsets, whatever the special tokens and their places; batches are padded on the
+right, which the attention masks (and, for the LSTMs and a GPT, reading left to right) keep
+from changing a real token's states. The features are standardised on the training pairs
+before the regression (lbfgs, C = 1; deterministic).
 """
 
 from __future__ import annotations
@@ -25,19 +46,27 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from torch import nn
 
 from ..config import setting
+from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
 from ..inference.embedding import load_encoder
 from ..inference.modeldir import load_model
 from ..models import family_of, resolve_model_dir
+from ..models.awd_lstm import AWDLSTM
 from ..models.cove import CoVeModel
 from ..ops import PRECISIONS, autocast, resolve_precision
 from ..tasks.readers import read_wic
 from ..training.tasks import subset
 
 SPLITS = ("train", "dev")
+# The module whose layers the probe reads, by family: the attribute of the loaded model (a language
+# or task model) that holds it. BERT and ELMo come from load_encoder; CoVe and static vectors read
+# their own way (target_views).
+STACKS = {"gpt": "transformer", "xlnet": "transformer", "t5": "encoder", "awd-lstm": "awd_lstm"}
+FAMILIES = ("bert", "elmo", *STACKS, "cove", "static")
 
 
 @dataclass
@@ -47,8 +76,8 @@ class WicConfig:
     data: str = setting(required=True, metavar="DIR", help="WiC's folder: train.data.txt, train.gold.txt, "
                                                            "dev.data.txt, dev.gold.txt")
     model: str = setting(required=True, metavar="MODEL", model_dir=True,
-                         help="a BERT, ELMo or CoVe model directory, static vectors (bertology static train), or an "
-                              "installed model's name")
+                         help="a BERT, GPT, XLNet, T5 (its encoder), ELMo, AWD-LSTM or CoVe model directory, static "
+                              "vectors (bertology static train), or an installed model's name")
     max_train_pairs: int | None = setting(None, positive=True, help="fit the regression on a reproducible random "
                                                                     "subset of this many training pairs (default: all)")
     batch_size: int = setting(64, positive=True, help="sentences per forward pass")
@@ -63,30 +92,73 @@ def word_spans(words: list[str], position: int) -> tuple[str, int, int]:
     return " ".join(words), start, start + len(words[position])
 
 
+def load_layers(model_dir: Path, family: str, device: str | torch.device | None = None) -> tuple[nn.Module, Tokenizer]:
+    """The module whose layers the probe reads, in eval mode, and its tokenizer: a BERT's or ELMo's
+    encoder (load_encoder), a GPT's or XLNet's stack, a T5's encoder, an AWD-LSTM's embedding and
+    LSTMs. `device` defaults to the GPU when there is one. The tokenizer's length limit is cut to a
+    GPT's or T5's `n_positions`."""
+    if family not in STACKS:
+        return load_encoder(model_dir, device)
+    model = load_model(model_dir)
+    tokenizer = Tokenizer.from_pretrained(model_dir)
+    positions = getattr(model.config, "n_positions", None)  # XLNet's relative positions and the LSTMs have no limit
+    if positions is not None:
+        tokenizer.model_max_length = min(tokenizer.model_max_length, positions)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return getattr(model, STACKS[family]).to(device).eval(), tokenizer
+
+
+def layer_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Every layer's states of a batch (input_ids, attention_mask (B, T), right-padded), the
+    embeddings output first: (B, T, H) each. The Transformers and ELMo return them as transformers'
+    `hidden_states`; an AWD-LSTM reads left to right, so its padding needs no mask."""
+    if isinstance(model, AWDLSTM):
+        return model.layer_states(input_ids)
+    return model(input_ids, attention_mask, output_hidden_states=True).hidden_states
+
+
 @torch.inference_mode()
-def contextual_vectors(model, tokenizer, sentences: list[tuple[list[str], int]], batch_size: int,
-                       precision: str) -> np.ndarray:
-    """(N, layers, H) float32: the mean of the target word's tokens' states at every layer, for
-    each (sentence words, target position)."""
+def contextual_vectors(model: nn.Module, tokenizer: Tokenizer, sentences: list[tuple[list[str], int]],
+                       batch_size: int, precision: str, leading_cls: bool = True) -> list[np.ndarray]:
+    """The mean of the target word's tokens' states at every layer, for each (sentence words,
+    target position).
+
+    Args:
+        model, tokenizer: from `load_layers`.
+        sentences: each sentence's words and the index of its target word.
+        batch_size: sentences per forward pass.
+        precision: "fp32", "bf16" or "auto" (see ops.resolve_precision).
+        leading_cls: read "[CLS] text [SEP]"; False: "text [SEP]" (T5's encoder, as span corruption
+            trained it).
+    Returns:
+        One (N, H) float32 array per layer, the embeddings output first (an AWD-LSTM's layers differ
+        in width).
+    """
     device = next(model.parameters()).device
     precision = resolve_precision(precision, device)
-    out = []
+    first_token = 0 if leading_cls else 1
+    out, widths = [], []
     for first in range(0, len(sentences), batch_size):
         chunk = [word_spans(words, position) for words, position in sentences[first:first + batch_size]]
         batch = tokenizer([text for text, _, _ in chunk], return_offsets_mapping=True)
+        input_ids, attention_mask = batch["input_ids"][:, first_token:], batch["attention_mask"][:, first_token:]
         with autocast(precision, device):
-            states = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
-                           output_hidden_states=True).hidden_states
-        stacked = torch.stack(states, dim=2).float().cpu()  # (B, T, layers, H)
+            states = layer_states(model, input_ids.to(device), attention_mask.to(device))
+        widths = [state.shape[-1] for state in states]
+        side_by_side = torch.cat(states, dim=-1).float().cpu()  # (B, T, sum of the layers' widths)
         for row, (_, start, end) in enumerate(chunk):
-            offsets, mask = batch["offset_mapping"][row], batch["attention_mask"][row].bool()
+            offsets, mask = batch["offset_mapping"][row, first_token:], attention_mask[row].bool()
             special = offsets[:, 1] == 0  # [CLS], [SEP] and padding have (0, 0)
-            inside = (offsets[:, 0] < end) & (offsets[:, 1] > start) & mask & ~special
-            if not inside.any():  # cut off by the length limit
-                raise UserError(f"the target word {chunk[row][0][start:end]!r} falls outside the model's "
-                                f"{batch['input_ids'].shape[1]}-token limit in {chunk[row][0][:60]!r}")
-            out.append(stacked[row, inside].mean(0).numpy())
-    return np.stack(out)
+            # The space before the word counts as the word's: a unigram vocabulary's word-start marker
+            # stands for it, and split off ("▁" + "bank") it is the word's first piece, its offsets those
+            # of the space. No WordPiece token covers a space, so for those this changes nothing.
+            inside = (offsets[:, 0] < end) & (offsets[:, 1] > start - 1) & mask & ~special
+            if not inside.any():
+                raise UserError(f"the target word {chunk[row][0][start:end]!r} has no token in {chunk[row][0][:60]!r}: "
+                                f"it falls outside the model's {tokenizer.model_max_length}-token limit, or the "
+                                "tokenizer drops it")
+            out.append(side_by_side[row, inside].mean(0).numpy())
+    return np.split(np.stack(out), np.cumsum(widths)[:-1], axis=1)
 
 
 def pair_features(first: np.ndarray, second: np.ndarray) -> np.ndarray:
@@ -105,8 +177,8 @@ def layer_names(family: str, count: int) -> list[str]:
     """What each of a model's `count` layers is called in the results."""
     if family == "static":
         return ["static"]
-    first = "token layer" if family == "elmo" else "embeddings"
-    kind = "LSTM" if family == "elmo" else "layer"
+    first, kind = {"elmo": ("token layer", "LSTM"), "awd-lstm": ("embeddings", "LSTM"),
+                   "t5": ("encoder embeddings", "encoder layer")}.get(family, ("embeddings", "layer"))
     return [first] + [f"{kind} {i}" for i in range(1, count)]
 
 
@@ -115,8 +187,9 @@ def target_views(model_dir: Path, family: str, targets: list[tuple[list[str], in
     """Each named view of the target word's vector ((N, H) per view) in each (sentence, position),
     and how many targets had no vector (static vectors: zeros).
 
-    A BERT or ELMo gives one view per layer and their mean; static vectors one; CoVe the paper's
-    [GloVe; CoVe], each half alone beside it (the GloVe half is its context-free control).
+    A BERT, GPT, XLNet, T5 (its encoder), ELMo or AWD-LSTM gives one view per layer and, where
+    the layers share a width, their mean; static vectors one; CoVe the paper's [GloVe; CoVe], each half alone beside it (the GloVe
+    half is its context-free control).
     """
     if family == "static":
         static = load_model(model_dir)
@@ -136,10 +209,12 @@ def target_views(model_dir: Path, family: str, targets: list[tuple[list[str], in
         glove_width = cove.config.input_size
         return {"GloVe (context-free)": both[:, :glove_width], "CoVe": both[:, glove_width:],
                 "[GloVe; CoVe]": both}, 0
-    model, tokenizer = load_encoder(model_dir)
-    layers = contextual_vectors(model, tokenizer, targets, cfg.batch_size, cfg.precision)  # (N, layers, H)
-    views = {name: layers[:, index] for index, name in enumerate(layer_names(family, layers.shape[1]))}
-    views["mean of all layers"] = layers.mean(1)
+    model, tokenizer = load_layers(model_dir, family)
+    layers = contextual_vectors(model, tokenizer, targets, cfg.batch_size, cfg.precision,
+                                leading_cls=family != "t5")  # (N, H) each
+    views = dict(zip(layer_names(family, len(layers)), layers))
+    if len({layer.shape[1] for layer in layers}) == 1:  # an AWD-LSTM's LSTMs are wider than its embedding
+        views["mean of all layers"] = np.mean(layers, axis=0)
     return views, 0
 
 
@@ -150,9 +225,9 @@ def run_wic(cfg: WicConfig) -> dict:
     splits["train"] = subset(splits["train"], cfg.max_train_pairs, seed=0)
     model_dir = resolve_model_dir(cfg.model)
     family = family_of(model_dir).name
-    if family not in ("static", "bert", "elmo", "cove"):
-        raise UserError(f"{model_dir}: a {family} model; the WiC probe reads BERT, ELMo or CoVe layers, or static "
-                        "vectors")
+    if family not in FAMILIES:
+        raise UserError(f"{model_dir}: a {family} model; the WiC probe reads the layers of a BERT, GPT, XLNet, T5 "
+                        "encoder, ELMo, AWD-LSTM or CoVe, or static vectors")
     views, missing = {}, 0
     for split, examples in splits.items():
         targets = [(example.sentences[side], example.positions[side]) for example in examples for side in (0, 1)]
