@@ -20,6 +20,7 @@ Two of the figures need more than "chance is 0.5" to read:
   `disc_auc`) measures the ranking.
 
     OMP_NUM_THREADS=1 python bench/objectives.py [--preset tiny] [--steps 2000] [--objectives albert electra]
+        [--optimizer adafactor --lr 1e-2]
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ def main() -> None:
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--optimizer", default="adamw", choices=("adamw", "adafactor"),
+                        help="adafactor: T5's optimizer (its rate is relative to each weight's scale: T5 used 1e-2)")
     parser.add_argument("--eval-batches", type=int, default=100,
                         help="held-out batches of 32 per evaluation (100: about 3,200 pairs, "
                              "a standard error of 0.009 at 0.5)")
@@ -119,8 +123,9 @@ def main() -> None:
         tokenizer = tokenizers["unigram" if objective == "t5" else "wordpiece"]
         cfg = PretrainConfig(corpus=[str(p) for p in corpus], tokenizer=str(tokenizer), out=str(out),
                              arch="t5" if objective == "t5" else "bert",
-                             preset=args.preset, objective=objective, seq_len=128, batch_size=32, lr=1e-3,
-                             max_steps=args.steps, eval_every=args.steps // 4, eval_fraction=0.02,
+                             preset=args.preset, objective=objective, seq_len=128, batch_size=32, lr=args.lr,
+                             optimizer=args.optimizer, max_steps=args.steps, eval_every=args.steps // 4,
+                             eval_fraction=0.02,
                              eval_batches=args.eval_batches, log_every=50, save_every=0, progress=False)
         run_pretraining(cfg)
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -130,7 +135,8 @@ def main() -> None:
         if objective in ("t5", "bert"):
             chance[objective] = most_frequent_token_share(cfg)
 
-    print(f"\npreset {args.preset}, {args.steps} steps of 32 x 128 tokens, lr 1e-3, vocabulary {args.vocab_size}\n")
+    print(f"\npreset {args.preset}, {args.steps} steps of 32 x 128 tokens, {args.optimizer} at lr {args.lr:g}, "
+          f"vocabulary {args.vocab_size}\n")
     print("| objective | training loss (first 50 steps -> last 50) | held-out metric: first eval -> last eval |")
     print("|---|---|---|")
     for objective, rows in results.items():

@@ -86,6 +86,7 @@ Batch = dict[str, torch.Tensor]
 
 
 SCHEDULES = ("linear", "slanted_triangular", "constant")
+OPTIMIZERS = ("adamw", "adafactor")
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 
@@ -98,7 +99,10 @@ class LoopConfig:
     """
 
     lr: float = setting(1e-4, positive=True, help="peak learning rate")
-    weight_decay: float = setting(0.01, minimum=0, help="AdamW weight decay (none on biases and LayerNorm weights)")
+    optimizer: str = setting("adamw", choices=OPTIMIZERS,
+                             help="adamw (BERT's, and most models') or adafactor (T5's: factored second moments, no "
+                                  "first moment, at its lr 1e-2)")
+    weight_decay: float = setting(0.01, minimum=0, help="decoupled weight decay (none on biases and LayerNorm weights)")
     adam_betas: tuple[float, float] = setting((0.9, 0.999), metavar=("BETA1", "BETA2"), help="AdamW's betas")
     adam_eps: float = setting(1e-6, positive=True, help="AdamW's epsilon (BERT's value)")
     warmup: float = setting(0.06, minimum=0, help="learning-rate warmup: a fraction of the budget (< 1) or steps")
@@ -203,7 +207,22 @@ def parameter_groups(module: nn.Module, weight_decay: float, lr: float,
             for (decay, scale), params in sorted(groups.items(), key=lambda item: (-item[0][1], -item[0][0]))]
 
 
-def make_adamw(groups: list[dict], config: TrainConfig) -> torch.optim.AdamW:
+def make_optimizer(groups: list[dict], config: LoopConfig) -> torch.optim.Optimizer:
+    """config.optimizer over the parameter groups: AdamW (see make_adamw) or Adafactor.
+
+    Adafactor (Shazeer and Stern 2018) is what T5 was pre-trained and fine-tuned with: each weight
+    matrix keeps a row and a column of second-moment statistics instead of a full matrix, and no
+    first moment. PyTorch's version is the paper's with parameter scaling: a step moves a tensor by
+    about min(lr, 1/sqrt(step)) times its own RMS (at least 1e-3), so a rate means something else
+    than AdamW's: T5 used 1e-2 (constant for its first 10k steps). The schedule sets the lr as for
+    AdamW; the groups' weight decay is decoupled, lr x decay x parameter.
+    """
+    if config.optimizer == "adafactor":
+        return torch.optim.Adafactor(groups, lr=config.lr)
+    return make_adamw(groups, config)
+
+
+def make_adamw(groups: list[dict], config: LoopConfig) -> torch.optim.AdamW:
     """AdamW, fused into one kernel per step where PyTorch has that (CPU and CUDA, torch >= 2.4):
     the update is elementwise over every parameter, and unfused it dominates a small model's
     step (all-MiniLM-L6-v2 fine-tuning at batch 32 x 20 tokens: 295 -> 212 ms per step)."""
@@ -403,7 +422,7 @@ class Trainer:
         self.micro_batches = micro_batches
         self.evaluate_fn = evaluate
         self.save_model_fn = save_model
-        self.optimizer = make_adamw(parameter_groups(module, config.weight_decay, config.lr, lr_scale), config)
+        self.optimizer = make_optimizer(parameter_groups(module, config.weight_decay, config.lr, lr_scale), config)
         for group in self.optimizer.param_groups:
             group["peak_lr"] = group["lr"]
         self.step = 0

@@ -92,11 +92,41 @@ def test_time_budget_stops_the_run(tmp_path):
     assert 0.5 <= trainer.elapsed < 1.5 and trainer.step > 1
 
 
+class Matrix(nn.Module):
+    """A 2-D weight (Adafactor factors its second moments only for matrices): y = W x summed."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(3, 4, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, batch):
+        error = (batch["x"] @ self.weight.T).sum(-1) - batch["y"]
+        return StepOutput(error.square().mean(), {})
+
+
+def test_adafactor_learns_with_factored_state_and_resumes_exactly(tmp_path):
+    config = TrainConfig(optimizer="adafactor", lr=0.05, max_steps=40, log_every=10, save_every=20, progress=False,
+                         precision="fp32", schedule="constant", warmup=0)
+    whole = Trainer(Matrix(), config, tmp_path / "whole", batches)
+    whole.fit()
+    assert isinstance(whole.optimizer, torch.optim.Adafactor)
+    state = whole.optimizer.state[whole.module.weight]
+    assert state["row_var"].numel() == 3 and state["col_var"].numel() == 4  # factored: no (3, 4) statistic
+    rows = [json.loads(line) for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["loss"] < rows[0]["loss"] / 4
+    Trainer(Matrix(), TrainConfig(**{**config.__dict__, "max_steps": 20}), tmp_path / "cut", batches).fit()
+    resumed = Trainer(Matrix(), TrainConfig(**{**config.__dict__, "resume": True}), tmp_path / "cut", batches)
+    resumed.fit()
+    torch.testing.assert_close(resumed.module.weight, whole.module.weight, rtol=0, atol=0)
+
+
 def test_a_budget_is_required_and_settings_are_checked(tmp_path):
     with pytest.raises(UserError, match="budget"):
         Trainer(Regression(), TrainConfig(), tmp_path, batches)
     with pytest.raises(UserError, match="schedule"):
         Trainer(Regression(), TrainConfig(max_steps=1, schedule="cosine"), tmp_path, batches)
+    with pytest.raises(UserError, match="optimizer"):
+        Trainer(Regression(), TrainConfig(max_steps=1, optimizer="sgd"), tmp_path, batches)
 
 
 def test_damaged_checkpoint_is_a_clear_error_on_resume(tmp_path):
