@@ -648,7 +648,8 @@ COMMANDS = [
             ".recipes.translate:TranslateTextConfig", run_translate_text),
     Command("reproduce", "a paper's claim as an experiment: pre-train, fine-tune over seeds, table and plots",
             ".claims:ReproduceConfig", run_reproduce,
-            description="Run one of the papers' claims at this machine's scale (--list shows the eleven): it "
+            description="Run one of the papers' claims at this machine's scale (--list shows the eleven, and the "
+            "summary of every family on six tasks): it "
             "pre-trains what it needs (cached by content and shared between claims), fine-tunes over seeds and "
             "writes results.json, results.md (median and range, and whether the claim's direction reproduced) and "
             "PNG plots into --out. Interrupted, it resumes with the same --out."),

@@ -2,8 +2,9 @@
 
 Each claim is one module here with `run(experiment) -> ClaimReport`: a short script over the
 public API (pre-train, fine-tune over seeds, compare) whose shared steps live in
-`experiment.py`. This registry lists all eleven in the order of the story; a claim whose
-script is not written yet says so in `--list` and refuses to run, rather than run a stand-in.
+`experiment.py`. This registry lists the eleven claims in the order of the story, then the
+summary (`families`: every model family built here on the same tasks); a claim whose script is
+not written yet says so in `--list` and refuses to run, rather than run a stand-in.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ CLAIMS = [
     Claim(10, "features-vs-finetuning", "feature extraction from the right layers comes close to fine-tuning "
           "(BERT's CoNLL-2003 table)", "features_vs_finetuning"),
     Claim(11, "distillation", "distillation beats training the small model directly", "distillation"),
+    # the summary after the eleven claims: the project's own GLUE table
+    Claim(12, "families", "summary: every family (static, CoVe, ELMo, ULMFiT, GPT, BERT, RoBERTa, ALBERT, ELECTRA, "
+          "XLNet, T5, a distilled student) pre-trained on one corpus for the same minutes, on SST-2, MRPC, STS-B, "
+          "CoNLL-2003, SQuAD and WiC", "families"),
 ]
 
 

@@ -48,6 +48,7 @@ TASKS = {"SST-2": {"task": "sst2", "data": "glue/SST-2", "feature_head": "linear
          "CoNLL-2003": {"task": "conll2003", "data": "conll2003", "feature_head": "bilstm", "epochs": 3,
                         "metric": "f1"}}
 TRAIN_EXAMPLES, QUICK_TRAIN_EXAMPLES = 2000, 64
+FEATURE_HEAD_LR = 1e-3  # the heads over frozen features (bench/static_features.py's rate)
 # The views of a word that see no context: a contextual model's best layer is chosen among the others.
 CONTEXT_FREE = ("static", "GloVe (context-free)", "token layer", "embeddings")
 
@@ -79,8 +80,8 @@ def run(experiment: Experiment) -> ClaimReport:
             summary = experiment.finetuned(
                 f"{task['task']}-{slug(name)}", model=str(model), task=task["task"],
                 data=str(experiment.task_data(task["data"])), mode="features", feature_head=task["feature_head"],
-                feature_layers="mix" if name == "ELMo" else "sum_last_four", epochs=task["epochs"], lr=1e-3,
-                max_train_examples=QUICK_TRAIN_EXAMPLES if quick else TRAIN_EXAMPLES)
+                feature_layers="mix" if name == "ELMo" else "sum_last_four", epochs=task["epochs"],
+                lr=FEATURE_HEAD_LR, max_train_examples=QUICK_TRAIN_EXAMPLES if quick else TRAIN_EXAMPLES)
             groups[task_name][name] = seed_values(summary, task["metric"])
     for name in sources:
         head_rows.append({"features": name, **{f"{task} ({TASKS[task]['metric']})": groups[task][name]

@@ -47,7 +47,7 @@ from ..recipes.static import StaticTrainConfig
 from ..recipes.static import train as train_static
 from ..recipes.translate import TranslateTrainConfig
 from ..recipes.translate import train as train_translation
-from ..tasks.readers import TASKS, read_examples, task_files
+from ..tasks.readers import TASKS, SpanExample, TokenExample, read_examples, task_files
 from ..training.loop import run_summary
 
 _CACHE_VERSION = 1  # bump when a change to pre-training makes old cached models stale
@@ -60,6 +60,10 @@ MINI_MLM = {"preset": "mini", "objective": "roberta", "seq_len": 64, "batch_size
 AWD_LSTM_LM = {"arch": "awd-lstm", "preset": "mini", "tokenizer": None, "vocab_size": 8000, "seq_len": 70,
                "batch_size": 32, "lr": 1e-2, "max_steps": 2000, "seed": 0}  # about 15 minutes
 TARGET_LM = {"max_steps": 300, "layer_lr_decay": 1 / 2.6, "schedule": "slanted_triangular", "warmup": 0.1}
+# ULMFiT's third stage, the classifier (FinetuneConfig settings): fastai's rate, discriminative rates, the
+# slanted triangular schedule, gradual unfreezing, and its dropouts at half fastai's (claim 2's settings)
+ULMFIT_CLASSIFIER = {"lr": 1e-2, "schedule": "slanted_triangular", "drop_mult": 0.5, "layer_lr_decay": 1 / 2.6,
+                     "gradual_unfreezing": True}
 # --quick: the same steps on a tiny scale, to check the code
 QUICK = {"preset": "tiny", "max_steps": 12, "batch_size": 8}
 QUICK_EXAMPLES = 80  # examples per file of a task's data with --quick
@@ -92,7 +96,7 @@ class ReproduceConfig:
                        help="where results.json, results.md, the plots and every run go (default: none; "
                             "required with a claim; run again with the same folder to resume)")
     data: str = setting(default_factory=lambda: os.environ.get("BERTOLOGY_DATA", "../shared/data"), metavar="DIR",
-                        help="the data folder: glue/SST-2, glue/MRPC, conll2003, squad, wic, wikitext-2-raw, "
+                        help="the data folder: glue/SST-2, glue/MRPC, glue/STS-B, conll2003, squad, wic, wikitext-2-raw, "
                              "gutenberg (default: $BERTOLOGY_DATA, else ../shared/data)")
     quick: bool = setting(False, help="a reduced version in minutes (tiny models, few examples, 2 seeds): it checks "
                                       "the claim's code, not the claim")
@@ -180,11 +184,12 @@ class Experiment:
         """The mini BERT pre-trained by masked LM that most claims start from (see MINI_MLM)."""
         return self.pretrained(**self.quick_scale(MINI_MLM))
 
-    def ulmfit_language_model(self, target_text: Path) -> Path:
+    def ulmfit_language_model(self, target_text: Path, general: dict | None = None) -> Path:
         """ULMFiT's first two stages: an AWD-LSTM language model pre-trained on the shared corpus with
-        its own 8,000-word vocabulary, then fine-tuned as a language model on the target task's text."""
-        general = self.pretrained(**self.quick_scale(AWD_LSTM_LM))
-        target = {**AWD_LSTM_LM, **TARGET_LM, "corpus": [str(target_text)], "init": str(general)}
+        its own 8,000-word vocabulary (`general`: its settings as they run; default AWD_LSTM_LM at the
+        experiment's scale), then fine-tuned as a language model on the target task's text."""
+        general = general or self.quick_scale(AWD_LSTM_LM)
+        target = {**general, **TARGET_LM, "corpus": [str(target_text)], "init": str(self.pretrained(**general))}
         if self.quick:  # the first QUICK_EXAMPLES texts: hold out a tenth, enough for a window of held-out tokens
             target = {**self.quick_scale(target), "eval_fraction": 0.1}
         return self.pretrained(**target)
@@ -194,7 +199,7 @@ class Experiment:
         the file's name hashes its content, so every claim shares it)."""
         spec = TASKS[task]
         examples = read_examples(spec, task_files(spec, self.task_data(folder), ["train"])["train"], "train")
-        text = "\n\n".join(" ".join(filter(None, (e.text_a, e.text_b))) for e in examples) + "\n"
+        text = "\n\n".join(map(example_text, examples)) + "\n"
         path = self.cache / "claims" / f"{task}-train-text-{hashlib.sha256(text.encode()).hexdigest()[:16]}.txt"
         if not path.exists():
             write_text_atomic(path, text)
@@ -304,9 +309,13 @@ class Experiment:
         for column, settings in recipe.items():
             task, folder = GLUE_TASKS[column]
             summary = self.finetuned(f"{name}-{task}", model=str(model), task=task, data=str(self.task_data(folder)),
-                                     lr=lr, **({**settings, **QUICK_GLUE} if self.quick else settings))
+                                     lr=lr, **self.glue_settings(settings))
             scores[column] = seed_values(summary, "accuracy")
         return scores
+
+    def glue_settings(self, settings: dict) -> dict:
+        """A GLUE recipe's settings for one task as they run: with --quick, QUICK_GLUE's few examples."""
+        return {**settings, **QUICK_GLUE} if self.quick else settings
 
     def glue_scale(self, recipe: dict = GLUE_RECIPE, lr: float | str = MINI_FINETUNE_LR) -> str:
         """The fine-tuning of `glue_accuracies`, in words for a report's scale."""
@@ -360,6 +369,16 @@ def first_examples(file: Path, count: int = QUICK_EXAMPLES) -> str:
     if "\n\n" in text.replace("\r\n", "\n"):
         return "\n\n".join(re.split(r"\n\s*\n", text.replace("\r\n", "\n"))[: count + 1]).rstrip("\n") + "\n"
     return "".join(text.splitlines(keepends=True)[: count + 1])
+
+
+def example_text(example: Any) -> str:
+    """An example's text with its labels dropped: a sentence or both of a pair, a tagged sentence's
+    words, a question and its context."""
+    if isinstance(example, TokenExample):
+        return " ".join(example.words)
+    if isinstance(example, SpanExample):
+        return f"{example.question} {example.context}"
+    return " ".join(filter(None, (example.text_a, example.text_b)))
 
 
 def pretraining_key(settings: dict) -> str:

@@ -128,10 +128,8 @@ T5_SQUAD = {"max_seq_len": 384}
 
 def run(experiment: Experiment) -> ClaimReport:
     """Pre-train each objective for the same minutes, fine-tune on the four tasks over the seeds."""
-    settings = pretraining_settings(experiment)
-    seconds = {name: step_seconds(experiment, row) for name, row in settings.items()}
-    budget = QUICK["max_steps"] * min(seconds.values()) if experiment.quick else PRETRAIN_MINUTES * 60
-    steps = {name: max(2, round(budget / s)) for name, s in seconds.items()}
+    settings, seconds, budget = equal_time(experiment)
+    steps = {name: steps_within(budget, s) for name, s in seconds.items()}
     models = {name: experiment.pretrained(**{**row, "max_steps": steps[name]}) for name, row in settings.items()}
     models[RANDOM] = experiment.random_weights(models[MLM])
     models |= {name: models[source] for name, (source, _) in REUSES.items()}  # the same folder: pre-trained once
@@ -146,13 +144,9 @@ def run(experiment: Experiment) -> ClaimReport:
         recipe = {column: {**fixed, **options} for column, fixed in GLUE_RECIPE.items()}
         scores = experiment.glue_accuracies(slug(name), models[name], recipe, FINETUNE_LR)
         row |= {GLUE_COLUMNS[task]: values for task, values in scores.items()}
-        for column, (task, folder, metric, full) in SPAN_AND_TOKEN_TASKS.items():
+        for column, (task, folder, metric, _) in SPAN_AND_TOKEN_TASKS.items():
             data = squad if folder is None else experiment.task_data(folder)
-            quick = {**QUICK_GLUE, **(QUICK_SQUAD if task == "squad" else {})}
-            settings_ = quick if experiment.quick else full
-            if task == "squad" and (ROWS.get(name) or {}).get("arch") == "t5":
-                settings_ = {key: value for key, value in {**settings_, **T5_SQUAD}.items()
-                             if key not in ("doc_stride", "max_query_length")}
+            settings_ = span_and_token_settings(experiment, column, (ROWS.get(name) or {}).get("arch"))
             summary = experiment.finetuned(f"{slug(name)}-{task}", model=str(models[name]), task=task, data=str(data),
                                            lr=FINETUNE_LR, **settings_, **options)
             row[column] = seed_values(summary, metric)
@@ -170,6 +164,33 @@ def run(experiment: Experiment) -> ClaimReport:
         scale=scale_note(experiment, settings, budget),
         columns=["pre-training", "steps", "s/step (measured)", "minutes (actual)", *COLUMNS],
         rows=rows, verdicts=verdicts(groups), plots=[str(plot)], notes=notes(experiment))
+
+
+def equal_time(experiment: Experiment) -> tuple[dict[str, dict], dict[str, float], float]:
+    """Each row's pre-training settings (`pretraining_settings`), its measured seconds per step
+    (`step_seconds`), and the seconds of pre-training every model gets: PRETRAIN_MINUTES, or with
+    --quick the time of QUICK's steps of the fastest row. Other claims that pre-train beside these
+    rows take the same budget (and get the same models from the cache)."""
+    settings = pretraining_settings(experiment)
+    seconds = {name: step_seconds(experiment, row) for name, row in settings.items()}
+    budget = QUICK["max_steps"] * min(seconds.values()) if experiment.quick else PRETRAIN_MINUTES * 60
+    return settings, seconds, budget
+
+
+def steps_within(budget: float, seconds: float) -> int:
+    """The pre-training steps of `seconds` each that fill `budget` seconds (at least 2)."""
+    return max(2, round(budget / seconds))
+
+
+def span_and_token_settings(experiment: Experiment, column: str, arch: str | None) -> dict:
+    """The FinetuneConfig settings of a SPAN_AND_TOKEN_TASKS column at the experiment's scale, for a model
+    of `arch` (a T5 reads SQuAD as one text cut at T5_SQUAD's length: no windows)."""
+    task, _, _, full = SPAN_AND_TOKEN_TASKS[column]
+    settings = {**QUICK_GLUE, **(QUICK_SQUAD if task == "squad" else {})} if experiment.quick else full
+    if task == "squad" and arch == "t5":
+        settings = {key: value for key, value in {**settings, **T5_SQUAD}.items()
+                    if key not in ("doc_stride", "max_query_length")}
+    return settings
 
 
 def pretraining_settings(experiment: Experiment) -> dict[str, dict]:

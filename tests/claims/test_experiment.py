@@ -52,10 +52,11 @@ def test_pretraining_key_follows_content_not_paths(tmp_path):
     assert key != pretraining_key({"corpus": [str(moved)], "preset": "tiny", "max_steps": 10})
 
 
-def test_registry_lists_the_eleven_claims_and_why_some_cannot_run():
-    assert [c.number for c in CLAIMS] == list(range(1, 12))
+def test_registry_lists_the_eleven_claims_then_the_summary_and_why_some_cannot_run():
+    assert [c.number for c in CLAIMS] == list(range(1, 13))  # the eleven claims, then the summary table
+    assert CLAIMS[-1].name == "families"
     text = claim_list()
-    assert len(text.splitlines()) == 11
+    assert len(text.splitlines()) == 12
     for claim in CLAIMS:
         assert claim.name in text
         assert (claim.module is None) == (claim.unavailable is not None)
@@ -71,7 +72,7 @@ def test_reproduce_command_errors_are_one_line(tmp_path, capsys, monkeypatch):
     assert "name a claim" in capsys.readouterr().err
     assert main(["reproduce", "label-needs"]) == 2
     assert "--out DIR is required" in capsys.readouterr().err
-    unwritten = Claim(12, "unwritten", "a claim whose model is not built", None, "no such model yet")
+    unwritten = Claim(13, "unwritten", "a claim whose model is not built", None, "no such model yet")
     monkeypatch.setattr("bertology.claims.CLAIMS", [*CLAIMS, unwritten])
     assert "[unavailable: no such model yet]" in claim_list()
     assert main(["reproduce", "unwritten", "--out", str(tmp_path / "y")]) == 2
