@@ -59,8 +59,8 @@ def load_config(directory: str | os.PathLike) -> BertConfig | GPTConfig | AWDLST
     tasks on its last token, token and span tasks on every token) or an AWD-LSTM's (ULMFiT's classifier)."""
     family = family_of(directory).name
     if family == "t5":
-        raise UserError(f"{directory}: a T5 (text to text): serve's /predict runs classifiers and taggers; "
-                        "`bertology predict` and `evaluate` take a fine-tuned T5, and `bertology generate` runs it")
+        raise UserError(f"{directory}: a T5 (text to text), with no task head: `bertology evaluate`, `predict` and "
+                        "`serve` take a fine-tuned T5, and `bertology generate` runs it")
     return {"gpt": GPTConfig, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig, "taglm": TagLMConfig,
             "xlnet": XLNetConfig}.get(family, BertConfig).load(directory)
 
@@ -154,10 +154,10 @@ def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer | None, TaskSpe
     (models/quantized.py); both are called like the PyTorch models and stay on the CPU.
     """
     model_dir = resolve_model_dir(model_dir)
-    if family_of(model_dir).name in ("static", "cove"):  # recipes/static_features.py runs these heads
+    if family_of(model_dir).name in ("static", "cove"):  # static_heads.py runs these heads
         source = "static word vectors" if family_of(model_dir).name == "static" else "CoVe"
-        raise UserError(f"{model_dir}: a feature head over {source}: `bertology evaluate` and `bertology predict` "
-                        "run it; serve and distill do not take one yet")
+        raise UserError(f"{model_dir}: a feature head over {source}: `bertology evaluate`, `predict` and `serve` "
+                        "run it; distill does not take one yet")
     config = load_config(model_dir)
     spec, settings = task_of(config, model_dir)
     if family_of(model_dir).name == "taglm":  # words in, tags out: the tagger brings its biLM's tokenizer

@@ -27,6 +27,7 @@ from ..files import write_json_atomic
 from ..inference.embedding import POOLINGS
 from ..inference.modeldir import describe_task, load_finetuned, task_of
 from ..inference.predict import predict, score
+from ..inference.static_heads import load_static_head, open_word_features, predict_examples
 from ..models import family_of, resolve_model_dir
 from ..models.features import LAYER_CHOICES
 from ..models.t5 import T5Config
@@ -65,14 +66,7 @@ from ..training.tasks import (
     summarize,
 )
 from .feature_mode import train_feature_head
-from .static_features import (
-    check_task,
-    load_static_head,
-    open_word_features,
-    predict_examples,
-    prepare_static_data,
-    train_static_head,
-)
+from .static_features import check_task, prepare_static_data, train_static_head
 from .taglm import prepare_tagger_data, train_tagger
 from .text_to_text import evaluate_directory, finetune_text_to_text, predict_directory, prepare_text_to_text
 

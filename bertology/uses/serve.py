@@ -1,8 +1,10 @@
 """`bertology serve`: a model directory as an HTTP JSON API (FastAPI on uvicorn).
 
-Routes: POST /predict (what the fine-tuned task predicts, see predictor.py), POST /embed
-(sentence vectors, any encoder), POST /generate (a GPT's continuations of prompts or a T5's
-outputs: see generate.py), GET /health, GET /info, and FastAPI's own /openapi.json and /docs.
+Routes: POST /predict (what the fine-tuned task predicts, see predictor.py: a BERT-family,
+GPT, XLNet or AWD-LSTM model with a task head, a T5 fine-tuned text to text, a feature head over
+static vectors or CoVe), POST /embed (sentence vectors, any encoder), POST /generate (a GPT's
+continuations of prompts or a T5's outputs: see generate.py), GET /health and GET /info (both
+name the model's family and task), and FastAPI's own /openapi.json and /docs.
 Concurrent requests share forward passes through a micro-batcher (batching.py), so throughput
 grows with load while a lone request waits at most `max_wait_ms`; generation requests run one
 after another on the same model thread, each with its own settings.
@@ -23,7 +25,7 @@ import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -34,9 +36,11 @@ from .. import __version__
 from ..config import check_settings, setting
 from ..errors import UserError
 from ..inference.generation import GenerationConfig
-from ..inference.modeldir import is_finetuned, load_config
+from ..inference.modeldir import is_finetuned
 from ..inference.predictor import Predictor
 from ..models import family_of, resolve_model_dir
+from ..models.gpt import GPTConfig
+from ..models.t5 import T5Config
 from ..ops import PRECISIONS
 from ..text import is_invisible
 from .batching import MicroBatcher, Overloaded
@@ -157,10 +161,60 @@ class SpanPrediction(BaseModel):
     score: float | None
 
 
+# A T5 fine-tuned text to text writes its answer: it has no probabilities, and says what it wrote instead.
+Output = Annotated[str, Field(description="a T5's decoded greedy output, which the answer is read from")]
+Valid = Annotated[bool, Field(description='whether the output reads as an answer of the task; false is T5\'s '
+                                          '"invalid" prediction, and the answer is then what `bertology predict` '
+                                          'writes in its place (the first label, the middle of the score range, no '
+                                          'answer, or the tags of the entities it could place)')]
+
+
+class TextClassPrediction(BaseModel):
+    """Classification by a T5 (text to text): the label its output reads as."""
+
+    model_config = ConfigDict(extra="forbid")
+    label: str
+    output: Output
+    valid: Valid
+
+
+class TextScorePrediction(BaseModel):
+    """Regression by a T5 (text to text): the score its output reads as."""
+
+    model_config = ConfigDict(extra="forbid")
+    score: float
+    output: Output
+    valid: Valid
+
+
+class TextTagPrediction(BaseModel):
+    """Tagging by a T5 (text to text): the words and the tags its entity list places on them."""
+
+    model_config = ConfigDict(extra="forbid")
+    tokens: list[str]
+    tags: list[str]
+    output: Output
+    valid: Valid
+
+
+class TextSpanPrediction(BaseModel):
+    """Question answering by a T5 (text to text): the answer it wrote ("" for no answer) and the
+    character offsets of its first occurrence in the context (end exclusive), null when the
+    context does not hold it as written (an uncased vocabulary writes it lower-cased)."""
+
+    model_config = ConfigDict(extra="forbid")
+    answer: str
+    start: int | None
+    end: int | None
+    output: Output
+    valid: Valid
+
+
 class PredictResponse(BaseModel):
     """One prediction per text, in order."""
 
-    predictions: list[ClassPrediction | ScorePrediction | TagPrediction | SpanPrediction]
+    predictions: list[ClassPrediction | ScorePrediction | TagPrediction | SpanPrediction | TextClassPrediction
+                      | TextScorePrediction | TextTagPrediction | TextSpanPrediction]
 
 
 class EmbedResponse(BaseModel):
@@ -281,10 +335,11 @@ def generation_settings(request: GenerateRequest, config: ServeConfig) -> Genera
 
 
 def load_served(model_dir: str, precision: str) -> Predictor | TextGenerator:
-    """What a model directory serves: a GPT or T5 generates (a GPT fine-tuned for a task predicts);
-    any other model predicts and embeds."""
+    """What a model directory serves: a GPT or T5 generates (one fine-tuned for a task predicts);
+    any other model predicts and embeds (a bare encoder only embeds, a feature head over word
+    vectors only predicts)."""
     family = family_of(model_dir).name
-    if family in GENERATING_FAMILIES and not (family == "gpt" and is_finetuned(load_config(model_dir))):
+    if family in GENERATING_FAMILIES and not is_finetuned((T5Config if family == "t5" else GPTConfig).load(model_dir)):
         if precision == "bf16":
             raise UserError("--precision bf16: a GPT or T5 is served in fp32 (generation picks tokens by exact "
                             "comparisons of logits, which bf16 would make machine-dependent)")
@@ -316,7 +371,9 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
         await asyncio.gather(app.state.predict.close(), app.state.embed.close())
         executor.shutdown()
 
-    kind = served.describe()["kind"]
+    described = served.describe()
+    kind = described["kind"]
+    identity = {"family": family_of(served.model_dir).name, "task": described["task"]}  # what /health and /info name
     app = FastAPI(title="bertology", version=__version__, lifespan=lifespan,
                   description=f"Predictions, embeddings or generations from {served.model_dir} ({kind}).")
     app.add_middleware(BodyLimit, limit=config.max_body_bytes, drain=16 * config.max_body_bytes)
@@ -340,7 +397,9 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
 
     @app.post("/predict", response_model=PredictResponse)
     async def predict(request: PredictRequest) -> dict:
-        """One prediction per text: a label with every label's probability, a score, tags or an answer span."""
+        """One prediction per text: a label with every label's probability, a score, tags or an answer span;
+        from a T5 fine-tuned text to text, its decoded output and whether it read as an answer instead of
+        probabilities."""
         if generator is not None:
             raise UserError(f"{generator.model_dir} generates text ({generator.model.config.model_type}): it "
                             "serves /generate only")
@@ -365,7 +424,7 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
         """One continuation per prompt: greedy, sampled (seeded) or beam search, as `bertology generate`."""
         if generator is None:
             raise UserError(f"{predictor.model_dir} ({predictor.kind}) does not generate text: /generate needs a GPT "
-                            "or a T5 (bertology pretrain --arch gpt / t5)")
+                            "or a T5 language model, not fine-tuned for a task (bertology pretrain --arch gpt / t5)")
         check_texts(request.prompts, "prompts", config)
         settings = generation_settings(request, config)
         if app.state.generating + len(request.prompts) > config.max_queue:
@@ -386,12 +445,13 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
 
     @app.get("/health")
     async def health() -> dict:
-        """{"status": "ok"} while the server answers."""
-        return {"status": "ok"}
+        """{"status": "ok", "family": ..., "task": ...} while the server answers (task null: no task head)."""
+        return {"status": "ok", **identity}
 
     @app.get("/info")
     async def info() -> dict:
-        """The model, the request limits, and the batching settings with what the batchers have done."""
+        """The model (its family, task and kind), the request limits, and the batching settings with
+        what the batchers have done."""
         limits = {k: getattr(config, k) for k in ("max_texts", "max_text_chars", "max_body_bytes")}
         batching = {k: getattr(config, k) for k in ("max_batch", "max_wait_ms", "max_queue")}
         for route in ("predict", "embed"):
@@ -400,7 +460,7 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
         if generator is not None:
             limits.update(max_new_tokens=config.max_new_tokens, max_beams=config.max_beams)
             batching["generate"] = {"queued": app.state.generating}
-        return {**served.describe(), "limits": limits, "batching": batching}
+        return {**described, **identity, "limits": limits, "batching": batching}
 
     return app
 

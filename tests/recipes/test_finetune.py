@@ -19,7 +19,7 @@ from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.recipes.finetune import FinetuneConfig, run_finetuning
-from bertology.recipes.text_to_text import Casting, casting_for, encode_inputs, predict_text
+from bertology.inference.text_to_text import Casting, casting_for, encode_inputs, predict_text
 from bertology.tasks.inputs import (
     Encoded,
     Feature,

@@ -18,7 +18,7 @@ from bertology.inference.modeldir import load_finetuned
 from bertology.inference.predict import score
 from bertology.models.cove import SOURCE_SPECIALS, TARGET_SPECIALS, CoVeConfig, CoVeForTranslation
 from bertology.models.static import StaticConfig, StaticVectors
-from bertology.recipes.static_features import load_static_head
+from bertology.inference.static_heads import load_static_head
 from bertology.tasks.readers import read_examples
 
 KEYWORD_WORDS = [*WORDS, "excellent"]
@@ -156,8 +156,8 @@ def test_evaluate_reproduces_a_head_over_cove(keyword_task, tmp_path, capsys):
                        "--dev-file", keyword_task / "dev.csv", epochs=2)
     check_same_metrics(saved, evaluate(capsys, run_dir, keyword_task / "dev.csv", tmp_path), ("accuracy", "mcc"))
     check_same_metrics(saved, predicted_scores(capsys, run_dir, keyword_task / "dev.csv", tmp_path), ("accuracy", "mcc"))
-    # serve does not take such a head yet, and says so in one line
-    with pytest.raises(UserError, match="evaluate` and `bertology predict` run it; serve"):
+    # distill does not take such a head yet, and says so in one line
+    with pytest.raises(UserError, match="`predict` and `serve` run it; distill does not take one yet"):
         load_finetuned(str(run_dir))
 
 

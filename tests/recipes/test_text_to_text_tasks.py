@@ -12,14 +12,14 @@ from bertology.cli import main
 from bertology.errors import UserError
 from bertology.data.tokenizer import Tokenizer, train_tokenizer
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration
-from bertology.recipes import text_to_text
-from bertology.recipes.text_to_text import (
+from bertology.inference.text_to_text import (
     EntityCasting,
     casting_for,
     encode_inputs,
     entity_spans,
     predict_text,
 )
+from bertology.recipes import text_to_text
 from bertology.tasks.inputs import InputSettings
 from bertology.tasks.metrics import conll_metrics, squad_metrics
 from bertology.tasks.readers import TASKS, SpanExample, TokenExample, read_conll, read_squad

@@ -161,7 +161,7 @@ def test_malformed_requests_get_a_4xx_naming_the_field_and_the_server_goes_on(ss
     response = sst2.post("/predict", content=content, headers={"content-type": "application/json"})
     assert response.status_code == status
     assert message in response.json()["detail"] and "\n" not in response.json()["detail"]
-    assert sst2.get("/health").json() == {"status": "ok"}
+    assert sst2.get("/health").json() == {"status": "ok", "family": "bert", "task": "sst2"}
 
 
 def test_unknown_route_wrong_method_streamed_body_and_content_type(sst2):
@@ -180,12 +180,13 @@ def test_unknown_route_wrong_method_streamed_body_and_content_type(sst2):
     form = sst2.post("/predict", content=b'{"texts": ["good"]}', headers={"content-type": "text/plain"})
     assert form.status_code == 415 and "Content-Type: application/json" in form.json()["detail"]
     assert sst2.post("/embed", json={"texts": ["good"], "pooling": "median"}).status_code == 422
-    assert sst2.get("/health").json() == {"status": "ok"}
+    assert sst2.get("/health").json() == {"status": "ok", "family": "bert", "task": "sst2"}
 
 
 def test_info_describes_model_limits_and_batching(sst2):
     info = sst2.get("/info").json()
     assert info["task"] == "sst2" and info["kind"] == "classification" and info["labels"] == ["0", "1"]
+    assert info["family"] == "bert"
     assert info["max_seq_len"] == 64 and info["parameters"] > 0 and info["version"]
     assert info["limits"] == {"max_texts": 8, "max_text_chars": 200, "max_body_bytes": 4000}
     assert info["batching"]["max_batch"] == 64
@@ -352,6 +353,7 @@ def test_generate_gives_what_bertology_generate_gives(gpt):
     assert "the" not in stopped["continuations"][0]
     info = client.get("/info").json()
     assert info["kind"] == "generation" and info["context"] == 48 and info["model_type"] == "openai-gpt"
+    assert info["family"] == "gpt" and client.get("/health").json() == {"status": "ok", "family": "gpt", "task": None}
     assert info["limits"]["max_new_tokens"] == 16 and info["limits"]["max_beams"] == 3
 
 
