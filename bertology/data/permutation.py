@@ -18,11 +18,15 @@ are the same symbols in every sequence and say nothing about the targets.
 
 Example (7 text tokens between [CLS] and [SEP], K = 6): one target, the last of the order;
 `target_mapping` has one row, one-hot on its position, and `labels` its token id.
+
+With memory (`with_memory`: XLNet pre-trained on a token stream, `pretrain --mem-len`), the
+segment's mask is widened over the remembered positions, which every token of their document sees.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ..ops import IGNORE_INDEX
 
@@ -77,3 +81,34 @@ def permutation_targets(input_ids: torch.Tensor, attention_mask: torch.Tensor, s
     device = input_ids.device
     return {"perm_mask": perm_mask.float().to(device), "target_mapping": target_mapping.to(device),
             "labels": labels.to(device)}
+
+
+def with_memory(perm_mask: torch.Tensor, document_starts: torch.Tensor, remembered: torch.Tensor,
+                mem_len: int) -> torch.Tensor:
+    """The permutation mask over [memory; segment] for a stream segment read after M remembered
+    positions (Transformer-XL's segment recurrence, as XLNet pre-trains with it).
+
+    The memory is text read before the segment: every query, in both streams, sees all of its
+    document's memory, as context ahead of the whole factorisation order; only the segment is
+    permuted. A token sees its own document only: memory written before a document start and the
+    segment's tokens of another document are hidden, so a row's memory is reset where its stream
+    opens a new document.
+
+    Args:
+        perm_mask: (B, T, T) the segment's mask (`permutation_targets`), 1 = i may not see j.
+        document_starts: (B, T) bool, the token that opens each document ([CLS] in the stream).
+        remembered: (B,) how many of the M memory positions, counted from the end, belong to the
+            document the segment's first token is in (0: none, nothing to attend to).
+        mem_len: M, the memory positions the model is given (0: no memory).
+    Returns:
+        (B, T, M + T) float, 1 = token i may not see key j, the memory's positions first.
+
+    Example (M = 3, remembered = 2, a segment "x [CLS] y"): x sees the last two memory positions
+    and itself, [CLS] and y no memory and not x.
+    """
+    documents = document_starts.long().cumsum(1)  # (B, T): 0 = the document the memory continues
+    columns = torch.arange(mem_len, device=perm_mask.device)
+    stale = columns[None, :] < (mem_len - remembered)[:, None]  # (B, M): an earlier document's
+    keys = torch.cat([-stale.long(), documents], dim=1)  # stale memory: document -1, no query's
+    other_document = documents[:, :, None] != keys[:, None, :]
+    return (F.pad(perm_mask, (mem_len, 0)).bool() | other_document).float()

@@ -8,11 +8,16 @@ k*bptt .. (k+1)*bptt of every row, its labels the same columns shifted by one to
 batch k+1 continues row r of batch k, so the model carries its state from batch to batch and
 sees context far longer than one window (truncated back-propagation through time).
 
+XLNet pre-trained with memory (`pretrain --arch xlnet --mem-len`) reads the same stream: its
+segment recurrence carries each row's memory from batch to batch as an LSTM carries its state.
+
 Everything is a pure function of (seed, epoch, batch index): a resumed run reads the same
 batches, and a rank reads its own block of rows.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -79,20 +84,23 @@ class StreamBatches:
     """The Trainer's step -> micro-batches over a TokenStream: step s reads stream batches
     s*A .. s*A + A - 1 (A = grad_accum, consecutive, so the state carries through them) and
     this rank's block of `batch_size` rows of each. With a `backward` stream (the same stream
-    reversed) each micro-batch also holds its batch under `backward_` keys."""
+    reversed) each micro-batch also holds its batch under `backward_` keys. `prepare(batch,
+    index)`, when given, finishes each micro-batch from its stream batch index (XLNet's
+    factorisation orders, drawn afresh for each batch and the same on a resumed run)."""
 
     def __init__(self, stream: TokenStream, batch_size: int, grad_accum: int, rank: int = 0,
-                 backward: TokenStream | None = None):
+                 backward: TokenStream | None = None,
+                 prepare: Callable[[dict[str, torch.Tensor], int], dict[str, torch.Tensor]] | None = None):
         self.stream, self.batch_size, self.grad_accum, self.rank = stream, batch_size, grad_accum, rank
-        self.backward = backward
+        self.backward, self.prepare = backward, prepare
 
     def micro_batch(self, index: int) -> dict[str, torch.Tensor]:
-        """Stream batch `index`, this rank's rows (and the backward stream's, prefixed)."""
+        """Stream batch `index`, this rank's rows (and the backward stream's, prefixed), prepared."""
         batch = self.stream.batch(index, self.rank * self.batch_size, self.batch_size)
         if self.backward is not None:
             reverse = self.backward.batch(index, self.rank * self.batch_size, self.batch_size)
             batch.update({f"backward_{key}": value for key, value in reverse.items() if key != "attention_mask"})
-        return batch
+        return self.prepare(batch, index) if self.prepare is not None else batch
 
     def __call__(self, step: int) -> list[dict[str, torch.Tensor]]:
         return [self.micro_batch(step * self.grad_accum + k) for k in range(self.grad_accum)]

@@ -17,7 +17,7 @@ What is where:
   streams share every weight. The query stream sees the content of the tokens before it in the
   factorisation order but not its own; the content stream also sees itself.
 - `perm_mask` (B, T, T), 1 = query i may not see token j (data/permutation.py builds it from a
-  sampled factorisation order); `target_mapping` (B, P, T) one-hot rows: the P positions whose
+  sampled factorisation order), or (B, T, M + T) when some memory positions are hidden too; `target_mapping` (B, P, T) one-hot rows: the P positions whose
   tokens the query stream predicts (partial prediction).
 - `mems`: per layer, the content states (B, M, D) of the previous segment (Transformer-XL's
   recurrence), attended to by every query and given no gradient; `mem_len` keeps the last M.
@@ -436,7 +436,8 @@ class XLNetModel(XLNetPreTrainedModel):
                 use_mems: bool | None = None, output_hidden_states: bool = False) -> XLNetOutput:
         """input_ids (B, T); attention_mask (B, T), 1 = a real token; token_type_ids (B, T) segments;
         perm_mask (B, T, T), 1 = token i may not see token j (the query stream; the content stream
-        also sees itself); target_mapping (B, P, T): predict at these positions (the query stream),
+        also sees itself), every memory position visible; or (B, T, M + T) over the memory and the
+        segment, to hide memory positions too (a new document's tokens); target_mapping (B, P, T): predict at these positions (the query stream),
         none = the content stream's output; mems: per layer (B, M, D) from the previous segment.
 
         Returns last_hidden_state (B, P or T, D), if use_mems (default: config.use_mems_eval,
@@ -460,8 +461,8 @@ class XLNetModel(XLNetPreTrainedModel):
                 hidden = hidden | (columns < rows - mem_length)
         if attention_mask is not None:
             hidden = hidden | F.pad(attention_mask[:, None, :] == 0, (mem_length, 0))
-        if perm_mask is not None:
-            hidden = hidden | F.pad(perm_mask > 0, (mem_length, 0))
+        if perm_mask is not None:  # over the segment (memory visible), or over [memory; segment]
+            hidden = hidden | F.pad(perm_mask > 0, (key_length - perm_mask.shape[-1], 0))
         if self.config.attn_type == "bi" and attention_mask is None and perm_mask is None:
             hidden_g = hidden_h = None  # nothing hidden: no mask at all (the fused kernel's fast path)
         else:

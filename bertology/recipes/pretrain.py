@@ -53,7 +53,8 @@ OBJECTIVE_HELP = ("pre-training objective: bert (masked LM + next-sentence predi
 # The objective each family trains with by default, and the only ones it takes (None: an encoder's).
 FAMILY_OBJECTIVES = {"bert": ("bert", None), "gpt": ("clm", ("clm",)), "t5": ("t5", ("t5",)),
                      "awd-lstm": ("clm", ("clm",)), "elmo": ("bilm", ("bilm",)), "xlnet": ("plm", ("plm",))}
-STREAM_FAMILIES = ("awd-lstm", "elmo")  # the LSTMs: a token stream and a carried state (data/token_stream.py)
+# The LSTMs: a token stream and a carried state (data/token_stream.py); XLNet reads it too with --mem-len.
+STREAM_FAMILIES = ("awd-lstm", "elmo")
 
 
 @dataclass
@@ -116,6 +117,14 @@ class PretrainConfig(TrainConfig):
     noise_density: float = setting(0.15, positive=True, help="t5: the share of each text dropped in spans")
     mean_span_length: float = setting(3.0, positive=True, help="t5: the mean length of a dropped span, in tokens")
     gated_gelu: bool = setting(False, help="t5: T5 v1.1's gated-GELU feed-forward and an output matrix of its own")
+    # Off by default: memory changes the data (a stream, not shuffled sequences) and the held-out
+    # regime, so earlier runs stay comparable; on, --seq-len is a sensible N at the small presets.
+    mem_len: int = setting(0, minimum=0, metavar="N",
+                           help="xlnet: Transformer-XL's segment recurrence, as XLNet pre-trains: read the corpus as "
+                                "a token stream, each batch row continuing its text, every token also attending to "
+                                "the states of the last N positions its row read (per layer, no gradient; the model's "
+                                "mem_len); held out, the same. 0: off, independent sequences (the release: 384 at "
+                                "512 tokens; here --seq-len is a sensible N)")
     eval_fraction: float = setting(0.01, positive=True, help="share of the documents held out for evaluation")
     eval_batches: int = setting(20, positive=True, help="held-out batches per evaluation")
     lr: float = override(TrainConfig, "lr", 5e-4)  # an AWD-LSTM wants fastai's order, --lr 1e-2
@@ -156,6 +165,8 @@ class PretrainConfig(TrainConfig):
                                                ("--gated-gelu", self.gated_gelu, False)):
                 if value != default_value:
                     raise UserError(f"{flag} is a switch of span corruption (--arch t5), not of --arch {self.arch}")
+        if self.mem_len and self.arch != "xlnet":
+            raise UserError(f"--mem-len is XLNet's segment recurrence (--arch xlnet), not of --arch {self.arch}")
         if self.arch != "awd-lstm":
             for flag, value in (("--init", self.init), ("--layer-lr-decay", self.layer_lr_decay != 1.0)):
                 if value:
@@ -207,8 +218,9 @@ def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig 
     elif cfg.arch in STREAM_FAMILIES:
         overrides = {**cfg.model, "pad_token_id": tokenizer.pad_token_id}
     elif cfg.arch == "xlnet":
+        # bos: the [CLS] that opens each document of the token stream read with --mem-len
         overrides = {**cfg.model, "pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.cls_token_id,
-                     "eos_token_id": tokenizer.sep_token_id}
+                     "eos_token_id": tokenizer.sep_token_id, **({"mem_len": cfg.mem_len} if cfg.mem_len else {})}
     else:
         overrides = cfg.model_overrides()
     config_class = {"gpt": GPTConfig, "t5": T5Config, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig,
@@ -220,6 +232,9 @@ def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig 
             config = config_class.from_preset(cfg.preset, vocab_size=vocab_size, **overrides)
     except TypeError as err:
         raise UserError(f"model settings: {err}") from None
+    if cfg.mem_len and config.reuse_len:
+        raise UserError(f"--mem-len remembers whole segments of the stream: unset the model's reuse_len "
+                        f"({config.reuse_len})")
     # No context limit: an LSTM's --seq-len is its BPTT length, and XLNet's positions are relative.
     if cfg.arch in STREAM_FAMILIES or cfg.arch == "xlnet":
         return config
@@ -256,18 +271,20 @@ def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer
     return tokenizer
 
 
+def batch_generator(seed: int, index: int) -> torch.Generator:
+    """The generator of batch `index`'s masking (or factorisation orders): seeded by (seed, index),
+    so fresh for every batch, yet the same on a resumed run, on any rank, at every evaluation."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + index)
+
+
 def prepare_batch(instances: list, objective, pad_id: int, seed: int, index: int,
                   continuation: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """Collate instances and let the objective mask them (whole-word masking needs `continuation`).
-
-    The masking is drawn from a generator seeded by (seed, batch index): fresh for every batch,
-    yet the same on a resumed run, on any rank, at every evaluation.
-    """
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + index)
+    """Collate instances and let the objective mask them (whole-word masking needs `continuation`),
+    drawing from `batch_generator(seed, index)`."""
     batch = collate(instances, pad_id)
     if continuation is not None:
         batch["word_continuation"] = continuation[batch["input_ids"]] & ~batch["special_mask"]
-    return objective.prepare(batch, generator)
+    return objective.prepare(batch, batch_generator(seed, index))
 
 
 def load_corpus(cfg: PretrainConfig, tokenizer: Tokenizer, dist: Distributed) -> TokenizedCorpus:
@@ -382,21 +399,14 @@ def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus
     return objective, train_batches, evaluate
 
 
-def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig | ELMoConfig, corpus: TokenizedCorpus,
-                    train_docs, eval_docs, tokenizer: Tokenizer, dist: Distributed):
-    """(objective, step -> micro-batches, evaluator) for the LSTMs: the documents as one token
-    stream in --batch-size rows per rank, read --seq-len tokens at a time (data/token_stream.py;
-    ELMo's backward LM reads the same stream reversed). With --init, the objective starts from
-    that language model's weights; ELMo's character CNN gets each vocabulary entry's spelling."""
-    objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id, rows=cfg.batch_size)
-    if cfg.init:
-        objective.model.load_state_dict(AWDLSTMLanguageModel.from_pretrained(cfg.init).state_dict())
-    if cfg.arch == "elmo":
-        spellings = tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
-        objective.model.bilm.token_encoder.char_ids.copy_(character_ids(spellings, model_config.max_characters_per_token))
-    bidirectional = cfg.arch == "elmo"
+def token_streams(cfg: PretrainConfig, corpus: TokenizedCorpus, train_docs, eval_docs, tokenizer: Tokenizer,
+                  dist: Distributed, reverse: bool = False) -> tuple[TokenStream, TokenStream]:
+    """(training, held-out) token streams (data/token_stream.py), each document opened by [CLS]: the
+    training documents in --batch-size rows per rank, read --seq-len tokens at a time; the held-out
+    ones in order, in as many rows, fewer when their text is short (a full window each). `reverse`:
+    the same streams read from their ends (ELMo's backward LM)."""
     stream = TokenStream(corpus, train_docs, cfg.batch_size * dist.world_size, cfg.seq_len, cfg.seed,
-                         tokenizer.cls_token_id)
+                         tokenizer.cls_token_id, reverse=reverse)
     if stream.batches_per_epoch < 1:
         raise UserError(f"{', '.join(cfg.corpus)}: {stream.num_tokens:,} training tokens, too few for one batch of "
                         f"{stream.rows} rows x {cfg.seq_len + 1} tokens (--batch-size x (--seq-len + 1)); use more "
@@ -405,10 +415,27 @@ def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig | ELMoConfi
     if held_out.batches_per_epoch < 1:
         raise UserError(f"{', '.join(cfg.corpus)}: the held-out documents hold {held_out.num_tokens:,} tokens, fewer "
                         f"than one --seq-len window of {cfg.seq_len + 1}; raise --eval-fraction")
-    # As many rows as --batch-size, fewer when the held-out text is short (a full window each).
     rows = min(cfg.batch_size, held_out.num_tokens // (cfg.seq_len + 1))
-    held_out = [TokenStream(corpus, eval_docs, rows, cfg.seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False,
-                            reverse=reverse) for reverse in ((False, True) if bidirectional else (False,))]
+    return stream, TokenStream(corpus, eval_docs, rows, cfg.seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False,
+                               reverse=reverse)
+
+
+def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig | ELMoConfig, corpus: TokenizedCorpus,
+                    train_docs, eval_docs, tokenizer: Tokenizer, dist: Distributed):
+    """(objective, step -> micro-batches, evaluator) for the LSTMs: the documents as one token
+    stream (`token_streams`; ELMo's backward LM reads the same stream reversed). With --init, the
+    objective starts from that language model's weights; ELMo's character CNN gets each vocabulary
+    entry's spelling."""
+    objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id, rows=cfg.batch_size)
+    if cfg.init:
+        objective.model.load_state_dict(AWDLSTMLanguageModel.from_pretrained(cfg.init).state_dict())
+    if cfg.arch == "elmo":
+        spellings = tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
+        objective.model.bilm.token_encoder.char_ids.copy_(character_ids(spellings, model_config.max_characters_per_token))
+    bidirectional = cfg.arch == "elmo"
+    streams = [token_streams(cfg, corpus, train_docs, eval_docs, tokenizer, dist, reverse)
+               for reverse in ((False, True) if bidirectional else (False,))]
+    held_out = [evaluation for _, evaluation in streams]
 
     def evaluate(module) -> dict:
         """Next-token loss, accuracy and perplexity over the held-out stream (each direction's, for
@@ -431,9 +458,39 @@ def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig | ELMoConfi
                     counts[key] = counts.get(key, 0.0) + float(value)
         return {"loss": loss_sum / batches, **metrics_from_counts(counts)}
 
-    backward = TokenStream(corpus, train_docs, cfg.batch_size * dist.world_size, cfg.seq_len, cfg.seed,
-                           tokenizer.cls_token_id, reverse=True) if bidirectional else None
-    return objective, StreamBatches(stream, cfg.batch_size, cfg.grad_accum, dist.rank, backward), evaluate
+    backward = streams[1][0] if bidirectional else None
+    return objective, StreamBatches(streams[0][0], cfg.batch_size, cfg.grad_accum, dist.rank, backward), evaluate
+
+
+def memory_training(cfg: PretrainConfig, model_config: XLNetConfig, corpus: TokenizedCorpus, train_docs, eval_docs,
+                    tokenizer: Tokenizer, dist: Distributed):
+    """(objective, step -> micro-batches, evaluator) for XLNet with --mem-len: the LSTMs' token stream
+    (`token_streams`), each row continuing its text from step to step, the objective carrying each
+    row's memory (training/objectives.py: `PermutationLanguageModel`). Held out, the same regime: the
+    held-out stream read in order from an empty memory, carried from batch to batch; its
+    factorisation orders are the same at every evaluation, so the curve is comparable."""
+    objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id, rows=cfg.batch_size,
+                                mem_len=cfg.mem_len)
+    stream, held_out = token_streams(cfg, corpus, train_docs, eval_docs, tokenizer, dist)
+
+    def prepare(batch: dict[str, torch.Tensor], index: int) -> dict[str, torch.Tensor]:
+        # Ranks read the same stream batch index (different rows): each draws its own orders.
+        return objective.prepare(batch, batch_generator(cfg.seed, index * dist.world_size + dist.rank))
+
+    def evaluate(module) -> dict:
+        """Permutation-LM loss, accuracy and perplexity over the held-out stream, with memory."""
+        counts, loss_sum, memory = {}, 0.0, None
+        device = next(module.parameters()).device
+        batches = min(cfg.eval_batches, held_out.batches_per_epoch)
+        for index in range(batches):
+            batch = module.prepare(held_out.batch(index), batch_generator(cfg.seed + 1, index))
+            out, memory = module.read({k: v.to(device) for k, v in batch.items()}, memory)
+            loss_sum += out.loss.item()
+            for key, value in out.counts.items():
+                counts[key] = counts.get(key, 0.0) + float(value)
+        return {"loss": loss_sum / batches, **metrics_from_counts(counts)}
+
+    return objective, StreamBatches(stream, cfg.batch_size, cfg.grad_accum, dist.rank, prepare=prepare), evaluate
 
 
 def discriminative_rates(config: AWDLSTMConfig, decay: float):
@@ -483,6 +540,9 @@ def run_pretraining(cfg: PretrainConfig) -> str:
         objective, train_batches, evaluate = stream_training(cfg, model_config, corpus, train_docs, eval_docs,
                                                              tokenizer, dist)
         lr_scale = discriminative_rates(model_config, cfg.layer_lr_decay) if cfg.arch == "awd-lstm" else None
+    elif cfg.mem_len:
+        objective, train_batches, evaluate = memory_training(cfg, model_config, corpus, train_docs, eval_docs,
+                                                             tokenizer, dist)
     else:
         objective, train_batches, evaluate = sequence_training(cfg, model_config, corpus, train_docs, eval_docs,
                                                                tokenizer, dist)

@@ -14,13 +14,15 @@
 | `bilm`    | (`--arch elmo`) a forward and a backward LSTM LM | Peters et al. 2018 (ELMo)     |
 |           | over the stream and its reverse                  |                               |
 | `plm`     | (`--arch xlnet`) permutation LM: the last 1/6 of | Yang et al. 2019 (XLNet)      |
-|           | a random factorisation order, two-stream         |                               |
+|           | a random factorisation order, two-stream; with   | Dai et al. 2019 (Transformer- |
+|           | `--mem-len`, over the stream with memory         | XL)                           |
 
 `clm` trains BERT's encoder with a causal mask (the BERT paper's LTR baseline) or, with
 `--arch gpt`, GPT's own decoder (models/gpt.py: `GPTLanguageModel` below), or with `--arch
 awd-lstm` ULMFiT's LSTM over a token stream (data/token_stream.py: `RecurrentLanguageModel`
 below); `bilm` trains ELMo's two LSTM language models (`BidirectionalLanguageModel`); `t5` trains T5's encoder-decoder (models/t5.py, data/span_corruption.py: `SpanCorruption`);
-`plm` trains XLNet (models/xlnet.py, data/permutation.py: `PermutationLanguageModel`).
+`plm` trains XLNet (models/xlnet.py, data/permutation.py: `PermutationLanguageModel`), on
+independent sequences or, with a memory, on the token stream with Transformer-XL's recurrence.
 
 Each objective prepares its batch (masking is dynamic: fresh for every batch, drawn
 from the generator it is given), computes its loss, and returns counts from which the
@@ -30,13 +32,14 @@ transformers-compatible BERT that `bertology finetune` and transformers both loa
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..data.padding import pad_rows
-from ..data.permutation import permutation_targets
+from ..data.permutation import permutation_targets, with_memory
 from ..data.pretraining import mask_tokens
 from ..data.span_corruption import corrupt_spans, random_spans_noise_mask
 from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
@@ -75,7 +78,7 @@ OBJECTIVES: dict[str, ObjectiveSpec] = {
     "clm": ObjectiveSpec("contiguous", None),
     "t5": ObjectiveSpec("contiguous", None),
     "bilm": ObjectiveSpec("stream", None),
-    "plm": ObjectiveSpec("contiguous", None),
+    "plm": ObjectiveSpec("contiguous", None),  # with a memory (--mem-len): the stream, as bilm
 }
 
 
@@ -321,31 +324,121 @@ class SpanCorruption(nn.Module):
         return self.model
 
 
+class Memory(NamedTuple):
+    """XLNet's memory of a token stream (Transformer-XL's segment recurrence), for the next segment.
+
+    states: (layers, B, M, D) per layer, the content-stream states (that layer's input) of the
+        last M positions each row has read, detached: the memory has no gradient.
+    remembered: (B,) how many of the M, counted from the end, belong to the document each row is
+        reading (0: nothing; the positions before them are an earlier document's, or never read).
+    """
+
+    states: torch.Tensor
+    remembered: torch.Tensor
+
+
+def remembered_positions(document_starts: torch.Tensor, remembered: torch.Tensor, mem_len: int) -> torch.Tensor:
+    """(B,): of the memory left by a segment, the positions that belong to the document each row
+    ends in: those from the row's last document start ([CLS]) on, or, with none in the segment,
+    the whole segment and what was remembered before it; at most `mem_len`.
+
+    document_starts (B, T) bool; remembered (B,) as `Memory.remembered` before the segment."""
+    length = document_starts.shape[1]
+    positions = torch.arange(length, device=document_starts.device)
+    last_start = torch.where(document_starts, positions, -1).amax(1)  # (B,), -1: no start in the segment
+    return torch.where(last_start >= 0, length - last_start, remembered + length).clamp(max=mem_len)
+
+
+class CarriedMemory(nn.Module):
+    """XLNet's `Memory` carried from one stream batch to the next, kept in buffers (as
+    `CarriedState` keeps an LSTM's) so that a checkpoint holds it and a resumed run continues
+    exactly where it stopped. `rows` is the micro-batch size."""
+
+    def __init__(self, layers: int, rows: int, mem_len: int, width: int):
+        super().__init__()
+        self.register_buffer("states", torch.zeros(layers, rows, mem_len, width))
+        self.register_buffer("remembered", torch.zeros(rows, dtype=torch.long))
+
+    def get(self, new_stream: torch.Tensor) -> Memory | None:
+        """The memory to read this batch after: None (nothing) at an epoch's first batch, else the
+        buffers themselves (no copy: the model concatenates them, keeping nothing that `set` changes)."""
+        return None if bool(new_stream) else Memory(self.states, self.remembered)
+
+    def set(self, memory: Memory) -> None:
+        """Keep the (detached) memory a batch left."""
+        self.states.copy_(memory.states)
+        self.remembered.copy_(memory.remembered)
+
+
 class PermutationLanguageModel(nn.Module):
     """XLNet's objective (models/xlnet.py, data/permutation.py): per sequence a random factorisation
     order, the last 1/6 of it predicted by the query stream from the tokens before it in the order.
 
-    Each sequence is trained on its own: no memory (`mems`) is carried from one batch to the next,
-    since the batches are independent sequences (the model supports it: XLNetModel's `mems`)."""
+    `mem_len` 0: each sequence is trained on its own, batches of independent sequences, and no
+    memory (`mems`) is carried from one batch to the next.
 
-    def __init__(self, config: XLNetConfig):
+    `mem_len` M > 0 (`pretrain --mem-len`), Transformer-XL's segment recurrence as XLNet pre-trains
+    with it: the batches are a token stream (data/token_stream.py), row r of each batch continuing
+    row r of the one before, each document opened by [CLS] (the config's `bos_token_id`). Each layer's
+    content states of the last M positions a row has read, detached, are the memory its next segment
+    reads after: both streams of every token see all of their document's memory; only the segment is
+    permuted (`with_memory`). A token never sees another document, in the memory or the segment,
+    so a row's memory is reset where its stream opens a new document, and all of it at an epoch's
+    first batch (`new_stream`). The memory lives in buffers (`CarriedMemory`) of `rows` rows."""
+
+    def __init__(self, config: XLNetConfig, rows: int = 1, mem_len: int = 0):
         super().__init__()
-        self.model = XLNetLMHeadModel(config)
+        if mem_len and config.bos_token_id is None:
+            raise ValueError("a stream with memory needs the config's bos_token_id: the token opening each document")
+        if mem_len and config.reuse_len:
+            raise ValueError("the memory continues the stream: reuse_len must be unset (all of a segment is remembered)")
+        self.mem_len = mem_len
+        self.model = XLNetLMHeadModel(replace(config, mem_len=mem_len) if mem_len else config)
+        self.memory = CarriedMemory(config.n_layer, rows, mem_len, config.d_model) if mem_len else None
 
     def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
-        """Sample the orders: perm_mask (B, T, T), target_mapping (B, P, T) and labels (B, P)."""
-        plm = permutation_targets(batch["input_ids"], batch["attention_mask"], batch["special_mask"], generator)
-        return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
-                "token_type_ids": batch["token_type_ids"], **plm}
+        """Sample the orders: perm_mask (B, T, T), target_mapping (B, P, T) and labels (B, P). Without
+        memory, of collated sequences ([CLS] and [SEP] are context, never targets); with memory, of a
+        stream batch (data/token_stream.py), whose [CLS]s, one per document, give `document_starts`
+        (B, T) bool and are context too, all of one segment (token type 0)."""
+        if self.memory is None:
+            plm = permutation_targets(batch["input_ids"], batch["attention_mask"], batch["special_mask"], generator)
+            return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+                    "token_type_ids": batch["token_type_ids"], **plm}
+        ids = batch["input_ids"]
+        starts = ids == self.model.config.bos_token_id
+        plm = permutation_targets(ids, batch["attention_mask"], starts, generator)
+        return {"input_ids": ids, "attention_mask": batch["attention_mask"], "token_type_ids": torch.zeros_like(ids),
+                "document_starts": starts, "new_stream": batch["new_stream"], **plm}
+
+    def read(self, batch: Batch, memory: Memory | None) -> tuple[StepOutput, Memory]:
+        """One stream segment (a prepared batch) read after `memory` (None: nothing read before) ->
+        (the loss and counts, as `forward`'s; the memory for the next segment)."""
+        remembered = memory.remembered if memory is not None else torch.zeros_like(batch["input_ids"][:, 0])
+        # A memory with nothing to see is no memory: the segment alone, as without --mem-len.
+        mems = list(memory.states) if memory is not None and bool(remembered.any()) else None
+        perm_mask = with_memory(batch["perm_mask"], batch["document_starts"], remembered,
+                                mems[0].shape[1] if mems else 0)
+        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], perm_mask,
+                         batch["target_mapping"], mems=mems, use_mems=True, labels=batch["labels"])
+        states = torch.stack(out.mems)  # (layers, B, M', D), M' = min(M + T, mem_len), detached by the model
+        states = F.pad(states, (0, 0, self.mem_len - states.shape[2], 0))  # never read: zeros, hidden
+        carried = Memory(states, remembered_positions(batch["document_starts"], remembered, self.mem_len))
+        return StepOutput(out.loss, lm_counts(out, batch["labels"], "permutation_lm")), carried
 
     def forward(self, batch: Batch) -> StepOutput:
-        """Loss = the targets' cross-entropy; counts give their accuracy and perplexity (`permutation_lm`)."""
-        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["perm_mask"],
-                         batch["target_mapping"], use_mems=False, labels=batch["labels"])
-        return StepOutput(out.loss, lm_counts(out, batch["labels"], "permutation_lm"))
+        """Loss = the targets' cross-entropy; counts give their accuracy and perplexity (`permutation_lm`).
+        With memory, the segment is read after the carried memory, which it then replaces."""
+        if self.memory is None:
+            out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                             batch["perm_mask"], batch["target_mapping"], use_mems=False, labels=batch["labels"])
+            return StepOutput(out.loss, lm_counts(out, batch["labels"], "permutation_lm"))
+        step, memory = self.read(batch, self.memory.get(batch["new_stream"]))
+        self.memory.set(memory)
+        return step
 
     def model_to_save(self) -> XLNetLMHeadModel:
-        """XLNetLMHeadModel (transformers' layout)."""
+        """XLNetLMHeadModel (transformers' layout; its config's `mem_len` is the memory trained with)."""
         return self.model
 
 
@@ -477,12 +570,12 @@ def electra_diagnostics(logits: torch.Tensor, replaced: torch.Tensor, sampled: t
 
 def build_objective(name: str, config: BertConfig | GPTConfig | T5Config | AWDLSTMConfig, mask_token_id: int,
                     whole_word: bool = False, max_predictions: int | None = None, sentinel_ids: list[int] | None = None,
-                    noise_density: float = 0.15, mean_span_length: float = 3.0, rows: int = 1,
+                    noise_density: float = 0.15, mean_span_length: float = 3.0, rows: int = 1, mem_len: int = 0,
                     **electra_options) -> nn.Module:
     """The objective module called `name` (see OBJECTIVES) over a model of `config` (a GPTConfig
     takes `clm` only, a T5Config `t5` only, with the tokenizer's `sentinel_ids`, an XLNetConfig
-    `plm` only, an AWDLSTMConfig `clm` over a stream of `rows` rows per micro-batch); `electra_options`
-    (generator_size, temperature, masking) go to `Electra`."""
+    `plm` only, with `mem_len` > 0 over a stream of `rows` rows per micro-batch, an AWDLSTMConfig
+    `clm` over such a stream); `electra_options` (generator_size, temperature, masking) go to `Electra`."""
     if isinstance(config, AWDLSTMConfig):
         if name != "clm":
             raise ValueError(f"an AWD-LSTM is a left-to-right LM: objective clm, not {name!r}")
@@ -498,7 +591,7 @@ def build_objective(name: str, config: BertConfig | GPTConfig | T5Config | AWDLS
     if isinstance(config, XLNetConfig):
         if name != "plm":
             raise ValueError(f"XLNet is trained by permutation language modelling: objective plm, not {name!r}")
-        return PermutationLanguageModel(config)
+        return PermutationLanguageModel(config, rows, mem_len)
     if isinstance(config, GPTConfig):
         if name != "clm":
             raise ValueError(f"GPT is a left-to-right LM: objective clm, not {name!r}")

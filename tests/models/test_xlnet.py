@@ -1,9 +1,9 @@
 """XLNet against transformers' XLNetLMHeadModel, XLNetForSequenceClassification,
 XLNetForTokenClassification and XLNetForQuestionAnsweringSimple on the same random weights,
 converted through the key table: plain forward with segments and padding, two-stream with a
-permutation mask and target mapping, memory from a previous segment, the config switches; the
-token and span heads' outputs at real positions whatever the padding; then directories both
-ways, and the config's errors."""
+permutation mask and target mapping, memory from a previous segment (and a mask hiding it), the
+config switches; the token and span heads' outputs at real positions whatever the padding; then
+directories both ways, and the config's errors."""
 
 import json
 
@@ -124,6 +124,25 @@ def test_memory_from_a_previous_segment_matches_transformers(pair):
             torch.testing.assert_close(got, expected, **TOLERANCE)
         without = ours(second, token_type_ids=segments[:, :7]).logits
     assert (without - ours(second, token_type_ids=segments[:, :7], mems=our_mems).logits).abs().max() > 0.01
+
+
+def test_a_perm_mask_over_memory_and_segment_hides_memory_positions(pair):
+    """perm_mask (B, T, M + T): zeros over the memory are the (B, T, T) mask (transformers' layout, the
+    memory visible); ones over all of it are no memory at all."""
+    _, ours = pair
+    first, _, _ = inputs(9, seed=3)
+    second, _, _ = inputs(7, seed=4)
+    perm_mask, target_mapping = two_stream(7)
+    perm_mask[:, :, 0] = 0  # every query sees a token of the segment: none is left with nothing to see
+    with torch.no_grad():
+        mems = ours(first, use_mems=True).mems
+        visible = ours(second, perm_mask=perm_mask, target_mapping=target_mapping, mems=mems).logits
+        hidden = ours(second, perm_mask=perm_mask, target_mapping=target_mapping).logits
+        for memory_columns, expected in ((torch.zeros(2, 7, 5), visible), (torch.ones(2, 7, 5), hidden)):
+            widened = torch.cat([memory_columns, perm_mask], dim=2)
+            got = ours(second, perm_mask=widened, target_mapping=target_mapping, mems=mems).logits
+            torch.testing.assert_close(got, expected, **TOLERANCE)
+    assert (visible - hidden).abs().max() > 0.01
 
 
 @pytest.mark.parametrize("switches", [dict(attn_type="uni", same_length=True), dict(attn_type="uni"),

@@ -1,11 +1,14 @@
 """XLNet through the commands: `bertology pretrain --arch xlnet` (permutation LM) on a tiny text
-written here, then `bertology finetune --task sst2` on a tiny SST-2 folder, evaluate and predict;
-and the settings XLNet refuses."""
+written here, on independent sequences and, with `--mem-len`, on the token stream with memory
+(an exact resume included), then `bertology finetune --task sst2` on a tiny SST-2 folder,
+evaluate and predict; and the settings XLNet refuses."""
 
 import contextlib
 import io
 import json
+import os
 import random
+import signal
 
 import pytest
 import torch
@@ -13,7 +16,8 @@ import transformers
 
 from bertology.cli import main
 from bertology.errors import UserError
-from bertology.recipes.pretrain import PretrainConfig
+from bertology.data.token_stream import StreamBatches
+from bertology.recipes.pretrain import PretrainConfig, run_pretraining
 from bertology.tasks.readers import TASKS
 from bertology.training.tasks import layer_depth, load_task_model, num_layers_of
 
@@ -133,6 +137,66 @@ def test_xlnet_task_heads_and_its_layers_have_depths(pretrained):
     depths = {name: layer_depth(name, 2) for name, _ in model.named_parameters()}
     assert depths["transformer.word_embedding.weight"] == depths["transformer.mask_emb"] == 0
     assert depths["transformer.layer.1.rel_attn.r_w_bias"] == 2 and depths["logits_proj.weight"] == 3
+
+
+def settings(files, out, **overrides) -> PretrainConfig:
+    """A tiny XLNet with memory on the generated corpus: 8 rows x 32 tokens, remembering 32 positions."""
+    values = dict(arch="xlnet", corpus=[str(files / "corpus.txt")], out=str(out), cache_dir=str(files / "cache"),
+                  doc_format="lines", preset="tiny", vocab_size=200, seq_len=32, batch_size=8, mem_len=32, lr=1e-3,
+                  eval_fraction=0.2, eval_every=0, log_every=1, save_every=0, precision="fp32", progress=False, seed=0)
+    return PretrainConfig(**{**values, **overrides})
+
+
+def test_pretrain_xlnet_with_memory_reads_the_stream_and_evaluates_with_memory(files):
+    out = files / "xlnet-memory"
+    status, stdout = run("pretrain", "--arch", "xlnet", "--mem-len", 48, "--corpus", files / "corpus.txt", "--out",
+                         out, "--preset", "tiny", "--max-steps", 12, "--seq-len", 32, "--batch-size", 8,
+                         "--vocab-size", 200, "--cache-dir", files / "cache", "--doc-format", "lines",
+                         "--eval-fraction", 0.2, "--eval-every", 6, "--lr", 1e-3, "--precision", "fp32",
+                         "--no-progress")
+    assert status == 0 and "permutation_lm_accuracy" in stdout
+    evals = [row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+             if row.get("split") == "eval"]
+    assert [row["step"] for row in evals] == [6, 12] and 0 <= evals[-1]["permutation_lm_accuracy"] <= 1
+    assert evals[-1]["permutation_lm_loss"] < evals[0]["permutation_lm_loss"]
+    assert json.loads((out / "config.json").read_text())["mem_len"] == 48  # the model's own field
+    assert json.loads((out / "pretrain_config.json").read_text())["mem_len"] == 48
+    reference, info = transformers.XLNetLMHeadModel.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and reference.config.mem_len == 48
+
+
+def test_an_interrupted_and_resumed_run_with_memory_matches_an_uninterrupted_one(files, tmp_path):
+    """The carried memory is in the checkpoint: the same losses step by step, through an epoch's end."""
+    base = dict(max_steps=16, save_every=5)
+    run_pretraining(settings(files, tmp_path / "straight", **base))
+    original = StreamBatches.__call__
+
+    def interrupt_at_step_9(self, step):
+        if step == 9:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, step)
+
+    StreamBatches.__call__ = interrupt_at_step_9
+    try:
+        assert run_pretraining(settings(files, tmp_path / "resumed", **base)) == "interrupted"
+    finally:
+        StreamBatches.__call__ = original
+    assert run_pretraining(settings(files, tmp_path / "resumed", resume=True, **base)) == "completed"
+    straight, resumed = (
+        [row for row in map(json.loads, (tmp_path / name / "metrics.jsonl").read_text().splitlines())
+         if "split" not in row] for name in ("straight", "resumed"))
+    assert [row["step"] for row in resumed] == list(range(1, 17))
+    for a, b in zip(straight, resumed, strict=True):
+        assert abs(a["loss"] - b["loss"]) < 1e-5, (a["step"], a["loss"], b["loss"])
+
+
+def test_a_bad_mem_len_is_a_one_line_error(files, tmp_path, capsys):
+    for flags, message in ((["--arch", "xlnet", "--mem-len", "-1"], "--mem-len: must be at least 0, got -1"),
+                           (["--arch", "bert", "--mem-len", "8"], "--mem-len is XLNet's segment recurrence")):
+        code = main(["pretrain", *flags, "--corpus", str(files / "corpus.txt"), "--out", str(tmp_path / "o"),
+                     "--max-steps", "1", "--no-progress"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and message in err[0], err
 
 
 @pytest.mark.parametrize("flags, message", [

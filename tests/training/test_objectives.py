@@ -1,13 +1,16 @@
-"""The objectives reach the masked LM through the model's forward: one loss, checked against a direct computation."""
+"""The objectives reach the masked LM through the model's forward: one loss, checked against a direct computation;
+XLNet's permutation LM carries its memory from one stream batch to the next."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from bertology.data.permutation import with_memory
 from bertology.models.bert import BertConfig
+from bertology.models.xlnet import XLNetConfig
 from bertology.ops import IGNORE_INDEX
 from bertology.training.loop import metrics_from_counts
-from bertology.training.objectives import build_objective
+from bertology.training.objectives import Memory, build_objective
 
 VOCAB = 60
 
@@ -117,3 +120,97 @@ def test_electra_options_the_paper_studies():
     assert bool(((corrupted[chosen] == ids[chosen]) | is_mask).all())
     assert is_mask.double().mean().item() == pytest.approx(0.85, abs=0.02)  # over ~1,200 targets
     assert torch.equal(corrupted[~chosen], ids[~chosen])
+
+
+# ----- XLNet's permutation LM with Transformer-XL's memory (`pretrain --mem-len`) ----------------
+
+CLS = 1  # the token opening each document of the stream: the config's bos_token_id
+
+
+def xlnet_objectives(mem_len: int, rows: int = 2):
+    """A permutation-LM objective with memory and one without, holding the same weights (no dropout;
+    large random weights, so that what a token reads shows in the loss)."""
+    xlnet = XLNetConfig(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, d_inner=64, dropout=0.0,
+                        initializer_range=0.3, pad_token_id=0, bos_token_id=CLS)
+    torch.manual_seed(0)
+    remembering = build_objective("plm", xlnet, mask_token_id=4, rows=rows, mem_len=mem_len)
+    alone = build_objective("plm", xlnet, mask_token_id=4)
+    alone.model.load_state_dict(remembering.model.state_dict())
+    return remembering, alone
+
+
+def stream_batch(seed: int, rows: int = 2, length: int = 6, new_stream: bool = False, starts=()):
+    """A token stream batch (data/token_stream.py's keys): random text, [CLS] at (row, position) `starts`."""
+    ids = torch.randint(5, VOCAB, (rows, length), generator=torch.Generator().manual_seed(seed))
+    for row, position in starts:
+        ids[row, position] = CLS
+    return {"input_ids": ids, "labels": ids, "attention_mask": torch.ones_like(ids),
+            "new_stream": torch.tensor(new_stream)}
+
+
+def layer_inputs(objective, batch, memory):
+    """Each layer's content-stream input (layers, B, T, D) for `batch` read after `memory` (None: nothing)."""
+    mems = list(memory.states) if memory is not None else None
+    perm_mask = with_memory(batch["perm_mask"], batch["document_starts"],
+                            memory.remembered if memory is not None else torch.zeros(2, dtype=torch.long),
+                            mems[0].shape[1] if mems else 0)
+    out = objective.model.transformer(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], perm_mask,
+                                      batch["target_mapping"], mems=mems, output_hidden_states=True)
+    return torch.stack(out.hidden_states[:-1])
+
+
+def test_the_memory_a_row_reads_next_is_its_layer_states_of_this_step_detached_and_resets_at_a_new_document():
+    objective, _ = xlnet_objectives(mem_len=8)
+    first = objective.prepare(stream_batch(0, new_stream=True, starts=[(1, 0)]), torch.Generator().manual_seed(0))
+    objective(first)
+    memory = objective.memory.get(torch.tensor(False))
+    assert memory.states.shape == (2, 2, 8, 32)  # (layers, rows, mem_len, width)
+    assert memory.states.grad_fn is None and not memory.states.requires_grad  # no gradient into the past
+    with torch.no_grad():
+        states = layer_inputs(objective, first, None)
+    torch.testing.assert_close(memory.states[:, :, 2:], states, rtol=0, atol=1e-5)  # 6 positions read, right-aligned
+    assert not memory.states[:, :, :2].any() and memory.remembered.tolist() == [6, 6]
+    after_first = memory.states.clone()
+
+    # Row 0 continues its document; row 1 opens a new one at position 3.
+    second = objective.prepare(stream_batch(1, starts=[(1, 3)]), torch.Generator().manual_seed(1))
+    step = objective(second)
+    assert step.counts["permutation_lm_total"] > 0
+    with torch.no_grad():
+        states = layer_inputs(objective, second, Memory(after_first, torch.tensor([6, 6])))
+    expected = torch.cat([after_first, states], dim=2)[:, :, -8:]  # the last mem_len of all read
+    torch.testing.assert_close(objective.memory.states, expected, rtol=0, atol=1e-5)
+    assert objective.memory.remembered.tolist() == [8, 3]  # row 1 remembers its new document only
+
+    # The reset: row 1's new document reads nothing of the memory; its earlier tokens, and row 0, do.
+    noise = after_first + torch.randn(after_first.shape, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        clean = layer_inputs(objective, second, Memory(after_first, torch.tensor([6, 6])))[1]
+        noisy = layer_inputs(objective, second, Memory(noise, torch.tensor([6, 6])))[1]
+    torch.testing.assert_close(noisy[1, 3:], clean[1, 3:], rtol=0, atol=1e-5)
+    assert (noisy[1, :3] - clean[1, :3]).abs().max() > 1e-3 and (noisy[0] - clean[0]).abs().max() > 1e-3
+
+    # An epoch's first batch starts from nothing.
+    assert objective.memory.get(torch.tensor(True)) is None
+
+
+def test_the_loss_with_memory_equals_the_loss_without_at_the_first_step_and_differs_after():
+    remembering, alone = xlnet_objectives(mem_len=6)
+    losses = []
+    for index in range(3):
+        batch = remembering.prepare(stream_batch(index, new_stream=index == 0), torch.Generator().manual_seed(index))
+        without = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids", "perm_mask",
+                                                "target_mapping", "labels")}
+        losses.append((remembering(batch).loss.item(), alone(without).loss.item()))
+    assert losses[0][0] == pytest.approx(losses[0][1], abs=1e-6)  # empty memory: the segment alone
+    for with_memory_loss, alone_loss in losses[1:]:
+        assert abs(with_memory_loss - alone_loss) > 1e-2  # the memory is read
+
+
+def test_memory_settings_the_objective_refuses():
+    xlnet = XLNetConfig(vocab_size=VOCAB, d_model=32, n_layer=1, n_head=4, d_inner=64, bos_token_id=None)
+    with pytest.raises(ValueError, match="bos_token_id"):
+        build_objective("plm", xlnet, mask_token_id=4, mem_len=4)
+    with pytest.raises(ValueError, match="reuse_len"):
+        build_objective("plm", XLNetConfig(vocab_size=VOCAB, d_model=32, n_layer=1, n_head=4, d_inner=64,
+                                           reuse_len=2), mask_token_id=4, mem_len=4)
