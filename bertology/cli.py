@@ -383,7 +383,8 @@ def run_distill(cfg: Any) -> None:
     speed, _ = training_summary([out], round(recorded["transfer_examples"] * cfg.epochs))
     if "split" in results:
         print_results(results)
-    student = cfg.student or f"a random-weight {cfg.preset} encoder"
+    student = (f"{cfg.student or 'the teacher'} cut to {cfg.student_layers} layers" if cfg.student_layers
+               else cfg.student or f"a random-weight {cfg.preset} encoder")
     print(f"distilled {cfg.teacher} ({recorded['teacher_parameters']:,} parameters) into {student} "
           f"({recorded['student_parameters']:,} parameters), {recorded['transfer_examples']:,} transfer examples x "
           f"{epochs(cfg.epochs)}: {speed}")

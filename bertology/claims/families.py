@@ -18,10 +18,9 @@ its own measured seconds per step (claim 3's `equal_time` and `step_seconds`):
   actual minutes are in the table), CoVe claim 1's translation model over claim 1's GloVe:
   CoVe's pre-training data is a translation corpus by its nature (Multi30k here).
 - the distilled student: the BERT row fine-tuned on each task is the teacher (its first seed);
-  the student is distilled from it over the task's training text and Tang et al.'s noisy copies
-  (claim 11's recipe). The distill recipe cannot start a student from half of the teacher's
-  layers (DistilBERT's student), so the student is the BERT row's pre-trained encoder at its
-  full depth: DistilBERT's initialisation from the teacher's pre-training, without the halving.
+  the student is DistilBERT's: the BERT row's pre-trained encoder cut to half its layers, one
+  out of two (`distill --student-layers`), distilled from the teacher over the task's training
+  text and Tang et al.'s noisy copies (claim 11's recipe).
 
 Columns: SST-2, MRPC (accuracy), STS-B (Spearman, as the BERT paper reports it), CoNLL-2003
 (entity F1), the SQuAD subset (claim 3's v1.1-style questions; F1) and WiC. The fine-tuned
@@ -58,7 +57,7 @@ from typing import Any, Callable
 from ..errors import UserError
 from ..files import loads_json
 from ..models import family_of
-from ..models.bert import PRESETS
+from ..models.bert import PRESETS, BertConfig
 from ..plots import plot_seed_bars
 from ..uses.wic import WicConfig, run_wic
 from .albert import finetuned_model
@@ -107,7 +106,7 @@ OBJECTIVES = {STATIC: "word2vec skip-gram", COVE_ROW: "MT-LSTM encoder translati
               ULMFIT: "AWD-LSTM LM, then an LM on each task's text", GPT: "left-to-right LM", BERT: "MLM + NSP",
               ROBERTA: "MLM only, full sentences", ALBERT: "MLM + SOP, factorised embeddings, shared layers",
               ELECTRA: "replaced-token detection", XLNET: "permutation LM", T5: "span corruption",
-              DISTILLED: "the BERT row's, then distilled per task from BERT fine-tuned on it"}
+              DISTILLED: "the BERT row's, cut to half its layers, distilled per task from BERT fine-tuned on it"}
 
 # column -> (task, data folder (None: claim 3's SQuAD v1.1-style folder), the metric of its cells, the
 # recipe: a GLUE recipe or the claim 3 column it shares)
@@ -216,7 +215,7 @@ def cell_runner(experiment: Experiment, family: str, models: dict[str, Path], se
     if family == DISTILLED:
         return lambda: distilled_over_seeds(
             experiment, name, teacher=str(finetuned_model(experiment, f"{slug(BERT)}-{task}")), student=str(models[BERT]),
-            data=str(data), augment=QUICK_AUGMENT if experiment.quick else AUGMENT, lr=STUDENT_LR,
+            student_layers=student_depth(models[BERT]), data=str(data), augment=QUICK_AUGMENT if experiment.quick else AUGMENT, lr=STUDENT_LR,
             cache_dir=str(experiment.cache / "distill"), **{k: v for k, v in recipe.items() if k in DISTILL_SETTINGS})
     if family in FEATURE_FAMILIES:
         head = FEATURE_HEADS["CoNLL-2003" if task == "conll2003" else "SST-2"]
@@ -233,6 +232,11 @@ def cell_runner(experiment: Experiment, family: str, models: dict[str, Path], se
         return ulmfit
     return lambda: experiment.finetuned(name, model=str(models[family]), task=task, data=str(data), lr=FINETUNE_LR,
                                         **recipe)
+
+
+def student_depth(bert: Path) -> int:
+    """DistilBERT's student depth: half the BERT row's layers (at least one), kept one out of two."""
+    return max(1, BertConfig.load(bert).num_hidden_layers // 2)
 
 
 def student(experiment: Experiment, task: str) -> Path:
@@ -325,6 +329,7 @@ def verdicts(cells: dict[str, dict[str, Cell]]) -> list:
 def scale_note(experiment: Experiment, settings: dict[str, dict]) -> str:
     """What ran, in words."""
     bert, elmo, awd = settings[BERT], settings[ELMO_ROW], settings[ULMFIT]
+    layers = PRESETS[bert["preset"]][0]
     time = ("the time of the quick steps of claim 3's fastest objective" if experiment.quick
             else f"{PRETRAIN_MINUTES:g} minutes each")
     return (f"Pre-training on {corpus_words(experiment.quick)} for {time} (steps = the time / each model's measured "
@@ -337,11 +342,9 @@ def scale_note(experiment: Experiment, settings: dict[str, dict]) -> str:
             "English-German captions, over GloVe trained on the shared corpus (claim 1's). "
             + experiment.glue_scale(GLUE_RECIPE, FINETUNE_LR)
             + " STS-B by MRPC's recipe. CoNLL-2003 and SQuAD by claim 3's recipes (T5's SQuAD at "
-            f"{T5_SQUAD['max_seq_len']} tokens). The distilled student: the distill recipe takes a student "
-            "directory or random weights at a preset, not half of a teacher's layers initialised from it (DistilBERT's "
-            "student), so the student is the BERT row's pre-trained encoder at its full depth (DistilBERT's "
-            "initialisation from the teacher's pre-training, without the halving), distilled from the BERT row "
-            "fine-tuned on the task (its first seed) over the task's training examples and "
+            f"{T5_SQUAD['max_seq_len']} tokens). The distilled student: DistilBERT's, the BERT row's pre-trained "
+            f"encoder cut to {max(1, layers // 2)} of its {layers} layers (one out of two), distilled from the BERT "
+            "row fine-tuned on the task (its first seed) over the task's training examples and "
             f"{QUICK_AUGMENT if experiment.quick else AUGMENT} noisy copies of each (claim 11's recipe: KL at "
             f"temperature 2, lr {STUDENT_LR:g}, no labels), as many epochs as the column's recipe "
             f"(claim 11's distilled students took {DISTILL_EPOCHS}).")

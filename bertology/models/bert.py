@@ -22,11 +22,13 @@ model are all here, so this file is the whole BERT family."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -885,6 +887,53 @@ def model_class(config: BertConfig) -> type[BertPreTrainedModel]:
 def load_pretrained(directory: str | os.PathLike) -> BertPreTrainedModel:
     """Open a BERT model directory as the class its config.json names (the family's entry point, see models/__init__.py)."""
     return model_class(BertConfig.load(directory)).from_pretrained(directory)
+
+
+def evenly_spaced_layers(kept: int, total: int) -> list[int]:
+    """The indices of `kept` evenly spaced layers out of `total`: i * total // kept for i < kept,
+    every (total / kept)-th layer from the first.
+
+    Keeping half is DistilBERT's "one layer out of two" (Sanh et al. 2019): 0, 2 of 4 and 0, 2, 4
+    of 6. Otherwise e.g. 2 of 6 are 0, 3; 4 of 6 are 0, 1, 3, 4; 1 is layer 0 alone; all are all.
+    (DistilBERT's released extraction script kept 0, 2, 4, 7, 9, 11 of BERT-base's 12, the last layer
+    too: give such indices to `keep_layers` directly.)
+    """
+    if not 1 <= kept <= total:
+        raise UserError(f"cannot keep {kept} of {total} layers: choose 1 to {total}")
+    return [i * total // kept for i in range(kept)]
+
+
+def keep_layers(model: BertPreTrainedModel, indices: Sequence[int]) -> BertPreTrainedModel:
+    """A copy of `model` whose encoder keeps only the layers at `indices`: DistilBERT's
+    initialisation of a shallower student from its teacher (Sanh et al. 2019).
+
+    Everything outside the layers (embeddings, pooler, pre-LN's final LayerNorm, the relative
+    position table, any head) is copied as it is, and `config.num_hidden_layers` becomes
+    len(indices), so the copy saves and loads as an ordinary model of that depth. ALBERT's shared
+    layers (`share_layers`) are one set of weights applied num_hidden_layers times: the cut applies
+    it len(indices) times, whichever indices are given.
+
+    Args:
+        model: any model of this file, the bare encoder or a task model (its encoder is `model.bert`).
+        indices: distinct layer indices in increasing order, each in [0, num_hidden_layers);
+            e.g. `evenly_spaced_layers(n, model.config.num_hidden_layers)`.
+    Returns:
+        The cut model, of `model`'s class and mode; `model` itself is unchanged.
+    """
+    if not isinstance(model, BertPreTrainedModel):
+        raise UserError(f"keep_layers cuts a BERT-family encoder; got {type(model).__name__}")
+    total, indices = model.config.num_hidden_layers, list(indices)
+    if not indices or indices != sorted(set(indices)) or not 0 <= indices[0] <= indices[-1] < total:
+        raise UserError(f"layers to keep must be distinct, increasing indices in 0..{total - 1}, got {indices}")
+    cut = copy.deepcopy(model)
+    encoder = cut if isinstance(cut, BertModel) else cut.bert
+    if not cut.config.share_layers:
+        encoder.layers = nn.ModuleList(encoder.layers[i] for i in indices)
+    config = replace(cut.config, num_hidden_layers=len(indices))
+    for module in cut.modules():  # a task model and its encoder hold the same config
+        if isinstance(module, BertPreTrainedModel):
+            module.config = config
+    return cut
 
 
 def tensor_shapes(cls: type[BertPreTrainedModel], config: BertConfig) -> dict[str, torch.Size]:

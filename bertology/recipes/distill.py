@@ -9,8 +9,10 @@ distributions (times T^2, so the gradients keep their size as T changes) or by M
 the logits; optionally the true labels are mixed in where the text has them, and a
 hidden-state loss pulls each student layer towards a teacher layer through a learned
 projection (needed when the widths differ). Regression students match the teacher's score
-by MSE. The student, from a pre-trained encoder or randomly initialised at a preset size,
-is saved as a fine-tuned model, so evaluate, predict, export and serve take it as it is."""
+by MSE. The student is a pre-trained encoder, a random one at a preset size, or, as DistilBERT
+(Sanh et al. 2019) builds it, the teacher's own encoder (or the pre-trained one) cut to evenly
+spaced layers; it is saved as a fine-tuned model, so evaluate, predict, export and serve take it
+as it is."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from ..models import family_of
 from ..files import atomic_path, cache_root, write_json_atomic
 from ..inference.modeldir import describe_task, load_finetuned
 from ..inference.predict import run_rows
-from ..models.bert import PRESETS, BertConfig, BertPreTrainedModel
+from ..models.bert import PRESETS, BertConfig, BertPreTrainedModel, evenly_spaced_layers, keep_layers
 from ..ops import IGNORE_INDEX
 from ..tasks.inputs import (
     Encoded,
@@ -98,6 +100,10 @@ class DistillConfig(TaskFiles, EpochLoop):
                                   help="a pre-trained encoder directory or installed model's name (default: random weights at "
                                        "--preset)")
     preset: str = setting("mini", choices=PRESETS, help="the size of a randomly initialised student")
+    student_layers: int | None = setting(None, positive=True, metavar="N",
+                                         help="DistilBERT's student: --student, or without it the teacher's own "
+                                              "encoder, cut to N evenly spaced layers under a fresh head; half "
+                                              "keeps layers 0, 2, 4, ... (default: no cut)")
     # the loss
     loss: str = setting("kl", choices=LOSSES, help="kl: KL divergence between the softened distributions (times "
                                                    "T^2); mse: mean squared error between the logits")
@@ -127,6 +133,9 @@ class DistillConfig(TaskFiles, EpochLoop):
             raise UserError(f"{self.teacher}: model family {family}; distill's teacher is a fine-tuned BERT encoder")
         if self.student is not None and not Path(self.student).is_dir():
             raise UserError(f"{self.student}: no such student model directory")
+        if self.student_layers is not None and self.student is not None and (
+                family := family_of(self.student).name) != "bert":
+            raise UserError(f"--student-layers cuts a BERT-family encoder; {self.student} is model family {family}")
         if self.label_weight > 1:
             raise UserError(f"--label-weight must be at most 1, got {self.label_weight}")
         if not self.train_text and not self.unlabeled:
@@ -226,13 +235,29 @@ def teacher_targets(teacher: nn.Module, tokenizer: Tokenizer, spec: TaskSpec, se
 def make_student(cfg: DistillConfig, spec: TaskSpec, teacher_tokenizer: Tokenizer,
                  teacher_config: BertConfig) -> tuple[BertPreTrainedModel, Tokenizer]:
     """A pre-trained encoder with a fresh task head, or a randomly initialised one at `cfg.preset`
-    that shares the teacher's vocabulary."""
+    that shares the teacher's vocabulary.
+
+    With `cfg.student_layers` = N, DistilBERT's student (Sanh et al. 2019): the pre-trained encoder,
+    or without one the teacher's own encoder, cut to N evenly spaced layers (`evenly_spaced_layers`:
+    half keeps 0, 2, 4, ...), embeddings and pooler copied, under a fresh task head. Fresh even when
+    cut from the teacher: DistilBERT distilled the pre-training LM, not a task, so no task head came
+    from its teacher (and the teacher's head read its last layer, which a cut to fewer layers drops).
+    """
+    num_labels = len(spec.labels) if spec.labels else 1
+    id2label = dict(enumerate(spec.labels)) if spec.labels else None
+    if cfg.student_layers is not None:
+        source = cfg.student or cfg.teacher
+        full = MODEL_FOR_KIND[spec.kind].from_pretrained(source, drop_head=True, head_bilstm=False,
+                                                         num_labels=num_labels, id2label=id2label)
+        total = full.config.num_hidden_layers
+        if cfg.student_layers > total:
+            raise UserError(f"--student-layers {cfg.student_layers}: {source} has {total} layers")
+        tokenizer = teacher_tokenizer if cfg.student is None else Tokenizer.from_pretrained(cfg.student)
+        return keep_layers(full, evenly_spaced_layers(cfg.student_layers, total)), tokenizer
     if cfg.student is not None:
         return load_task_model(cfg.student, spec), Tokenizer.from_pretrained(cfg.student)
-    num_labels = len(spec.labels) if spec.labels else 1
     config = BertConfig.from_preset(cfg.preset, vocab_size=teacher_config.vocab_size, num_labels=num_labels,
-                                    id2label=dict(enumerate(spec.labels)) if spec.labels else None,
-                                    max_position_embeddings=teacher_config.max_position_embeddings,
+                                    id2label=id2label, max_position_embeddings=teacher_config.max_position_embeddings,
                                     type_vocab_size=teacher_config.type_vocab_size)
     return MODEL_FOR_KIND[spec.kind](config), teacher_tokenizer
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import WORDS, keyword_sentence, save_task_model
 
-from bertology import BertConfig, BertModel, Tokenizer
+from bertology import BertConfig, BertModel, Tokenizer, UserError
 from bertology.cli import main
 from bertology.inference.modeldir import load_finetuned
 from bertology.inference.predict import predict
@@ -21,6 +21,7 @@ from bertology.recipes.distill import (
     DistillModule,
     augmented,
     layer_map,
+    make_student,
     run_distillation,
     teacher_targets,
 )
@@ -203,8 +204,71 @@ def test_user_mistakes_are_one_line_errors(tmp_path, tiny_model, keyword_task, c
         (["--teacher", str(teacher), "--unlabeled", str(tmp_path / "nope.txt"), "--no-train-text"], "nope.txt"),
         (["--teacher", str(teacher), "--unlabeled", str(keyword_task / "unlabeled.txt"), "--no-train-text",
           "--student", str(tiny_model), "--hidden-weight", "1", "--temperature", "0"], "temperature"),
+        (["--teacher", str(teacher), "--unlabeled", "x", "--student-layers", "0"], "--student-layers: must be positive"),
+        (["--teacher", str(teacher), "--unlabeled", str(keyword_task / "unlabeled.txt"), "--no-train-text",
+          "--student-layers", "3"], f"--student-layers 3: {teacher} has 2 layers"),
+        (["--teacher", str(teacher), "--unlabeled", str(keyword_task / "unlabeled.txt"), "--no-train-text",
+          "--student", str(tiny_model), "--student-layers", "3"], f"--student-layers 3: {tiny_model} has 2 layers"),
+        (["--teacher", str(teacher), "--unlabeled", "x", "--student", str(awd), "--student-layers", "1"],
+         f"--student-layers cuts a BERT-family encoder; {awd} is model family awd-lstm"),
     ]
     for n, (flags, message) in enumerate(cases):
         code = main(["distill", *flags, "--out", str(tmp_path / f"o{n}"), "--no-progress"])
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and message in err[-1] and len(err) == 1, (flags, err)
+
+
+def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
+@pytest.mark.slow
+def test_student_layers_cut_the_teacher_or_the_student_and_the_head_starts_fresh(tmp_path, tiny_model):
+    teacher_dir = random_teacher(tmp_path / "teacher", tiny_model, "sst2", 1)
+    teacher, tokenizer, spec, _ = load_finetuned(str(teacher_dir))
+    for layers, kept in ((1, [0]), (2, [0, 1])):
+        cfg = DistillConfig(teacher=str(teacher_dir), student_layers=layers)
+        torch.manual_seed(cfg.seed)
+        student, student_tokenizer = make_student(cfg, spec, tokenizer, teacher.config)
+        assert student_tokenizer is tokenizer and student.config.num_hidden_layers == layers
+        assert (student.config.hidden_size, student.config.num_labels) == (128, 2)
+        assert len(student.bert.layers) == layers
+        assert all(same_weights(student.bert.layers[j], teacher.bert.layers[i]) for j, i in enumerate(kept))
+        assert same_weights(student.bert.embeddings, teacher.bert.embeddings)
+        assert same_weights(student.bert.pooler, teacher.bert.pooler)
+        # DistilBERT's student brings no task head from its teacher.
+        assert not same_weights(student.classifier, teacher.classifier)
+    with pytest.raises(UserError, match="--student-layers must be positive, got 0"):  # the Python API's check
+        DistillConfig(teacher=str(teacher_dir), out=str(tmp_path / "o"), student_layers=0, unlabeled=["x"]).validate()
+    # With --student, that encoder is what is cut (here: a different random tiny model).
+    cfg = DistillConfig(teacher=str(teacher_dir), student=str(tiny_model), student_layers=1)
+    student, _ = make_student(cfg, spec, tokenizer, teacher.config)
+    pretrained = BertModel.from_pretrained(tiny_model)
+    assert student.config.num_hidden_layers == 1
+    assert same_weights(student.bert.layers[0], pretrained.layers[0])
+    assert same_weights(student.bert.embeddings, pretrained.embeddings)
+    assert not same_weights(student.bert.layers[0], teacher.bert.layers[0])
+    # A --student with a head for this very task is cut under a fresh head too.
+    student, _ = make_student(DistillConfig(teacher=str(teacher_dir), student=str(teacher_dir), student_layers=2),
+                              spec, tokenizer, teacher.config)
+    assert same_weights(student.bert, teacher.bert) and not same_weights(student.classifier, teacher.classifier)
+
+
+@pytest.mark.slow
+def test_a_distilbert_student_from_half_the_teachers_layers_trains_and_evaluates(tmp_path, capsys, keyword_model,
+                                                                                keyword_task):
+    out = tmp_path / "student"
+    code = main(["distill", "--teacher", str(keyword_model), "--train-file", str(keyword_task / "train.csv"),
+                 "--dev-file", str(keyword_task / "dev.csv"), "--student-layers", "1", "--out", str(out),
+                 "--epochs", "2", "--lr", "1e-3", "--precision", "fp32", "--cache-dir", str(tmp_path / "cache"),
+                 "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    config = BertConfig.load(out)
+    assert (config.num_hidden_layers, config.hidden_size) == (1, 128)  # half the teacher's layers, its width
+    recorded = json.loads((out / "distill_config.json").read_text())
+    assert recorded["student_layers"] == 1 and recorded["student_parameters"] < recorded["teacher_parameters"]
+    capsys.readouterr()
+    assert main(["evaluate", "--data", str(keyword_task / "dev.csv"), "--model", str(out), "--precision", "fp32",
+                 "--out", str(tmp_path / "scores.json")]) == 0
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    assert scores["accuracy"] > 0.8, scores
