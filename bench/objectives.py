@@ -49,7 +49,7 @@ METRICS = {
     "albert": ["mlm_accuracy", "sop_accuracy"],
     "electra": ["rtd_auc", "rtd_balanced_accuracy", "mlm_accuracy"],
     "clm": ["lm_accuracy", "perplexity"],
-    "t5": ["span_accuracy", "lm_accuracy", "perplexity"],
+    "t5": ["span_accuracy", "span_word_accuracy", "lm_accuracy", "perplexity"],
 }
 
 

@@ -372,7 +372,7 @@ def accuracy_keys(objective: str) -> tuple[str, ...]:
     """The held-out metrics worth plotting for an objective."""
     return {"bert": ("mlm_accuracy", "nsp_accuracy"), "roberta": ("mlm_accuracy",),
             "albert": ("mlm_accuracy", "sop_accuracy"), "electra": ("mlm_accuracy", "rtd_auc"),
-            "clm": ("lm_accuracy",), "t5": ("span_accuracy", "lm_accuracy"),
+            "clm": ("lm_accuracy",), "t5": ("span_accuracy", "span_word_accuracy", "lm_accuracy"),
             "bilm": ("forward_lm_accuracy", "backward_lm_accuracy"), "plm": ("permutation_lm_accuracy",)}[objective]
 
 

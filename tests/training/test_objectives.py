@@ -214,3 +214,33 @@ def test_memory_settings_the_objective_refuses():
     with pytest.raises(ValueError, match="reuse_len"):
         build_objective("plm", XLNetConfig(vocab_size=VOCAB, d_model=32, n_layer=1, n_head=4, d_inner=64,
                                            reuse_len=2), mask_token_id=4, mem_len=4)
+
+
+def test_span_word_accuracy_picks_among_words_while_span_accuracy_lets_the_sentinel_win():
+    """Dropped tokens [5, 6], sentinel 9, eos 1: at the first dropped token the sentinel outscores
+    the right word, which is second: span misses it, span_word (words only) hits it; structure
+    tokens never count in either."""
+    from bertology.models.t5 import T5Config
+
+    config = T5Config.from_preset("tiny", vocab_size=12, decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
+    objective = build_objective("t5", config, None, sentinel_ids=[9, 10])
+    labels = torch.tensor([[9, 5, 6, 1]])  # <extra_id_0> 5 6 eos
+    logits = torch.full((4, 12), -5.0)
+    logits[0, 9] = 3.0  # the sentinel: right
+    logits[1, 9], logits[1, 5] = 4.0, 2.0  # the sentinel beats the right word 5
+    logits[2, 7], logits[2, 6] = 2.0, 1.0  # a wrong word beats 6
+    logits[3, 1] = 3.0  # eos: right
+
+    class Scripted(torch.nn.Module):
+        config = objective.model.config
+
+        def forward(self, input_ids, attention_mask, labels):
+            loss = F.cross_entropy(logits, labels[labels != IGNORE_INDEX])
+            hits = (logits.argmax(-1) == labels[labels != IGNORE_INDEX]).sum()
+            return type("Out", (), {"loss": loss, "logits": logits, "masked_lm_loss": loss, "masked_lm_correct": hits})
+
+    objective.model = Scripted()
+    out = objective({"input_ids": torch.tensor([[5, 9, 1]]), "attention_mask": torch.ones(1, 3), "labels": labels})
+    metrics = metrics_from_counts({k: float(v) for k, v in out.counts.items()})
+    assert metrics["span_accuracy"] == 0.0 and metrics["span_word_accuracy"] == 0.5
+    assert metrics["lm_accuracy"] == 0.5  # the sentinel and eos: the structure is what the plain accuracy rewards
