@@ -5,14 +5,19 @@ Test modules import them with `from helpers import ...` (pyproject.toml puts tes
 fixtures built from them live in conftest.py.
 """
 
+import json
+import os
 import random
+import signal
 import socket
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from bertology import BertConfig, BertModel, Tokenizer
 from bertology.cli import main
+from bertology.data.token_stream import StreamBatches
 from bertology.data.tokenizer import train_tokenizer
 from bertology.inference.modeldir import describe_task
 from bertology.models.elmo import ELMoConfig, ELMoLanguageModel, character_ids
@@ -124,6 +129,15 @@ def save_tiny_gpt(root: Path) -> Path:
     return root / "model"
 
 
+def tiny_t5_config(tokenizer: Tokenizer) -> T5Config:
+    """A 2+2-layer, 32-wide T5 v1.1 config for `tokenizer` (a unigram vocabulary with sentinels),
+    random weights at std 0.3 (initializer_factor 3) so that tiny models give varied outputs."""
+    return T5Config(vocab_size=tokenizer.vocab_size, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                    n_positions=64, feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+                    initializer_factor=3.0, pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.sep_token_id, decoder_start_token_id=tokenizer.pad_token_id)
+
+
 def save_tiny_t5(root: Path) -> Path:
     """A tiny T5 (v1.1 layout) with random weights (std 0.3) and a unigram vocabulary of GPT_TEXT
     with 10 sentinels, saved in root/model; returns that directory."""
@@ -132,11 +146,7 @@ def save_tiny_t5(root: Path) -> Path:
     tokenizer = train_tokenizer([root / "text.txt"], vocab_size=150, out_dir=root / "model", model="unigram",
                                 sentinels=10)
     torch.manual_seed(0)
-    model = T5ForConditionalGeneration(T5Config(
-        vocab_size=tokenizer.vocab_size, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, n_positions=64,
-        feed_forward_proj="gated-gelu", tie_word_embeddings=False, initializer_factor=3.0,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.sep_token_id,
-        decoder_start_token_id=tokenizer.pad_token_id))
+    model = T5ForConditionalGeneration(tiny_t5_config(tokenizer))
     model.save_pretrained(root / "model")
     return root / "model"
 
@@ -196,3 +206,31 @@ def save_tiny_vectors(directory: Path, words: list[str], dim: int = 8, seed: int
     vectors = rng.normal(size=(len(words), dim)).astype(np.float32)
     StaticVectors(StaticConfig("imported", dim, lowercase=True), words, vectors).save_pretrained(directory)
     return directory
+
+
+def interrupted_and_resumed_losses(run: Callable[..., str], straight: Path, resumed: Path,
+                                   interrupt_at: int) -> tuple[list[float], list[float]]:
+    """A streamed pre-training (LSTMs, XLNet with memory) run straight into `straight`, and into
+    `resumed` interrupted by SIGINT when step `interrupt_at`'s batches are asked for, then resumed:
+    each run's training losses step by step. `run(out, resume=...)` starts one run and returns
+    run_pretraining's outcome."""
+    run(straight, resume=False)
+    original = StreamBatches.__call__
+
+    def interrupting(self, step):
+        if step == interrupt_at:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, step)
+
+    StreamBatches.__call__ = interrupting
+    try:
+        assert run(resumed, resume=False) == "interrupted"
+    finally:
+        StreamBatches.__call__ = original
+    assert run(resumed, resume=True) == "completed"
+    losses = []
+    for folder in (straight, resumed):
+        rows = [row for row in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines()) if "split" not in row]
+        assert [row["step"] for row in rows] == list(range(1, len(rows) + 1))
+        losses.append([row["loss"] for row in rows])
+    return losses[0], losses[1]

@@ -3,12 +3,11 @@ token stream, learning, exact resume with the carried state, target-LM fine-tuni
 bad input) and ELMo's biLM (`--arch elmo`: both directions over the stream and its reverse)."""
 
 import json
-import os
-import signal
 
 import numpy as np
 import pytest
 import torch
+from helpers import interrupted_and_resumed_losses
 
 from bertology import UserError
 from bertology.data.shards import build_corpus
@@ -87,25 +86,13 @@ def test_the_language_model_learns_and_saves_a_loadable_model(corpus, tmp_path):
 
 def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path):
     """The carried LSTM state and the dropout masks continue exactly: the same losses step by step."""
-    base = dict(max_steps=16, save_every=5)
-    run_pretraining(settings(corpus, tmp_path / "straight", **base))
-    original = StreamBatches.__call__
+    def run(out, resume):
+        return run_pretraining(settings(corpus, out, max_steps=16, save_every=5, resume=resume))
 
-    def interrupt_at_step_9(self, step):
-        if step == 9:
-            os.kill(os.getpid(), signal.SIGINT)
-        return original(self, step)
-
-    StreamBatches.__call__ = interrupt_at_step_9
-    try:
-        assert run_pretraining(settings(corpus, tmp_path / "resumed", **base)) == "interrupted"
-    finally:
-        StreamBatches.__call__ = original
-    assert run_pretraining(settings(corpus, tmp_path / "resumed", resume=True, **base)) == "completed"
-    straight, resumed = rows(tmp_path / "straight"), rows(tmp_path / "resumed")
-    assert [r["step"] for r in resumed] == list(range(1, 17))
-    for a, b in zip(straight, resumed):
-        assert abs(a["loss"] - b["loss"]) < 1e-5, (a["step"], a["loss"], b["loss"])
+    straight, resumed = interrupted_and_resumed_losses(run, tmp_path / "straight", tmp_path / "resumed", 9)
+    assert len(resumed) == 16
+    for step, (a, b) in enumerate(zip(straight, resumed, strict=True), start=1):
+        assert abs(a - b) < 1e-5, (step, a, b)
 
 
 def test_target_lm_fine_tuning_starts_from_the_given_model(corpus, tmp_path):

@@ -6,17 +6,15 @@ evaluate and predict; and the settings XLNet refuses."""
 import contextlib
 import io
 import json
-import os
 import random
-import signal
 
 import pytest
 import torch
 import transformers
+from helpers import interrupted_and_resumed_losses
 
 from bertology.cli import main
 from bertology.errors import UserError
-from bertology.data.token_stream import StreamBatches
 from bertology.recipes.pretrain import PretrainConfig, run_pretraining
 from bertology.tasks.readers import TASKS
 from bertology.training.tasks import layer_depth, load_task_model, num_layers_of
@@ -167,27 +165,13 @@ def test_pretrain_xlnet_with_memory_reads_the_stream_and_evaluates_with_memory(f
 
 def test_an_interrupted_and_resumed_run_with_memory_matches_an_uninterrupted_one(files, tmp_path):
     """The carried memory is in the checkpoint: the same losses step by step, through an epoch's end."""
-    base = dict(max_steps=16, save_every=5)
-    run_pretraining(settings(files, tmp_path / "straight", **base))
-    original = StreamBatches.__call__
+    def run(out, resume):
+        return run_pretraining(settings(files, out, max_steps=16, save_every=5, resume=resume))
 
-    def interrupt_at_step_9(self, step):
-        if step == 9:
-            os.kill(os.getpid(), signal.SIGINT)
-        return original(self, step)
-
-    StreamBatches.__call__ = interrupt_at_step_9
-    try:
-        assert run_pretraining(settings(files, tmp_path / "resumed", **base)) == "interrupted"
-    finally:
-        StreamBatches.__call__ = original
-    assert run_pretraining(settings(files, tmp_path / "resumed", resume=True, **base)) == "completed"
-    straight, resumed = (
-        [row for row in map(json.loads, (tmp_path / name / "metrics.jsonl").read_text().splitlines())
-         if "split" not in row] for name in ("straight", "resumed"))
-    assert [row["step"] for row in resumed] == list(range(1, 17))
-    for a, b in zip(straight, resumed, strict=True):
-        assert abs(a["loss"] - b["loss"]) < 1e-5, (a["step"], a["loss"], b["loss"])
+    straight, resumed = interrupted_and_resumed_losses(run, tmp_path / "straight", tmp_path / "resumed", 9)
+    assert len(resumed) == 16
+    for step, (a, b) in enumerate(zip(straight, resumed, strict=True), start=1):
+        assert abs(a - b) < 1e-5, (step, a, b)
 
 
 def test_a_bad_mem_len_is_a_one_line_error(files, tmp_path, capsys):

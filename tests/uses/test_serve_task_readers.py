@@ -6,7 +6,7 @@ task takes and answers what `bertology predict` writes; bad requests get a 4xx a
 import pytest
 import torch
 from fastapi.testclient import TestClient
-from helpers import GPT_TEXT, run_cli, save_tiny_vectors
+from helpers import GPT_TEXT, run_cli, save_tiny_vectors, tiny_t5_config
 
 from bertology.data.tokenizer import train_tokenizer
 from bertology.errors import UserError
@@ -16,7 +16,7 @@ from bertology.inference.predictor import Predictor
 from bertology.inference.static_heads import load_static_head, open_word_features, predict_examples
 from bertology.inference.text_to_text import casting_for, predict_text
 from bertology.models.features import FeatureHead, HeadConfig
-from bertology.models.t5 import T5Config, T5ForConditionalGeneration
+from bertology.models.t5 import T5ForConditionalGeneration
 from bertology.recipes import text_to_text as text_to_text_recipe
 from bertology.recipes.static_features import save_head
 from bertology.recipes.text_to_text import predict_directory
@@ -45,11 +45,7 @@ def t5_dirs(tmp_path_factory):
     dirs = {}
     for task in ("sst2", "squad_v2", "conll2003"):
         torch.manual_seed(0)
-        model = T5ForConditionalGeneration(T5Config(
-            vocab_size=tokenizer.vocab_size, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, n_positions=64,
-            feed_forward_proj="gated-gelu", tie_word_embeddings=False, initializer_factor=3.0,
-            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.sep_token_id,
-            decoder_start_token_id=tokenizer.pad_token_id))
+        model = T5ForConditionalGeneration(tiny_t5_config(tokenizer))
         describe_task(model.config, TASKS[task], InputSettings(max_seq_len=64))
         model.save_pretrained(root / task)
         tokenizer.save_pretrained(root / task)
