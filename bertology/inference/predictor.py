@@ -2,7 +2,9 @@
 
 A fine-tuned directory (from `bertology finetune`, feature-based or exported) predicts what
 its task does: a label with the probability of every label, a regression score, one tag per
-whitespace-separated word, or an answer span of a context. Texts go through the same
+whitespace-separated word, or an answer span of a context. A WiC model labels a pair of
+sentences, given the index of the target word among each sentence's whitespace-separated words
+(WiC's "i1-i2"), T (same sense) or F. Texts go through the same
 encode -> run_rows path as `bertology predict` (inference/predict.py), with the length limits and
 long-input handling the model was trained with, so the two agree. Two kinds of directory take
 `bertology predict`'s own paths instead, and agree with it the same way:
@@ -25,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,7 +50,7 @@ from ..tasks.inputs import (
     find_answers,
     softmax,
 )
-from ..tasks.readers import SequenceExample, SpanExample, TaskSpec, TokenExample
+from ..tasks.readers import SequenceExample, SpanExample, TaskSpec, TokenExample, WicExample
 from .embedding import embed_texts, length_limit, load_encoder
 from .modeldir import is_finetuned, load_config, load_finetuned, task_of
 from .predict import model_device, precision_for, run_rows
@@ -114,20 +117,31 @@ class Predictor:
 
     @property
     def takes_pairs(self) -> bool:
-        """Whether predict needs a second text per text (pair tasks' text B, question answering's context)."""
-        return self.spec is not None and (self.spec.pair or self.spec.kind == "span")
+        """Whether predict needs a second text per text (pair tasks' text B, question answering's
+        context, WiC's second sentence)."""
+        return self.spec is not None and (self.spec.pair or self.spec.kind in ("span", "wic"))
 
-    def predict(self, texts: list[str], text_pairs: list[str] | None = None, batch_size: int = 64) -> list[dict]:
+    @property
+    def takes_targets(self) -> bool:
+        """Whether predict needs the index of a target word in each text and text pair (WiC)."""
+        return self.spec is not None and self.spec.kind == "wic"
+
+    def predict(self, texts: list[str], text_pairs: list[str] | None = None, batch_size: int = 64,
+                target_indices: Sequence[Sequence[int]] | None = None) -> list[dict]:
         """One prediction per text, as JSON-ready dicts.
 
         Args:
-            texts: the texts; for question answering, the questions.
+            texts: the texts; for question answering, the questions; for WiC, each pair's first sentence.
             text_pairs: the second text of each pair, or the contexts for question answering;
                 required exactly when `takes_pairs`.
             batch_size: rows per forward pass.
+            target_indices: WiC (required exactly when `takes_targets`): per text, [i1, i2], the
+                target word's index among the whitespace-separated words of the text and of its
+                text pair (see `word_pairs`).
         Returns:
-            classification: {"label": name, "scores": {name: probability}} (softmax of the
-            mean window logits); regression: {"score": float}; tagging: {"tokens": words,
+            classification (WiC too, labels "F" and "T"): {"label": name, "scores": {name:
+            probability}} (softmax of the mean window logits; WiC: of its one row's logits);
+            regression: {"score": float}; tagging: {"tokens": words,
             "tags": tags}; question answering: {"answer": text, "start": char offset,
             "end": char offset (exclusive), "score": probability}, with start, end and score
             None when the model says there is no answer.
@@ -135,15 +149,15 @@ class Predictor:
         """
         if self.spec is None:
             raise UserError(f"{self.model_dir} is a bare encoder with no task head: it can only embed texts")
-        if self.spec.kind == "wic":
-            raise UserError(f"{self.model_dir} predicts WiC, which needs each sentence's target word position; "
-                            "run `bertology predict` on a WiC data file (X.data.txt)")
         if self.takes_pairs != (text_pairs is not None):
             raise UserError("text_pairs: " + ("required by" if self.takes_pairs else "not taken by")
                             + f" this model's task ({self.spec.name})")
         if text_pairs is not None and len(text_pairs) != len(texts):
             raise UserError(f"text_pairs: {len(texts)} texts but {len(text_pairs)} text_pairs; give one per text")
-        examples = self._examples(texts, text_pairs)
+        if self.takes_targets != (target_indices is not None):
+            raise UserError("target_indices: " + ("required by" if self.takes_targets else "not taken by")
+                            + f" this model's task ({self.spec.name})")
+        examples = self._examples(texts, text_pairs, target_indices)
         if isinstance(self.model, Tagger):
             return [{"tokens": e.words, "tags": tags}
                     for e, tags in zip(examples, self.model.tag([e.words for e in examples], batch_size))]
@@ -209,8 +223,27 @@ class Predictor:
         return [{"label": label, "scores": dict(zip(self.spec.labels, p.tolist()))}
                 for label, p in zip(predictions, probabilities)]
 
-    def _examples(self, texts: list[str], pairs: list[str] | None) -> list:
+    def check_word_pairs(self, texts: list[str], text_pairs: list[str],
+                         target_indices: Sequence[Sequence[int]]) -> None:
+        """Raise the UserError `predict` would raise for these WiC pairs, without running the model.
+
+        The pairs are encoded as `predict` encodes them, which also finds a target word that
+        gives no token (only characters the tokenizer drops) and two targets that alone overflow
+        `max_seq_len`. `bertology serve` checks each request so before its pairs share a forward
+        pass with other requests' pairs, which its error would fail too. Uses the tokenizer:
+        call it from the thread that calls `predict`.
+
+        Raises:
+            UserError: naming the field ("target_indices[2][1]: ...").
+        """
+        encode(self.spec, word_pairs(texts, text_pairs, target_indices), self.tokenizer, self.settings,
+               training=False)
+
+    def _examples(self, texts: list[str], pairs: list[str] | None,
+                  target_indices: Sequence[Sequence[int]] | None = None) -> list:
         """The task's example objects for raw texts (`where` names the request field, for messages)."""
+        if self.spec.kind == "wic":
+            return word_pairs(texts, pairs, target_indices)
         if self.spec.kind == "token":
             return [TokenExample(str(i), text.split(), None, f"texts[{i}]") for i, text in enumerate(texts)]
         if self.spec.kind == "span":
@@ -240,6 +273,7 @@ class Predictor:
             "kind": self.kind,
             "labels": list(self.spec.labels) if self.spec and self.spec.labels else None,
             "takes_pairs": self.takes_pairs,
+            "takes_targets": self.takes_targets,
             "parameters": sum(p.numel() for m in counted for p in m.parameters()) or None,  # None: an ONNX graph
             "max_seq_len": self.settings.max_seq_len if self.settings else None,  # predict's rows
             "long_inputs": self.settings.long_inputs if self.settings else None,
@@ -248,3 +282,33 @@ class Predictor:
             "precision": self.precision,
             "version": __version__,
         }
+
+
+def word_pairs(texts: list[str], text_pairs: list[str], target_indices: Sequence[Sequence[int]]) -> list[WicExample]:
+    """WiC pairs from raw sentences, as `read_wic` reads them from WiC's files: each sentence's
+    words are its whitespace-separated tokens, and `target_indices[i]` = [i1, i2] the index of
+    the target word among the words of texts[i] and of text_pairs[i] (a data file's "i1-i2").
+
+    Example: "He sat by the bank ." and "The bank raised rates ." with [4, 1]: "bank" in both.
+
+    Raises:
+        UserError: not one [i1, i2] per text, or an index that is no word of its sentence, naming
+            the field ("target_indices[2][1]: 7 is not a word index of text_pairs[2] ...").
+    """
+    if len(target_indices) != len(texts):
+        raise UserError(f"target_indices: {len(texts)} texts but {len(target_indices)} target_indices; give one "
+                        "[i1, i2] per text")
+    examples = []
+    for i, (first, second, indices) in enumerate(zip(texts, text_pairs, target_indices)):
+        if len(indices) != 2:
+            raise UserError(f"target_indices[{i}]: {len(indices)} indexes; give two, [i1, i2]: the target word's "
+                            f"index in texts[{i}] and in text_pairs[{i}]")
+        sentences = (first.split(), second.split())
+        for side, (field, words, index) in enumerate(zip(("texts", "text_pairs"), sentences, indices)):
+            if not 0 <= index < len(words):
+                raise UserError(f"target_indices[{i}][{side}]: {index} is not a word index of {field}[{i}], whose "
+                                f"{len(words)} whitespace-separated words are numbered from 0")
+        # A request names no lemma or part of speech; the encoding reads neither, so the word as written stands in.
+        examples.append(WicExample(sentences[0][indices[0]], "", sentences, (indices[0], indices[1]), None,
+                                   f"target_indices[{i}]"))
+    return examples

@@ -2,18 +2,19 @@
 
 Routes: POST /predict (what the fine-tuned task predicts, see predictor.py: a BERT-family,
 GPT, XLNet or AWD-LSTM model with a task head, a T5 fine-tuned text to text, a feature head over
-static vectors or CoVe), POST /embed (sentence vectors, any encoder), POST /generate (a GPT's
-continuations of prompts or a T5's outputs: see generate.py), GET /health and GET /info (both
-name the model's family and task), and FastAPI's own /openapi.json and /docs.
+static vectors or CoVe; a WiC model labels sentence pairs given each one's target word),
+POST /embed (sentence vectors, any encoder), POST /generate (a GPT's continuations of prompts
+or a T5's outputs: see generate.py), GET /health and GET /info (both name the model's family
+and task), and FastAPI's own /openapi.json and /docs.
 Concurrent requests share forward passes through a micro-batcher (batching.py), so throughput
 grows with load while a lone request waits at most `max_wait_ms`; generation requests run one
 after another on the same model thread, each with its own settings.
 
 Every mistake in a request is a 4xx answer with a one-line JSON {"detail": "..."} naming the
 field ("texts[3]: empty text"), and the server keeps going: malformed JSON 400, a bare encoder
-asked to predict 400, wrong types, missing fields and limits 422, a body over
-`max_body_bytes` 413 (checked before anything is parsed), a body not labelled as JSON 415,
-a full queue 503; a route the model cannot answer (/generate on an encoder, /predict on a GPT)
+asked to predict 400, wrong types, missing fields, limits and WiC target indices that are no
+word of their sentence 422, a body over `max_body_bytes` 413 (checked before anything is
+parsed), a body not labelled as JSON 415, a full queue 503; a route the model cannot answer (/generate on an encoder, /predict on a GPT)
 400. SIGINT or SIGTERM stops accepting connections, lets the requests in
 flight finish, and exits with status 0."""
 
@@ -87,13 +88,24 @@ class ServeConfig:
         self.model = str(resolve_model_dir(self.model))  # a name becomes the installed model's folder
 
 
+# A list, not a tuple: strict validation takes a tuple only from Python, never from a JSON array.
+TargetIndices = Annotated[list[int], Field(min_length=2, max_length=2)]
+
+
 class PredictRequest(BaseModel):
-    """Texts to predict for (and their second texts, for pair tasks and question answering)."""
+    """Texts to predict for (and their second texts, for pair tasks and question answering; and
+    for WiC, the target word's place in each sentence of a pair)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
-    texts: list[str] = Field(description="the texts; for question answering, the questions")
+    texts: list[str] = Field(description="the texts; for question answering, the questions; for WiC, each pair's "
+                                         "first sentence")
     text_pairs: list[str] | None = Field(None, description="pair tasks: the second text of each text; "
-                                         "question answering: the context of each question")
+                                         "question answering: the context of each question; WiC: each pair's "
+                                         "second sentence")
+    target_indices: list[TargetIndices] | None = Field(
+        None, description="WiC only, and required there: per text, [i1, i2], the target word's index (from 0) among "
+                          "the whitespace-separated words of texts[i] and of text_pairs[i], as WiC's data files "
+                          'give it ("i1-i2")')
 
 
 class EmbedRequest(BaseModel):
@@ -128,7 +140,8 @@ class GenerateResponse(BaseModel):
 
 
 class ClassPrediction(BaseModel):
-    """Classification: the label and every label's probability."""
+    """Classification: the label and every label's probability. WiC: "T" (the target word has the
+    same sense in both sentences) or "F", and the probability of each."""
 
     model_config = ConfigDict(extra="forbid")
     label: str
@@ -250,6 +263,19 @@ def check_pairs(request: PredictRequest, predictor: Predictor, config: ServeConf
     if len(request.text_pairs) != len(request.texts):
         raise HTTPException(422, f"text_pairs: {len(request.texts)} texts but {len(request.text_pairs)} "
                                  "text_pairs; give one per text")
+
+
+def check_targets(request: PredictRequest, predictor: Predictor) -> None:
+    """422 unless target_indices is given exactly when the task reads a target word in each pair (WiC);
+    whether they fit the pairs is `Predictor.check_word_pairs`'s to say."""
+    task = predictor.spec.name
+    if request.target_indices is None:
+        if predictor.takes_targets:
+            raise HTTPException(422, f"target_indices: missing; this model's task ({task}) takes the target word's "
+                                     "index in each text and its text pair, [[i1, i2], ...]")
+        return
+    if not predictor.takes_targets:
+        raise HTTPException(422, f"target_indices: this model's task ({task}) takes no target words")
 
 
 def field_name(loc: tuple) -> str:
@@ -397,9 +423,9 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
 
     @app.post("/predict", response_model=PredictResponse)
     async def predict(request: PredictRequest) -> dict:
-        """One prediction per text: a label with every label's probability, a score, tags or an answer span;
-        from a T5 fine-tuned text to text, its decoded output and whether it read as an answer instead of
-        probabilities."""
+        """One prediction per text: a label with every label's probability (WiC: T or F for each pair of
+        sentences and target words), a score, tags or an answer span; from a T5 fine-tuned text to text,
+        its decoded output and whether it read as an answer instead of probabilities."""
         if generator is not None:
             raise UserError(f"{generator.model_dir} generates text ({generator.model.config.model_type}): it "
                             "serves /generate only")
@@ -407,7 +433,19 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
             raise UserError(f"{predictor.model_dir} is a bare encoder with no task head: it serves /embed only")
         check_texts(request.texts, "texts", config)
         check_pairs(request, predictor, config)
-        items = list(zip(request.texts, request.text_pairs or [None] * len(request.texts)))
+        check_targets(request, predictor)
+        if predictor.takes_targets:
+            def check_word_pairs() -> None:
+                try:
+                    predictor.check_word_pairs(request.texts, request.text_pairs, request.target_indices)
+                except UserError as err:
+                    raise HTTPException(422, str(err)) from None
+
+            # Before batching (an error in a batch fails every request in it), and on the model's thread:
+            # the check tokenizes, and one tokenizer must not run on two threads at once.
+            await asyncio.get_running_loop().run_in_executor(app.state.executor, check_word_pairs)
+        missing = [None] * len(request.texts)
+        items = list(zip(request.texts, request.text_pairs or missing, request.target_indices or missing))
         return {"predictions": await app.state.predict.submit(items)}
 
     @app.post("/embed", response_model=EmbedResponse)
@@ -465,11 +503,13 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
     return app
 
 
-def predict_items(predictor: Predictor, items: list[tuple[str, str | None]], batch_size: int) -> list[dict]:
-    """The predictor over one micro-batch of (text, text pair or None) items."""
-    texts = [text for text, _ in items]
-    pairs = [pair for _, pair in items] if predictor.takes_pairs else None
-    return predictor.predict(texts, pairs, batch_size)
+def predict_items(predictor: Predictor, items: list[tuple[str, str | None, list[int] | None]],
+                  batch_size: int) -> list[dict]:
+    """The predictor over one micro-batch of (text, text pair or None, WiC's [i1, i2] or None) items."""
+    texts = [text for text, _, _ in items]
+    pairs = [pair for _, pair, _ in items] if predictor.takes_pairs else None
+    targets = [indices for _, _, indices in items] if predictor.takes_targets else None
+    return predictor.predict(texts, pairs, batch_size, targets)
 
 
 def bind(host: str, port: int) -> socket.socket:
