@@ -1,7 +1,7 @@
 """Every pre-training objective on the same data and budget: does each one learn?
 
 Runs `bertology pretrain` once per objective (bert, roberta, albert, electra, clm on the BERT
-encoder; t5, span corruption on T5's encoder-decoder) on the shared corpus (WikiText-2 valid +
+encoder; t5, span corruption on T5's encoder-decoder; plm, XLNet's permutation LM) on the shared corpus (WikiText-2 valid +
 the Project Gutenberg books) with a freshly trained WordPiece vocabulary (t5: a unigram one of
 the same size with 100 sentinels), and prints, per objective, the training loss at the start
 and end and each held-out metric at the first and the last evaluation next to its chance level.
@@ -50,7 +50,9 @@ METRICS = {
     "electra": ["rtd_auc", "rtd_balanced_accuracy", "mlm_accuracy"],
     "clm": ["lm_accuracy", "perplexity"],
     "t5": ["span_accuracy", "span_word_accuracy", "lm_accuracy", "perplexity"],
+    "plm": ["permutation_lm_accuracy", "permutation_perplexity"],
 }
+ARCH = {"t5": "t5", "plm": "xlnet"}  # the objectives of their own families; the rest train BERT's encoder
 
 
 def albert_parameter_counts() -> list[tuple[str, int, int, int, int]]:
@@ -122,7 +124,7 @@ def main() -> None:
         shutil.rmtree(out, ignore_errors=True)  # a fresh run each time (the bench owns this folder)
         tokenizer = tokenizers["unigram" if objective == "t5" else "wordpiece"]
         cfg = PretrainConfig(corpus=[str(p) for p in corpus], tokenizer=str(tokenizer), out=str(out),
-                             arch="t5" if objective == "t5" else "bert",
+                             arch=ARCH.get(objective, "bert"),
                              preset=args.preset, objective=objective, seq_len=128, batch_size=32, lr=args.lr,
                              optimizer=args.optimizer, max_steps=args.steps, eval_every=args.steps // 4,
                              eval_fraction=0.02,
@@ -132,7 +134,7 @@ def main() -> None:
         results[objective] = rows
         if objective == "albert":
             length_baseline = sop_length_baseline(cfg)
-        if objective in ("t5", "bert"):
+        if objective in ("t5", "bert", "plm"):
             chance[objective] = most_frequent_token_share(cfg)
 
     print(f"\npreset {args.preset}, {args.steps} steps of 32 x 128 tokens, {args.optimizer} at lr {args.lr:g}, "
