@@ -26,9 +26,9 @@ import copy
 import dataclasses
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
 import torch
