@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -343,6 +344,11 @@ class PretrainingBatches:
         return [self.micro_batch(first + k * self.world_size + self.rank) for k in range(self.grad_accum)]
 
 
+def summed(counts: dict[str, torch.Tensor]) -> dict[str, float]:
+    """A batch's metric counts as floats, for a Counter that adds them up over the held-out batches."""
+    return {key: float(value) for key, value in counts.items()}
+
+
 def make_evaluator(dataset: PretrainingDataset, objective, batch_size: int, max_batches: int, seed: int,
                    pad_id: int, continuation: torch.Tensor | None):
     """module -> held-out metrics over up to `max_batches` batches of the eval documents.
@@ -355,14 +361,13 @@ def make_evaluator(dataset: PretrainingDataset, objective, batch_size: int, max_
     chunks = [instances[i:i + batch_size] for i in range(0, len(instances), batch_size)][:max_batches]
 
     def evaluate(module) -> dict:
-        counts, loss_sum = {}, 0.0
+        counts, loss_sum = Counter(), 0.0
         device = next(module.parameters()).device
         for index, chunk in enumerate(chunks):
             batch = prepare_batch(chunk, objective, pad_id, seed, index, continuation)
             out = module({k: v.to(device) for k, v in batch.items()})
             loss_sum += out.loss.item()
-            for key, value in out.counts.items():
-                counts[key] = counts.get(key, 0.0) + float(value)
+            counts.update(summed(out.counts))
         return {"loss": loss_sum / len(chunks), **metrics_from_counts(counts)}
 
     return evaluate
@@ -440,7 +445,7 @@ def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig | ELMoConfi
     def evaluate(module) -> dict:
         """Next-token loss, accuracy and perplexity over the held-out stream (each direction's, for
         ELMo), read from a zero state."""
-        counts, loss_sum = {}, 0.0
+        counts, loss_sum = Counter(), 0.0
         device = next(module.parameters()).device
         batches = min(cfg.eval_batches, held_out[0].batches_per_epoch)
         for direction, stream_of_direction in enumerate(held_out):
@@ -454,8 +459,7 @@ def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig | ELMoConfi
                 state = out.recurrent_state
                 loss_sum += out.loss.item() / len(held_out)
                 name = ("forward_lm", "backward_lm")[direction] if bidirectional else "lm"
-                for key, value in lm_counts(out, batch["labels"], name).items():
-                    counts[key] = counts.get(key, 0.0) + float(value)
+                counts.update(summed(lm_counts(out, batch["labels"], name)))
         return {"loss": loss_sum / batches, **metrics_from_counts(counts)}
 
     backward = streams[1][0] if bidirectional else None
@@ -479,15 +483,14 @@ def memory_training(cfg: PretrainConfig, model_config: XLNetConfig, corpus: Toke
 
     def evaluate(module) -> dict:
         """Permutation-LM loss, accuracy and perplexity over the held-out stream, with memory."""
-        counts, loss_sum, memory = {}, 0.0, None
+        counts, loss_sum, memory = Counter(), 0.0, None
         device = next(module.parameters()).device
         batches = min(cfg.eval_batches, held_out.batches_per_epoch)
         for index in range(batches):
             batch = module.prepare(held_out.batch(index), batch_generator(cfg.seed + 1, index))
             out, memory = module.read({k: v.to(device) for k, v in batch.items()}, memory)
             loss_sum += out.loss.item()
-            for key, value in out.counts.items():
-                counts[key] = counts.get(key, 0.0) + float(value)
+            counts.update(summed(out.counts))
         return {"loss": loss_sum / batches, **metrics_from_counts(counts)}
 
     return objective, StreamBatches(stream, cfg.batch_size, cfg.grad_accum, dist.rank, prepare=prepare), evaluate
