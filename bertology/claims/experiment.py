@@ -36,6 +36,7 @@ import torch
 from ..config import setting
 from ..errors import UserError
 from ..files import cache_root, loads_json, write_json_atomic, write_text_atomic
+from ..data.corpus import read_documents
 from ..data.tokenizer import Tokenizer
 from ..models import family_of, resolve_model_dir
 from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
@@ -162,6 +163,26 @@ class Experiment:
         if not self.quick:
             paths.append(self.path("gutenberg"))
         return [str(p) for p in paths]
+
+    def corpus_slice(self, tokens: int) -> Path:
+        """A small corpus for runs that read their text many times over: the first whole articles of
+        WikiText-2 valid holding at most `tokens` tokens of the shared vocabulary (all-MiniLM-L6-v2's),
+        and at least two, so that one can be held out. Written one sentence per line, a blank line
+        between articles (pre-train it with doc_format "lines"), into the cache; its name hashes its
+        content, so every claim shares it."""
+        tokenizer = Tokenizer.from_pretrained(minilm())
+        articles, count = [], 0
+        for article in read_documents([self.path("wikitext-2-raw/wiki.valid.raw")]):
+            size = sum(len(tokenizer.encode(sentence, add_special_tokens=False)) for sentence in article)
+            if len(articles) >= 2 and count + size > tokens:
+                break
+            articles.append(article)
+            count += size
+        text = "\n\n".join("\n".join(article) for article in articles) + "\n"
+        path = self.cache / "claims" / f"wikitext-slice-{hashlib.sha256(text.encode()).hexdigest()[:16]}.txt"
+        if not path.exists():
+            write_text_atomic(path, text)
+        return path
 
     def minutes(self) -> float:
         """Minutes since the claim started."""

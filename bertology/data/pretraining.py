@@ -11,7 +11,9 @@ Follows the data recipes of three papers:
 - RoBERTa (Liu et al. 2019, "RoBERTa: A Robustly Optimized BERT Pretraining Approach"):
   FULL-SENTENCES packing (no pair objective; sentences packed up to the length limit,
   crossing document boundaries with an extra [SEP]) and dynamic masking (a fresh mask
-  every time a sequence is seen; here drawn at batch time, never cached).
+  every time a sequence is seen; here drawn at batch time, never cached). BERT's static
+  masking, its Table 1 baseline, is the option: N copies of the data, each instance masked
+  once per copy (`static_mask_seeds`).
 - ALBERT (Lan et al. 2020, "ALBERT: A Lite BERT for Self-supervised Learning of Language
   Representations"): sentence order prediction (SOP), where B is always the true
   continuation and half the time A and B are swapped.
@@ -24,7 +26,8 @@ The stages, each a function or class below:
 3. `PretrainingDataset.instances(epoch)`: cheap descriptors of one epoch's sequences,
    drawn afresh for each epoch; token ids are gathered from the shards only when an
    instance is indexed.
-4. `mask_tokens`: dynamic masking of a batch (whole-word masking optional).
+4. `mask_tokens`: masking of a batch, dynamic, or static with a seed per instance
+   (whole-word masking optional).
 5. `collate` and `make_batches`: padding and the shuffled batch order of an epoch.
 
 All randomness comes from a numpy Generator seeded with (seed, epoch) or from the
@@ -44,6 +47,7 @@ from .padding import pad_rows
 from .shards import TokenizedCorpus
 
 _BATCH_ORDER_STREAM = 1  # keeps make_batches' random stream apart from instance building's
+_STATIC_MASK_STREAM = 2  # and static_mask_seeds' apart from both
 
 
 INSTANCE_FORMATS = ("pairs", "full_sentences", "contiguous")
@@ -413,6 +417,7 @@ def mask_tokens(
     word_continuation: torch.Tensor | None = None,
     replace_with_mask: float = 0.8,
     replace_with_random: float = 0.1,
+    row_seeds: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Choose masked-LM targets and corrupt them, as BERT: 80% [MASK], 10% random, 10% kept
     (ELECTRA's release feeds its generator 85% [MASK], 15% kept: `replace_with_mask` 0.85,
@@ -439,11 +444,20 @@ def mask_tokens(
             `torch.from_numpy(continuation_table(tokenizer))[input_ids]`).
         replace_with_mask, replace_with_random: the shares of the targets that become [MASK] and
             a random token; the rest keep their token.
+        row_seeds: static masking: (B,) int64, one seed per row (`static_mask_seeds`); each row is
+            then masked alone by a generator of its seed, over its tokens up to its last eligible
+            one, so its mask depends on the row and its seed only, not on the other rows, the
+            padding or `generator`.
 
     Returns:
         (masked_input_ids, labels): (B, T) each; labels hold the original id at chosen
         positions and IGNORE_INDEX (-100) elsewhere.
     """
+    if row_seeds is not None:
+        return _mask_rows_apart(input_ids, special_mask, word_continuation, row_seeds, vocab_size=vocab_size,
+                                mask_token_id=mask_token_id, mlm_probability=mlm_probability,
+                                max_predictions=max_predictions, replace_with_mask=replace_with_mask,
+                                replace_with_random=replace_with_random)
     batch, length = input_ids.shape
     device = input_ids.device
 
@@ -473,6 +487,38 @@ def mask_tokens(
     masked = torch.where(to_random, random_ids, masked)
     labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
     return masked, labels
+
+
+def _mask_rows_apart(
+    input_ids: torch.Tensor,
+    special_mask: torch.Tensor,
+    word_continuation: torch.Tensor | None,
+    row_seeds: torch.Tensor,
+    **masking,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`mask_tokens` of each (B, T) row alone, cut after its last eligible token, by a CPU
+    generator seeded with its (B,) `row_seeds`: the same row and seed give the same mask in any
+    batch. Returns (masked_input_ids, labels), (B, T) each."""
+    masked, labels = input_ids.clone(), torch.full_like(input_ids, IGNORE_INDEX)
+    for row, seed in enumerate(row_seeds.tolist()):
+        eligible = torch.nonzero(~special_mask[row])
+        if not len(eligible):  # nothing to mask: the row stays as it is, without targets
+            continue
+        end = int(eligible.max()) + 1
+        continuation = None if word_continuation is None else word_continuation[row : row + 1, :end]
+        row_masked, row_labels = mask_tokens(input_ids[row : row + 1, :end], special_mask[row : row + 1, :end],
+                                             generator=torch.Generator().manual_seed(seed),
+                                             word_continuation=continuation, **masking)
+        masked[row, :end], labels[row, :end] = row_masked[0], row_labels[0]
+    return masked, labels
+
+
+def static_mask_seeds(seed: int, copy: int, indices: Sequence[int]) -> torch.Tensor:
+    """(B,) int64: the masking seeds of instances `indices` (their places in `instances(copy)`) of
+    static copy `copy`, for `mask_tokens(row_seeds=...)`. A pure function of (seed, copy, index),
+    so an instance gets the same mask whenever its copy is read, whatever batch it falls in."""
+    return torch.tensor([int(np.random.SeedSequence([seed, _STATIC_MASK_STREAM, copy, index]).generate_state(
+        1, np.uint64)[0] >> 1) for index in indices], dtype=torch.int64)  # >> 1: a non-negative int64
 
 
 def _choose_whole_words(

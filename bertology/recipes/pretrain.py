@@ -20,7 +20,7 @@ import torch
 
 from ..config import override, setting
 from ..data.corpus import DOC_FORMATS, reading_notes
-from ..data.pretraining import PretrainingDataset, collate, make_batches
+from ..data.pretraining import PretrainingDataset, collate, make_batches, static_mask_seeds
 from ..data.shards import TokenizedCorpus, build_corpus, continuation_table
 from ..data.token_stream import StreamBatches, TokenStream
 from ..data.tokenizer import Tokenizer, train_tokenizer
@@ -42,7 +42,7 @@ from ..training.loop import (
     check_writable,
     metrics_from_counts,
 )
-from ..training.objectives import ELECTRA_MASKING, OBJECTIVES, build_objective, lm_counts
+from ..training.objectives import ELECTRA_MASKING, MASKING_OBJECTIVES, OBJECTIVES, build_objective, lm_counts
 
 RESOLVED_CONFIG_NAME = "pretrain_config.json"
 
@@ -104,6 +104,13 @@ class PretrainConfig(TrainConfig):
     batch_size: int = setting(32, positive=True, help="sequences per micro-batch")
     short_seq_prob: float = setting(0.1, minimum=0, help="share of shorter sequences, as BERT's data has")
     whole_word_masking: bool = setting(False, help="mask all the pieces of a word together")
+    # Off by default: RoBERTa's dynamic masking, a fresh mask every time a sequence is seen.
+    static_masks: int | None = setting(None, positive=True, metavar="N",
+                                       help="BERT's static masking (RoBERTa's Table 1 baseline): N copies of the "
+                                            "data, each sequence masked once per copy; epoch e reads copy e mod N, "
+                                            "so a sequence comes back with the same mask every N epochs (BERT: "
+                                            "10). Masked-LM objectives only (bert, roberta, albert, electra); "
+                                            "default: off, a fresh mask every time")
     max_predictions: int | None = setting(None, positive=True, help="cap on masked tokens per sequence "
                                                                     "(default: none; BERT: 20 at 128 tokens)")
     sop_balance: bool = setting(False, help="albert: cut each chunk at the sentence boundary nearest its middle and "
@@ -184,6 +191,9 @@ class PretrainConfig(TrainConfig):
             raise UserError(f"--layer-lr-decay must be at most 1, got {self.layer_lr_decay}")
         if not 0 < self.noise_density < 1:
             raise UserError(f"--noise-density must be between 0 and 1, got {self.noise_density}")
+        if self.static_masks is not None and self.objective not in MASKING_OBJECTIVES:
+            raise UserError(f"--static-masks fixes the masks of a masked LM ({', '.join(MASKING_OBJECTIVES)}); "
+                            f"the {self.objective} objective masks no tokens")
         if self.sop_balance and self.objective != "albert":
             raise UserError(f"--sop-balance balances ALBERT's sentence order, not the {self.objective} objective")
         if self.eval_fraction >= 1:
@@ -279,12 +289,15 @@ def batch_generator(seed: int, index: int) -> torch.Generator:
 
 
 def prepare_batch(instances: list, objective, pad_id: int, seed: int, index: int,
-                  continuation: torch.Tensor | None) -> dict[str, torch.Tensor]:
+                  continuation: torch.Tensor | None, mask_seeds: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """Collate instances and let the objective mask them (whole-word masking needs `continuation`),
-    drawing from `batch_generator(seed, index)`."""
+    drawing from `batch_generator(seed, index)`, or with `mask_seeds` (B,) each instance's mask from
+    its own seed (static masking; `static_mask_seeds`)."""
     batch = collate(instances, pad_id)
     if continuation is not None:
         batch["word_continuation"] = continuation[batch["input_ids"]] & ~batch["special_mask"]
+    if mask_seeds is not None:
+        batch["mask_seeds"] = mask_seeds
     return objective.prepare(batch, batch_generator(seed, index))
 
 
@@ -308,23 +321,32 @@ class PretrainingBatches:
     size); rank r takes every W-th, so one process with A = 2 sees exactly what two ranks with
     A = 1 see. Masking is drawn from a generator seeded by (seed, m): fresh for every batch,
     reproducible on resume.
+
+    With `static_masks` N (BERT's duplicated data): epoch e reads the instances of epoch e mod N,
+    its copy (in a batch order of its own), and each instance is masked by a seed of (seed, copy,
+    its index in the copy) (`static_mask_seeds`): the same mask every N epochs, whatever its batch.
     """
 
     def __init__(self, dataset: PretrainingDataset, objective, batch_size: int, grad_accum: int,
                  seed: int, pad_id: int, rank: int = 0, world_size: int = 1,
-                 continuation: torch.Tensor | None = None):
+                 continuation: torch.Tensor | None = None, static_masks: int | None = None):
         self.dataset, self.objective = dataset, objective
         self.batch_size, self.grad_accum = batch_size, grad_accum
         self.seed, self.pad_id = seed, pad_id
         self.rank, self.world_size = rank, world_size
         self.continuation = continuation
+        self.static_masks = static_masks
         self._epoch, self._instances, self._order = None, None, None
         self.batches_per_epoch = len(self.epoch_batches(0)[1])
+
+    def data_copy(self, epoch: int) -> int:
+        """The epoch whose instances `epoch` reads: itself, or with N static copies, epoch mod N."""
+        return epoch % self.static_masks if self.static_masks else epoch
 
     def epoch_batches(self, epoch: int) -> tuple[list, list[list[int]]]:
         """(instances, batch index lists) of one epoch, cached for the current epoch."""
         if self._epoch != epoch:
-            self._instances = self.dataset.instances(epoch)
+            self._instances = self.dataset.instances(self.data_copy(epoch))
             self._order = make_batches(len(self._instances), self.batch_size, epoch, self.seed)
             if not self._order:
                 raise UserError(f"the corpus gives {len(self._instances)} training sequences, fewer than one "
@@ -334,10 +356,12 @@ class PretrainingBatches:
 
     def micro_batch(self, index: int) -> dict[str, torch.Tensor]:
         """The prepared (collated and masked) micro-batch number `index` of the run."""
-        instances, order = self.epoch_batches(index // self.batches_per_epoch)
+        epoch = index // self.batches_per_epoch
+        instances, order = self.epoch_batches(epoch)
         chosen = order[(index % self.batches_per_epoch) % len(order)]
+        mask_seeds = static_mask_seeds(self.seed, self.data_copy(epoch), chosen) if self.static_masks else None
         return prepare_batch([instances[i] for i in chosen], self.objective, self.pad_id, self.seed, index,
-                             self.continuation)
+                             self.continuation, mask_seeds)
 
     def __call__(self, step: int) -> list[dict[str, torch.Tensor]]:
         first = step * self.grad_accum * self.world_size
@@ -384,7 +408,9 @@ def accuracy_keys(objective: str) -> tuple[str, ...]:
 def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus, train_docs, eval_docs,
                       tokenizer: Tokenizer, dist: Distributed):
     """(objective, step -> micro-batches, evaluator) for the Transformer families: independent
-    sequences packed from the documents as the objective wants them, masked at batch time."""
+    sequences packed from the documents as the objective wants them, masked at batch time (with
+    --static-masks, each by its own seed; the held-out batches are masked the same at every
+    evaluation either way)."""
     spec = OBJECTIVES[cfg.objective]
     datasets = [PretrainingDataset(corpus, docs, cfg.seq_len, spec.data_format, spec.pair_task, cfg.short_seq_prob,
                                    tokenizer.cls_token_id, tokenizer.sep_token_id, cfg.seed, cfg.sop_balance)
@@ -398,7 +424,8 @@ def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus
                                 **electra, **span_corruption)
     continuation = torch.from_numpy(continuation_table(tokenizer)) if cfg.whole_word_masking else None
     train_batches = PretrainingBatches(datasets[0], objective, cfg.batch_size, cfg.grad_accum, cfg.seed,
-                                       tokenizer.pad_token_id, dist.rank, dist.world_size, continuation)
+                                       tokenizer.pad_token_id, dist.rank, dist.world_size, continuation,
+                                       cfg.static_masks)
     evaluate = make_evaluator(datasets[1], objective, cfg.batch_size, cfg.eval_batches, cfg.seed + 1,
                               tokenizer.pad_token_id, continuation)
     return objective, train_batches, evaluate

@@ -25,8 +25,9 @@ below); `bilm` trains ELMo's two LSTM language models (`BidirectionalLanguageMod
 independent sequences or, with a memory, on the token stream with Transformer-XL's recurrence.
 
 Each objective prepares its batch (masking is dynamic: fresh for every batch, drawn
-from the generator it is given), computes its loss, and returns counts from which the
-training loop derives accuracies. `model_to_save()` is the model written to disk: a
+from the generator it is given; or static, BERT's: a batch's `mask_seeds`, one per instance,
+fix each instance's mask, for the objectives in MASKING_OBJECTIVES), computes its loss, and
+returns counts from which the training loop derives accuracies. `model_to_save()` is the model written to disk: a
 transformers-compatible BERT that `bertology finetune` and transformers both load."""
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ OBJECTIVES: dict[str, ObjectiveSpec] = {
     "bilm": ObjectiveSpec("stream", None),
     "plm": ObjectiveSpec("contiguous", None),  # with a memory (--mem-len): the stream, as bilm
 }
-
-
+# The objectives that mask tokens (`mask_tokens`), so take a batch's `mask_seeds`: static masking.
+MASKING_OBJECTIVES = ("bert", "roberta", "albert", "electra")
 
 
 def ranked_pair_counts(name: str, scores: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -124,10 +125,11 @@ class MaskedLanguageModel(nn.Module):
         self.whole_word = whole_word
 
     def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
-        """Choose and corrupt 15% of the tokens (80% [MASK], 10% random, 10% kept)."""
+        """Choose and corrupt 15% of the tokens (80% [MASK], 10% random, 10% kept); with the batch's
+        `mask_seeds` (B,), each row by its own seed (static masking), else all from `generator`."""
         ids, labels = mask_tokens(batch["input_ids"], batch["special_mask"], generator=generator,
                                   word_continuation=batch.get("word_continuation") if self.whole_word else None,
-                                  **self.masking)
+                                  row_seeds=batch.get("mask_seeds"), **self.masking)
         return {**batch, "input_ids": ids, "labels": labels}
 
     def forward(self, batch: Batch) -> StepOutput:
@@ -510,8 +512,10 @@ class Electra(nn.Module):
                             replace_with_random=random_share)
 
     def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
-        """Mask as for BERT; also draw the seed for sampling the generator's tokens."""
-        ids, labels = mask_tokens(batch["input_ids"], batch["special_mask"], generator=generator, **self.masking)
+        """Mask as for BERT (static masking too); also draw the seed for sampling the generator's tokens,
+        from `generator` either way: the generator's samples stay fresh for every batch."""
+        ids, labels = mask_tokens(batch["input_ids"], batch["special_mask"], generator=generator,
+                                  row_seeds=batch.get("mask_seeds"), **self.masking)
         seed = torch.randint(0, 2**62, (1,), generator=generator)
         return {**batch, "input_ids": ids, "labels": labels, "sampling_seed": seed}
 

@@ -9,6 +9,8 @@ import pytest
 from bertology.claims import CLAIMS, Claim, claim_list, find_claim
 from bertology.claims.experiment import QUICK_EXAMPLES, Experiment, ReproduceConfig, cell, markdown, pretraining_key, verdict
 from bertology.cli import main
+from bertology.data.corpus import read_documents
+from bertology.data.tokenizer import Tokenizer
 from bertology.errors import UserError
 
 
@@ -118,3 +120,16 @@ def test_quick_task_data_keeps_the_files_formats(tmp_path):
     assert (quick / "train.txt").read_text().count("B-PER") == QUICK_EXAMPLES
     assert Experiment(tmp_path / "c2", tmp_path / "data", quick=False, seeds=[0], cache=tmp_path / "cache"
                       ).task_data("task") == source
+
+
+def test_corpus_slice_is_the_first_whole_wikitext_articles_up_to_a_token_count(tmp_path, data_dir, minilm_dir):
+    data_dir / "wikitext-2-raw/wiki.valid.raw"  # skips the test when the data set is absent
+    experiment = Experiment(tmp_path / "claim", data_dir.root, quick=False, seeds=[0], cache=tmp_path / "cache")
+    tokenizer = Tokenizer.from_pretrained(minilm_dir)
+    articles = list(read_documents([data_dir.root / "wikitext-2-raw/wiki.valid.raw"]))
+    sizes = [sum(len(tokenizer.encode(s, add_special_tokens=False)) for s in article) for article in articles[:10]]
+    target = sum(sizes[:5]) + sizes[5] // 2  # five whole articles and half the sixth
+    path = experiment.corpus_slice(target)
+    assert list(read_documents([path], doc_format="lines")) == articles[:5]
+    assert experiment.corpus_slice(target) == path  # the same content, the same file
+    assert list(read_documents([experiment.corpus_slice(10)], doc_format="lines")) == articles[:2]  # one held out

@@ -27,6 +27,7 @@ from bertology.data.pretraining import (
     collate,
     make_batches,
     mask_tokens,
+    static_mask_seeds,
 )
 from bertology.data.shards import build_corpus, continuation_table
 from bertology.data.tokenizer import SPECIAL_TOKENS, Tokenizer
@@ -501,6 +502,48 @@ def test_masking_honours_max_predictions_and_is_reproducible():
     assert torch.equal(again[0], masked) and torch.equal(again[1], labels)
     other = mask_tokens(ids, special, 1000, MASK, torch.Generator().manual_seed(2), max_predictions=5)
     assert not torch.equal(other[1], labels)
+
+
+def test_dynamic_masking_draws_what_it_always_drew():
+    # Recorded before static masking was added: the default path gives the same masks as it always did.
+    ids = torch.tensor([[CLS, 11, 12, 13, 14, 15, 16, 17, SEP], [CLS, 21, 22, 23, 24, SEP, PAD, PAD, PAD]])
+    special = (ids == PAD) | (ids == CLS) | (ids == SEP)
+    masked, labels = mask_tokens(ids, special, 30, MASK, torch.Generator().manual_seed(0), mlm_probability=0.4)
+    assert masked.tolist() == [[CLS, MASK, 12, 13, 14, 3, 16, MASK, SEP], [CLS, MASK, MASK, 23, 24, SEP, PAD, PAD, PAD]]
+    assert labels.tolist() == [[-100, 11, -100, -100, -100, 15, -100, 17, -100],
+                               [-100, 21, 22, -100, -100, -100, -100, -100, -100]]
+
+
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_static_masking_masks_each_row_by_its_own_seed_whatever_its_batch(whole_word):
+    rows, length, extra = 6, 40, 9
+    ids, special = random_batch(rows=rows, length=length, seed=5)
+    continuation = (torch.arange(length) % 3 == 2)[None, :] & ~special if whole_word else None
+    seeds = static_mask_seeds(0, 0, range(rows))
+    masked, labels = mask_tokens(ids, special, 1000, MASK, torch.Generator().manual_seed(0), row_seeds=seeds,
+                                 word_continuation=continuation)
+    chosen = labels != IGNORE_INDEX
+    assert not (chosen & special).any() and torch.equal(labels[chosen], ids[chosen])
+    assert torch.all(chosen.sum(1) <= torch.round((~special).sum(1) * 0.15).clamp(min=1)) and chosen.sum(1).min() > 0
+    # The same rows in the reverse order, padded wider, with another batch generator: the same masks.
+    def wider(x, value):
+        return torch.nn.functional.pad(x.flip(0), (0, extra), value=value)
+    again, again_labels = mask_tokens(wider(ids, PAD), wider(special, True), 1000, MASK,
+                                      torch.Generator().manual_seed(1), row_seeds=seeds.flip(0),
+                                      word_continuation=wider(continuation, False) if whole_word else None)
+    assert torch.equal(again[:, :length].flip(0), masked) and torch.equal(again_labels[:, :length].flip(0), labels)
+    assert (again_labels[:, length:] == IGNORE_INDEX).all()
+    # Another copy of the data masks the rows anew (a short row may draw the same few targets by chance).
+    _, other = mask_tokens(ids, special, 1000, MASK, torch.Generator().manual_seed(0),
+                           row_seeds=static_mask_seeds(0, 1, range(rows)), word_continuation=continuation)
+    assert (other != labels).any(1).sum() >= rows - 1
+
+
+def test_static_mask_seeds_depend_on_seed_copy_and_index_only():
+    seeds = static_mask_seeds(0, 3, [5, 9, 5])
+    assert seeds.dtype == torch.int64 and (seeds >= 0).all() and seeds[0] == seeds[2] != seeds[1]
+    assert static_mask_seeds(0, 3, [9]).item() == seeds[1]
+    assert static_mask_seeds(0, 4, [5]).item() != seeds[0] and static_mask_seeds(1, 3, [5]).item() != seeds[0]
 
 
 def test_whole_word_masking_never_splits_a_word():

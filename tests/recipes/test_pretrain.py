@@ -8,6 +8,7 @@ import re
 import signal
 import socket
 
+import numpy as np
 import pyarrow
 import pyarrow.parquet
 import pytest
@@ -24,14 +25,17 @@ from bertology import (
 )
 from bertology.cli import main
 from bertology.config import read_settings
+from bertology.data.pretraining import PretrainingDataset, make_batches
+from bertology.data.shards import build_corpus
 from bertology.data.tokenizer import Tokenizer, train_tokenizer
 from bertology.recipes.pretrain import (
     PretrainConfig,
     PretrainingBatches,
+    prepare_batch,
     run_pretraining,
 )
 from bertology.training.loop import metrics_from_counts
-from bertology.training.objectives import Electra, ranked_pair_counts
+from bertology.training.objectives import Electra, build_objective, ranked_pair_counts
 
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
@@ -374,6 +378,78 @@ def test_sop_balance_is_for_the_albert_objective(tmp_path):
                        max_steps=1).validate()
     PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), objective="albert", sop_balance=True,
                    max_steps=1).validate()
+
+
+def one_document_batches(root, objective: str, static_masks: int | None) -> PretrainingBatches:
+    """Batches of 8 over the corpus's longest document alone, packed as `objective` wants: with one
+    document, full sentences pack into the same instances every epoch, so only the masks can change."""
+    tokenizer = Tokenizer.from_pretrained(root / "tokenizer")
+    corpus = build_corpus([root / "wiki.txt"], tokenizer, root / "cache")
+    longest = int(np.diff(corpus.sentence_offsets[corpus.document_offsets]).argmax())
+    dataset = PretrainingDataset(corpus, [longest], 64, "full_sentences", None, 0.1, tokenizer.cls_token_id,
+                                 tokenizer.sep_token_id, seed=0)
+    model = build_objective(objective, BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size),
+                            tokenizer.mask_token_id)
+    return PretrainingBatches(dataset, model, 8, 1, 0, tokenizer.pad_token_id, static_masks=static_masks)
+
+
+def masked_by_instance(batches: PretrainingBatches, epoch: int) -> dict[int, list[int]]:
+    """Instance (its index in the epoch's instances) -> its masked input ids, over every micro-batch of `epoch`."""
+    order = batches.epoch_batches(epoch)[1]
+    seen = {}
+    for index in range(epoch * batches.batches_per_epoch, (epoch + 1) * batches.batches_per_epoch):
+        batch = batches.micro_batch(index)
+        for row, instance in enumerate(order[index % batches.batches_per_epoch]):
+            seen[instance] = batch["input_ids"][row][batch["attention_mask"][row].bool()].tolist()
+    return seen
+
+
+def share_masked_alike(first: dict, second: dict) -> float:
+    """The share of the instances both epochs read that got the same masked input in both."""
+    shared = first.keys() & second.keys()
+    assert len(shared) > 0.8 * len(first)
+    return sum(first[i] == second[i] for i in shared) / len(shared)
+
+
+@pytest.mark.parametrize("objective", ["roberta", "electra"])
+def test_static_masks_give_an_instance_the_same_mask_every_n_epochs(corpus, objective):
+    batches = one_document_batches(corpus, objective, static_masks=2)
+    copies = [batches.dataset.instances(epoch) for epoch in range(2)]
+    assert np.array_equal(copies[0].segment_starts, copies[1].segment_starts)  # one document: the same instances
+    assert batches.epoch_batches(0)[1] != batches.epoch_batches(2)[1]  # epoch 2 reads copy 0 in another order
+    epochs = [masked_by_instance(batches, epoch) for epoch in range(3)]
+    assert share_masked_alike(epochs[0], epochs[2]) == 1.0  # copy 0 both times
+    assert share_masked_alike(epochs[0], epochs[1]) < 0.1  # copy 1 (a short one may draw the same targets)
+    # A pure function of the micro-batch's index, as a resumed run needs.
+    later = 2 * batches.batches_per_epoch + 1
+    fresh = one_document_batches(corpus, objective, static_masks=2).micro_batch(later)
+    assert all(torch.equal(value, fresh[key]) for key, value in batches.micro_batch(later).items())
+
+
+def test_dynamic_masking_stays_the_default_and_masks_afresh_every_epoch(corpus):
+    batches = one_document_batches(corpus, "roberta", static_masks=None)
+    index = batches.batches_per_epoch + 2  # epoch 1, as before --static-masks: its own instances and batch seed
+    instances = batches.dataset.instances(1)
+    chosen = make_batches(len(instances), 8, 1, 0)[2]
+    expected = prepare_batch([instances[i] for i in chosen], batches.objective, batches.pad_id, 0, index, None)
+    got = batches.micro_batch(index)
+    assert got.keys() == expected.keys() and all(torch.equal(got[key], expected[key]) for key in got)
+    assert share_masked_alike(masked_by_instance(batches, 0), masked_by_instance(batches, 2)) < 0.1
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"static_masks": 0}, "--static-masks must be positive, got 0"),
+    ({"static_masks": 10, "objective": "clm"}, "--static-masks fixes the masks of a masked LM (bert, roberta, "
+                                               "albert, electra); the clm objective masks no tokens"),
+    ({"static_masks": 10, "arch": "t5"}, "the t5 objective masks no tokens"),
+])
+def test_static_masks_need_a_positive_count_and_a_masked_lm(tmp_path, flags, message):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("One sentence.\n")
+    with pytest.raises(UserError, match=re.escape(message)):
+        PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), max_steps=1, **flags).validate()
+    PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), max_steps=1, static_masks=10,
+                   objective="albert").validate()
 
 
 @pytest.mark.slow
