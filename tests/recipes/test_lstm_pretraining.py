@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import interrupted_and_resumed_losses
+from helpers import assert_resumed_run_matches
 
 from bertology import UserError
 from bertology.data.shards import build_corpus
@@ -89,10 +89,7 @@ def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_pa
     def run(out, resume):
         return run_pretraining(settings(corpus, out, max_steps=16, save_every=5, resume=resume))
 
-    straight, resumed = interrupted_and_resumed_losses(run, tmp_path / "straight", tmp_path / "resumed", 9)
-    assert len(resumed) == 16
-    for step, (a, b) in enumerate(zip(straight, resumed, strict=True), start=1):
-        assert abs(a - b) < 1e-5, (step, a, b)
+    assert_resumed_run_matches(run, tmp_path / "straight", tmp_path / "resumed", interrupt_at=9, steps=16)
 
 
 def test_target_lm_fine_tuning_starts_from_the_given_model(corpus, tmp_path):

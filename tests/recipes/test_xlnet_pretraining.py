@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 import transformers
-from helpers import interrupted_and_resumed_losses
+from helpers import assert_resumed_run_matches
 
 from bertology.cli import main
 from bertology.errors import UserError
@@ -168,10 +168,7 @@ def test_an_interrupted_and_resumed_run_with_memory_matches_an_uninterrupted_one
     def run(out, resume):
         return run_pretraining(settings(files, out, max_steps=16, save_every=5, resume=resume))
 
-    straight, resumed = interrupted_and_resumed_losses(run, tmp_path / "straight", tmp_path / "resumed", 9)
-    assert len(resumed) == 16
-    for step, (a, b) in enumerate(zip(straight, resumed, strict=True), start=1):
-        assert abs(a - b) < 1e-5, (step, a, b)
+    assert_resumed_run_matches(run, tmp_path / "straight", tmp_path / "resumed", interrupt_at=9, steps=16)
 
 
 def test_a_bad_mem_len_is_a_one_line_error(files, tmp_path, capsys):
