@@ -38,10 +38,9 @@ from ..errors import UserError
 from ..files import cache_root, loads_json, write_json_atomic, write_text_atomic
 from ..data.corpus import read_documents
 from ..data.tokenizer import Tokenizer
-from ..models import family_of, resolve_model_dir
-from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
+from ..models import resolve_model_dir
+from ..inference.modeldir import save_random_weights
 from ..models.bert import PRESETS, BertConfig, BertModel
-from ..models.t5 import T5Config, T5ForConditionalGeneration
 from ..recipes.finetune import FinetuneConfig, run_finetuning
 from ..recipes.pretrain import PretrainConfig, run_pretraining
 from ..recipes.static import StaticTrainConfig
@@ -231,18 +230,7 @@ class Experiment:
         from-scratch baseline, under the claim's output folder."""
         folder = self.out / "models" / f"random-weights-of-{like.name}"
         if not (folder / "config.json").exists():
-            torch.manual_seed(0)
-            family = family_of(str(like)).name
-            if family == "awd-lstm":
-                model = AWDLSTMLanguageModel(AWDLSTMConfig.load(like))
-            elif family == "t5":
-                model = T5ForConditionalGeneration(T5Config.load(like))
-            else:
-                model = BertModel(BertConfig.load(like))
-            partial = folder.with_name(folder.name + ".partial")
-            model.save_pretrained(partial)
-            Tokenizer.from_pretrained(like).save_pretrained(partial)
-            os.replace(partial, folder)
+            save_random_weights(like, folder, seed=0)
         return folder
 
     def pretrained(self, **settings: Any) -> Path:

@@ -32,12 +32,13 @@ from .. import checkpoint
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..models import family_of, read_config, resolve_model_dir
-from ..models.awd_lstm import AWDLSTMConfig
-from ..models.bert import BertConfig, BertForWordInContext, BertPreTrainedModel, model_class, tensor_shapes
+from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
+from ..models.bert import BertConfig, BertForWordInContext, BertModel, BertPreTrainedModel, model_class, tensor_shapes
 from ..models.elmo import ELMoConfig
 from ..models.gpt import GPTConfig
 from ..models.features import HEAD_CONFIG, FeatureModel
 from ..models.quantized import load_quantized
+from ..models.t5 import T5Config, T5ForConditionalGeneration
 from ..models.taglm import TagLMConfig
 from ..models.xlnet import XLNetConfig
 from ..tasks.inputs import InputSettings
@@ -63,6 +64,25 @@ def load_config(directory: str | os.PathLike) -> BertConfig | GPTConfig | AWDLST
                         "`serve` take a fine-tuned T5, and `bertology generate` runs it")
     return {"gpt": GPTConfig, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig, "taglm": TagLMConfig,
             "xlnet": XLNetConfig}.get(family, BertConfig).load(directory)
+
+
+def save_random_weights(like: str | os.PathLike, out: str | os.PathLike, seed: int) -> Path:
+    """A model directory `out` of `like`'s architecture and vocabulary with random weights drawn
+    with `seed`: the from-scratch twin a pre-trained model is compared with. Written into
+    `<out>.partial` and renamed, so a folder at `out` is always whole. BERT, T5 and AWD-LSTM."""
+    like, out = Path(like), Path(out)
+    family = family_of(str(like)).name
+    builders = {"bert": (BertConfig, BertModel), "t5": (T5Config, T5ForConditionalGeneration),
+                "awd-lstm": (AWDLSTMConfig, AWDLSTMLanguageModel)}
+    if family not in builders:
+        raise UserError(f"{like}: random weights of a {family} model are not built (BERT, T5 and AWD-LSTM are)")
+    config_class, model_class_ = builders[family]
+    torch.manual_seed(seed)
+    partial = out.with_name(out.name + ".partial")
+    model_class_(config_class.load(like)).save_pretrained(partial)
+    Tokenizer.from_pretrained(like).save_pretrained(partial)
+    os.replace(partial, out)
+    return out
 
 
 def describe_task(config: BertConfig | GPTConfig, spec: TaskSpec, settings: InputSettings) -> None:

@@ -47,9 +47,10 @@ from ..data.stdlib_docs import docstring_task, write_pretraining_corpus
 from ..data.tokenizer import Tokenizer, train_tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic, write_text_atomic
+from ..inference.modeldir import save_random_weights
 from ..models import resolve_model_dir
 from ..ops import autocast, resolve_precision
-from ..models.bert import PRESETS, BertConfig, BertModel
+from ..models.bert import PRESETS, BertConfig
 from ..plots import plot_demo
 from ..training.loop import LoopConfig, make_adamw
 from ..training.objectives import OBJECTIVES, build_objective
@@ -226,7 +227,7 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
         pairs.append(("reference_", reference, reference_name(cfg), cfg.reference_epochs))
     curves = {}
     for prefix, model_dir, described, epochs in pairs:
-        twin = random_twin(model_dir, seed, folder / f"{prefix}from_scratch_init")
+        twin = save_random_weights(model_dir, folder / f"{prefix}from_scratch_init", seed)
         for name, weights, what in ((f"{prefix}pretrained", model_dir, described),
                                     (f"{prefix}from_scratch", twin, f"{described} from random weights")):
             start = _step(f"seed {seed}: fine-tuning {what} on the labelled docstrings")
@@ -240,15 +241,6 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
             result[name] = _final_dev_scores(curves[name])
     result["seconds"] = {k: round(v, 1) for k, v in seconds.items()}
     return result, curves
-
-
-def random_twin(model_dir: Path, seed: int, out: Path) -> Path:
-    """`model_dir`'s architecture and vocabulary with random weights of `seed`, saved to `out`:
-    the from-scratch model that fine-tunes beside it."""
-    torch.manual_seed(seed)
-    BertModel(BertConfig.load(model_dir)).save_pretrained(out)
-    Tokenizer.from_pretrained(model_dir).save_pretrained(out)
-    return out
 
 
 def reference_name(cfg: DemoConfig) -> str:
