@@ -8,8 +8,15 @@ Then measures GloVe's co-occurrence counting on 1x, 3x and 10x the corpus (the t
 training text read 1, 3 or 10 times; each scale in a fresh process, so its peak memory is
 its own) and GloVe's training throughput with 1 and 2 threads.
 
+With `--glove-c BUILD_DIR` (the `build` folder of Stanford's reference GloVe, github.com/
+stanfordnlp/GloVe, after `make`), the reference tools count and train on the same tokenized
+training text with the same vocabulary threshold, window, dimension, x_max, alpha, learning
+rate, iterations and threads, and their vectors go through the same evaluation: the check
+that bertology's GloVe matches the reference's quality, and its time as a ratio of the
+reference's, measured in the same run.
+
     python bench/static_vectors.py [--out /tmp/static-bench] [--max-time 8m] [--methods glove word2vec]
-        [--window 5] [--dim 100] [--skip-scaling]
+        [--window 5] [--dim 100] [--skip-scaling] [--glove-c ~/GloVe/build]
 
 Each run is CPU-heavy (2 threads); the script runs them one after another.
 """
@@ -22,6 +29,7 @@ import multiprocessing
 import os
 import resource
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -30,7 +38,8 @@ import torch
 
 from bertology.data.cooccurrence import CooccurrenceCounter
 from bertology.models.static import GloVe
-from bertology.recipes.static import StaticTrainConfig, tokenize_corpus, train, vocabulary
+from bertology.recipes.static import (StaticTrainConfig, evaluate_vectors, import_vectors, tokenize_corpus, train,
+                                      vocabulary)
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("BERTOLOGY_DATA", REPO.parent / "shared" / "data"))
@@ -129,6 +138,45 @@ def counting_scaling(args, out: Path) -> tuple[list[dict], dict]:
     return results, throughput
 
 
+def glove_c_reference(args, out: Path, build: Path, ours: dict) -> dict:
+    """Stanford's glove.c on the tokenized training text with bertology's GloVe settings (`ours`, its summary)."""
+    work = out / "glove-c"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    cfg = StaticTrainConfig(corpus=[str(p) for p in CORPUS], out=str(work), method="glove", window=args.window,
+                            progress=False)
+    corpus = tokenize_corpus(cfg, work)  # the same documents held out, the same words as bertology's run
+    settings = cfg.settings()  # train_methods' settings: each method's defaults but the window
+    seconds = {}
+
+    def run(step: str, command: list[str], source: Path, target: Path) -> None:
+        started = time.perf_counter()
+        with open(source, "rb") as stdin, open(target, "wb") as stdout:
+            subprocess.run([str(build / command[0]), *command[1:]], stdin=stdin, stdout=stdout, check=True,
+                           stderr=subprocess.DEVNULL)
+        seconds[step] = round(time.perf_counter() - started, 1)
+
+    train_file, vocab, threads = corpus.train_file, work / "vocab.txt", "2"
+    run("vocab", ["vocab_count", "-min-count", str(settings["min_count"]), "-verbose", "0"], train_file, vocab)
+    run("counting", ["cooccur", "-memory", "4.0", "-vocab-file", str(vocab), "-window-size", str(settings["window"]),
+                     "-verbose", "0"], train_file, work / "cooc.bin")
+    run("shuffle", ["shuffle", "-memory", "4.0", "-verbose", "0"], work / "cooc.bin", work / "cooc.shuf.bin")
+    started = time.perf_counter()
+    subprocess.run([str(build / "glove"), "-input-file", str(work / "cooc.shuf.bin"), "-vocab-file", str(vocab),
+                    "-save-file", str(work / "vectors"), "-threads", threads, "-vector-size", str(args.dim),
+                    "-iter", str(settings["epochs"]), "-eta", str(settings["lr"]), "-x-max", str(settings["x_max"]),
+                    "-alpha", str(settings["alpha"]), "-binary", "0", "-model", "2", "-verbose", "0", "-seed", "1"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seconds["training"] = round(time.perf_counter() - started, 1)
+    evaluation = evaluate_vectors(import_vectors(work / "vectors.txt"))
+    ratios = {"counting": round(ours["seconds"]["counting"] / (seconds["vocab"] + seconds["counting"]
+                                                               + seconds["shuffle"]), 2),
+              "training_per_epoch": round(ours["seconds"]["training"] / ours["epochs"]
+                                          / (seconds["training"] / settings["epochs"]), 2)}
+    shutil.rmtree(work)
+    return {"seconds": seconds, "evaluation": evaluation, "time_ratio_bertology_over_glove_c": ratios}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/static-bench")
@@ -138,6 +186,8 @@ def main() -> None:
     parser.add_argument("--max-time", default="8m", help="each method's training budget (reading and counting excluded)")
     parser.add_argument("--skip-training", action="store_true")
     parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--glove-c", type=Path, metavar="BUILD_DIR",
+                        help="the reference GloVe's build folder: run it beside bertology's GloVe (see above)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -145,6 +195,14 @@ def main() -> None:
     if not args.skip_training:
         report["methods"] = train_methods(args, out)
         print("\n" + table(report["methods"]))
+        ours = next((m for m in report["methods"] if m["method"] == "glove"), None)
+        if args.glove_c and ours:
+            report["glove_c"] = glove_c_reference(args, out, args.glove_c, ours)
+            e = report["glove_c"]["evaluation"]
+            print(f"\nglove.c, same text and settings: WordSim-353 {e['wordsim353']['spearman']:.3f}, SimLex-999 "
+                  f"{e['simlex999']['spearman']:.3f}, analogies {e['analogy']['accuracy']:.3f}; seconds "
+                  f"{report['glove_c']['seconds']}; bertology / glove.c time "
+                  f"{report['glove_c']['time_ratio_bertology_over_glove_c']}", flush=True)
     if not args.skip_scaling:
         report["counting"], report["glove_training"] = counting_scaling(args, out)
     path = out / f"results-{int(time.time())}.json"
