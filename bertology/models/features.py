@@ -7,7 +7,11 @@ layers times a scale (`ScalarMix`). Fine-tuning's feature-based mode and `bertol
 both take their layers from here.
 
 The feature-based model itself (`FeatureModel`: a frozen encoder and a small `FeatureHead`)
-lives here too; training its head is the recipe in recipes/feature_mode.py.
+lives here too; training its head is the recipe in recipes/feature_mode.py. ELMo's paper adds
+its vectors to the task model's own word vectors rather than replacing them ("concatenate the
+ELMo vector ELMo_k with x_k and pass the enhanced representation [x_k; ELMo_k] into the task
+RNN"): `PieceWordVectors` gives every piece the static vector of its word, which the head
+puts in front of the encoder's features.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from ..ops import IGNORE_INDEX
 from . import family_of
 from .bert import BertModel, ModelOutput
 from .elmo import ELMoModel
+from .static import StaticVectors, tokenize_words
 
 # name -> (layers relative to the stack, how to combine them). Layer 0 is the embeddings output.
 LAYER_CHOICES = {
@@ -135,16 +140,17 @@ class HeadConfig:
     pooling: str = "mean"
     lstm_size: int = 256
     dropout: float = 0.1
+    word_vector_size: int = 0  # > 0: static word vectors of this width go in front of the features
 
 
 class FeatureHead(nn.Module):
-    """[ScalarMix] -> [2-layer BiLSTM] -> dropout -> linear, per token or on pooled tokens."""
+    """[ScalarMix] -> [word vectors in front] -> [2-layer BiLSTM] -> dropout -> linear, per token or on pooled tokens."""
 
     def __init__(self, config: HeadConfig):
         super().__init__()
         self.config = config
         self.mix = ScalarMix(len(config.layers)) if config.combine == "mix" else None
-        width = config.width
+        width = config.width + config.word_vector_size
         self.lstm = None
         if config.head == "bilstm":
             self.lstm = nn.LSTM(width, config.lstm_size, num_layers=2, bidirectional=True, batch_first=True,
@@ -153,11 +159,16 @@ class FeatureHead(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.classifier = nn.Linear(width, config.num_labels)
 
-    def forward(self, features: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """(B, T, [L,] H) features -> logits (B, num_labels) or (B, T, num_labels)."""
+    def forward(self, features: torch.Tensor, attention_mask: torch.Tensor,
+                word_vectors: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, [L,] H) features [and (B, T, S) word vectors] -> logits (B, num_labels) or (B, T, num_labels)."""
         x = features.float()
         if self.mix is not None:
             x = self.mix(x)
+        if self.config.word_vector_size:
+            if word_vectors is None:
+                raise ValueError("this head reads word vectors beside the features ([x_k; features_k])")
+            x = torch.cat([word_vectors.float(), x], dim=-1)
         if self.lstm is not None:
             lengths = attention_mask.sum(1).cpu()
             packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
@@ -186,13 +197,109 @@ def load_feature_encoder(directory: str | Path) -> BertModel | ELMoModel:
     return BertModel.from_pretrained(directory)
 
 
-class FeatureModel(nn.Module):
-    """A frozen encoder (a BERT or ELMo's biLM) and a feature head, called like a task model (logits out)."""
+WORD_VECTORS_DIR = "word_vectors"  # a feature model's static vectors, when its head reads them
+PIECES_NAME = "pieces.json"
 
-    def __init__(self, encoder: BertModel | ELMoModel, head: FeatureHead):
+
+class PieceWordVectors(nn.Module):
+    """Static word vectors for the pieces of a contextual encoder's input: each piece gets the
+    vector of the word it is part of, ELMo's x_k beside ELMo_k.
+
+    Words are the pieces put back together: a WordPiece "##" piece continues the word before
+    it, and a unigram piece continues it unless it begins with "▁". The word is then looked up
+    as the vectors' own tokenizer spells it (`tokenize_words`: lower-cased if they were
+    trained so; the mean when it splits into several words). Special tokens, words the
+    vectors do not know (fastText: unless an n-gram does) and words that are punctuation only
+    (which the static tokenizer drops) get zeros.
+
+    Args:
+        vectors: the static vectors (`bertology static train`).
+        pieces: the encoder's vocabulary, pieces[i] the string of id i.
+        tokenizer_model: "wordpiece" or "unigram", how pieces mark words.
+        special_ids: ids that belong to no word ([CLS], [SEP], [PAD], ...).
+    """
+
+    def __init__(self, vectors: StaticVectors, pieces: list[str], tokenizer_model: str, special_ids: list[int]):
         super().__init__()
+        if tokenizer_model not in ("wordpiece", "unigram"):
+            raise ValueError(f"tokenizer_model must be wordpiece or unigram, got {tokenizer_model!r}")
+        self.vectors, self.pieces, self.tokenizer_model = vectors, list(pieces), tokenizer_model
+        self.special_ids = frozenset(special_ids)
+        self._word_vectors: dict[str, torch.Tensor] = {}  # word as spelled by the pieces -> (S,)
+
+    @property
+    def hidden_size(self) -> int:
+        """S, the width of a word's vector."""
+        return self.vectors.hidden_size
+
+    def words(self, ids: list[int]) -> list[str | None]:
+        """The word each piece of one sequence belongs to, None for special tokens."""
+        words: list[str] = []
+        owner: list[int | None] = []  # owner[t]: the number of the word piece t belongs to
+        for i in ids:
+            if i in self.special_ids:
+                owner.append(None)
+                continue
+            piece = self.pieces[i]
+            if self.tokenizer_model == "wordpiece":
+                continues, text = piece.startswith("##"), piece[2:] if piece.startswith("##") else piece
+            else:
+                continues, text = not piece.startswith("\u2581"), piece.lstrip("\u2581")
+            if continues and owner and owner[-1] is not None:
+                words[owner[-1]] += text
+            else:
+                words.append(text)
+            owner.append(len(words) - 1)
+        return [None if k is None else words[k] for k in owner]
+
+    def word_vector(self, word: str) -> torch.Tensor:
+        """(S,) a word's vector: the mean of what `tokenize_words` makes of it, zeros if nothing."""
+        if word not in self._word_vectors:
+            found = [v for w in tokenize_words(word, self.vectors.config.lowercase)
+                     if (v := self.vectors.vector(w)) is not None]
+            self._word_vectors[word] = torch.stack(found).mean(0) if found else torch.zeros(self.hidden_size)
+        return self._word_vectors[word]
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) piece ids -> (B, T, S) float32, each piece's word vector (zeros at padding)."""
+        out = torch.zeros(*input_ids.shape, self.hidden_size)
+        for b, row in enumerate(input_ids.tolist()):
+            for t, word in enumerate(self.words(row)):
+                if word is not None:
+                    out[b, t] = self.word_vector(word)
+        return out.to(input_ids.device)
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """The vectors' directory, and the pieces the lookup reads (pieces.json)."""
+        directory = Path(directory)
+        self.vectors.save_pretrained(directory)
+        write_json_atomic(directory / PIECES_NAME, {"tokenizer_model": self.tokenizer_model, "pieces": self.pieces,
+                                                    "special_ids": sorted(self.special_ids)})
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path) -> PieceWordVectors:
+        """Load what `save_pretrained` wrote."""
+        directory = Path(directory)
+        try:
+            data = loads_json((directory / PIECES_NAME).read_text(encoding="utf-8"))
+            return cls(StaticVectors.from_pretrained(directory), data["pieces"], data["tokenizer_model"],
+                       data["special_ids"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise UserError(f"{directory}: cannot load the word vectors beside the feature head ({err})") from None
+
+
+class FeatureModel(nn.Module):
+    """A frozen encoder (a BERT or ELMo's biLM) and a feature head, called like a task model
+    (logits out); with `word_vectors`, each piece's static word vector goes in front of its
+    features, ELMo's [x_k; ELMo_k]."""
+
+    def __init__(self, encoder: BertModel | ELMoModel, head: FeatureHead, word_vectors: PieceWordVectors | None = None):
+        super().__init__()
+        if bool(head.config.word_vector_size) != (word_vectors is not None):
+            raise ValueError("the head's word_vector_size and the word vectors given disagree")
         self.encoder = encoder
         self.head = head
+        self.word_vectors = word_vectors
 
     def features(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
         """The combined layer features (B, T, [L,] H) the head reads."""
@@ -203,12 +310,17 @@ class FeatureModel(nn.Module):
         """Logits of the head over the encoder's features."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        return ModelOutput(logits=self.head(self.features(input_ids, attention_mask, token_type_ids), attention_mask))
+        word_vectors = None if self.word_vectors is None else self.word_vectors(input_ids)
+        return ModelOutput(logits=self.head(self.features(input_ids, attention_mask, token_type_ids), attention_mask,
+                                            word_vectors))
 
     def save_pretrained(self, directory: str | Path) -> None:
-        """The encoder in the usual layout plus feature_head.json / feature_head.safetensors."""
+        """The encoder in the usual layout plus feature_head.json / feature_head.safetensors
+        (and the word vectors in word_vectors/)."""
         directory = Path(directory)
         self.encoder.save_pretrained(directory)
+        if self.word_vectors is not None:
+            self.word_vectors.save_pretrained(directory / WORD_VECTORS_DIR)
         with atomic_path(directory / HEAD_WEIGHTS) as tmp:
             save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}, str(tmp))
         write_json_atomic(directory / HEAD_CONFIG, dataclasses.asdict(self.head.config))
@@ -223,4 +335,5 @@ class FeatureModel(nn.Module):
             head.load_state_dict(load_file(str(directory / HEAD_WEIGHTS)))
         except (OSError, ValueError, TypeError, RuntimeError) as err:
             raise UserError(f"{directory}: cannot load the feature head ({err})") from None
-        return cls(load_feature_encoder(directory), head).eval()
+        word_vectors = PieceWordVectors.from_pretrained(directory / WORD_VECTORS_DIR) if config.word_vector_size else None
+        return cls(load_feature_encoder(directory), head, word_vectors).eval()

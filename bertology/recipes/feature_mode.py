@@ -5,8 +5,10 @@ The encoder runs once over the training and dev rows; the chosen layers' token v
 and only the head trains, over many epochs, at the cost of the head alone. The head is a
 linear layer or, as in the paper's feature-based NER experiment (and TagLM before it), a
 two-layer BiLSTM before the classifier. Sentence tasks pool the token vectors (mean by
-default). The saved `FeatureModel` chains encoder and head, so `evaluate` and `predict`
-run it like any fine-tuned model."""
+default). With `--word-vectors DIR` each token's static word vector goes in front of its
+features, as ELMo's paper feeds its task models [x_k; ELMo_k] (models/features.py
+`PieceWordVectors`). The saved `FeatureModel` chains encoder, word vectors and head, so
+`evaluate` and `predict` run it like any fine-tuned model."""
 
 from __future__ import annotations
 
@@ -24,11 +26,14 @@ from ..models.features import (
     FeatureHead,
     FeatureModel,
     HeadConfig,
+    PieceWordVectors,
     feature_width,
     head_loss,
     load_feature_encoder,
     parse_layers,
 )
+from ..models import family_of
+from ..models.static import StaticVectors
 from ..ops import autocast, resolve_precision
 from ..tasks.inputs import Encoded, cache_key, collate, encode, in_row_order
 from ..tasks.readers import TaskSpec
@@ -63,14 +68,38 @@ def compute_features(model: FeatureModel, encoded: Encoded, pad_id: int, batch_s
     return rows
 
 
-def feature_batch(rows: list[torch.Tensor], features: list, kind: str, pad_id: int, regression: bool) -> dict:
-    """Pad cached features (and labels) of a batch of rows."""
-    batch = collate(features, kind, pad_id, regression)
-    width = batch["input_ids"].shape[1]
+def _pad(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    """(B, width, ...) the rows' (T_b, ...) tensors, zero-padded."""
     padded = torch.zeros((len(rows), width, *rows[0].shape[1:]), dtype=rows[0].dtype)
     for j, row in enumerate(rows):
         padded[j, : len(row)] = row
-    return {"features": padded, "attention_mask": batch["attention_mask"], **{k: batch[k] for k in ("labels",) if k in batch}}
+    return padded
+
+
+def feature_batch(rows: list[torch.Tensor], features: list, kind: str, pad_id: int, regression: bool,
+                  word_rows: list[torch.Tensor] | None = None) -> dict:
+    """Pad cached features (and the rows' word vectors, and labels) of a batch of rows."""
+    batch = collate(features, kind, pad_id, regression)
+    width = batch["input_ids"].shape[1]
+    words = {} if word_rows is None else {"word_vectors": _pad(word_rows, width)}
+    return {"features": _pad(rows, width), "attention_mask": batch["attention_mask"], **words,
+            **{k: batch[k] for k in ("labels",) if k in batch}}
+
+
+def open_word_vectors(directory: str, tokenizer) -> PieceWordVectors:
+    """`--word-vectors DIR`: static vectors looked up by the word each of `tokenizer`'s pieces belongs to."""
+    if family_of(directory).name != "static":
+        raise UserError(f"--word-vectors {directory}: not a static vectors directory (`bertology static train` "
+                        "writes one)")
+    pieces = tokenizer.convert_ids_to_tokens(range(len(tokenizer)))
+    return PieceWordVectors(StaticVectors.from_pretrained(directory), pieces, tokenizer.model, sorted(tokenizer.special_token_ids))
+
+
+def word_vector_rows(word_vectors: PieceWordVectors | None, encoded: Encoded) -> list[torch.Tensor] | None:
+    """Each row's (T, S) fp16 word vectors, or None without word vectors."""
+    if word_vectors is None:
+        return None
+    return [word_vectors(torch.tensor([f.input_ids]))[0].half() for f in encoded.features]
 
 
 class HeadModule(nn.Module):
@@ -83,7 +112,7 @@ class HeadModule(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
         """Loss of the head on a batch of cached features."""
-        logits = self.head(batch["features"], batch["attention_mask"])
+        logits = self.head(batch["features"], batch["attention_mask"], batch.get("word_vectors"))
         return StepOutput(head_loss(logits.float(), batch["labels"], self.head.config.kind, self.regression), {})
 
 
@@ -100,20 +129,28 @@ def train_feature_head(cfg, data, seed: int, out: Path) -> dict:
     describe_task(encoder.config, spec, data.settings)
     layers, combine = parse_layers(cfg.feature_layers, encoder.config.num_hidden_layers)
     regression = spec.regression
+    word_vectors = open_word_vectors(cfg.word_vectors, data.tokenizer) if cfg.word_vectors else None
     head = FeatureHead(HeadConfig(spec.kind, layers, combine, feature_width(encoder.config.hidden_size, layers, combine),
-                                  1 if regression else len(spec.labels), cfg.feature_head, cfg.feature_pooling))
-    model = FeatureModel(encoder, head)
+                                  1 if regression else len(spec.labels), cfg.feature_head, cfg.feature_pooling,
+                                  word_vector_size=0 if word_vectors is None else word_vectors.hidden_size))
+    model = FeatureModel(encoder, head, word_vectors)
     pad_id = data.tokenizer.pad_token_id
     cache = Path(cfg.cache_dir) / "features" if cfg.cache_dir else cache_root() / "features"
     train_rows = compute_features(model, data.train_encoded, pad_id, cfg.eval_batch_size, cfg.precision, cache, cfg.model)
     dev = {split: encode(spec, examples, data.tokenizer, data.settings, training=False) for split, examples in data.dev.items()}
     dev_rows = {split: compute_features(model, enc, pad_id, cfg.eval_batch_size, cfg.precision, cache, cfg.model)
                 for split, enc in dev.items()}
+    train_words = word_vector_rows(word_vectors, data.train_encoded)
+    dev_words = {split: word_vector_rows(word_vectors, enc) for split, enc in dev.items()}
+
+    def pick(rows: list[torch.Tensor] | None, indices: list[int]) -> list[torch.Tensor] | None:
+        return None if rows is None else [rows[i] for i in indices]
 
     features = data.train_encoded.features
 
     def make_batch(rows: list[int]) -> dict:
-        return feature_batch([train_rows[i] for i in rows], [features[i] for i in rows], spec.kind, pad_id, regression)
+        return feature_batch([train_rows[i] for i in rows], [features[i] for i in rows], spec.kind, pad_id, regression,
+                             pick(train_words, rows))
 
     batches = EpochBatches([len(f.input_ids) for f in features], cfg.batch_size, seed, make_batch)
     best = BestModel(out, data, cfg.resume, mode="features")
@@ -122,8 +159,10 @@ def train_feature_head(cfg, data, seed: int, out: Path) -> dict:
         results = {}
         for split, enc in dev.items():
             def head_logits(rows: list[int]) -> list:
-                batch = feature_batch([dev_rows[split][i] for i in rows], [enc.features[i] for i in rows], "none", pad_id, False)
-                return list(module.head(batch["features"], batch["attention_mask"]).float().numpy())
+                batch = feature_batch([dev_rows[split][i] for i in rows], [enc.features[i] for i in rows], "none", pad_id,
+                                      False, pick(dev_words[split], rows))
+                logits = module.head(batch["features"], batch["attention_mask"], batch.get("word_vectors"))
+                return list(logits.float().numpy())
 
             outputs = in_row_order([len(f.input_ids) for f in enc.features], cfg.eval_batch_size, head_logits)
             results.update(score(spec, data.dev[split], decode(spec, enc, outputs, data.dev[split], data.settings), split))

@@ -118,8 +118,10 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                                                        "elmo`) whose top states join after the first BiLSTM "
                                                        "(default: none, the tagger without a biLM)")
     word_vectors: str | None = setting(None, metavar="DIR",
-                                       help="--arch taglm: static vectors (`bertology static train`) the word "
-                                            "embeddings start from (default: none, learned from scratch)")
+                                       help="the task model's own word vectors (`bertology static train`): --arch "
+                                            "taglm starts its word embeddings from them; --mode features puts each "
+                                            "token's word vector in front of its features, as ELMo's paper feeds "
+                                            "[x_k; ELMo_k] to its task models (default: none)")
     seeds: int = setting(1, positive=True, help="run N seeds (--seed, --seed + 1, ...) and report the median "
                                                 "and spread")
     mode: str = setting("finetune", choices=MODES,
@@ -158,9 +160,14 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                 if path is not None and not Path(path).is_dir():
                     raise UserError(f"{flag} {path}: no such directory")
             return
-        if self.lm is not None or self.word_vectors is not None:
-            raise UserError(f"{'--lm' if self.lm is not None else '--word-vectors'} belongs to --arch taglm "
-                            "(TagLM's tagger); give --arch taglm, or leave it out")
+        if self.lm is not None:
+            raise UserError("--lm belongs to --arch taglm (TagLM's tagger); give --arch taglm, or leave it out")
+        if self.word_vectors is not None:
+            if self.mode != "features":
+                raise UserError("--word-vectors goes with --mode features (each token's word vector beside its "
+                                "features) or --arch taglm (the tagger's word embeddings); fine-tuning has none")
+            if not Path(self.word_vectors).is_dir():
+                raise UserError(f"--word-vectors {self.word_vectors}: no such directory")
         if not self.model:
             raise UserError("--model is required: the pre-trained model directory (only --arch taglm trains a "
                             "tagger without one)")
@@ -297,6 +304,9 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
             raise UserError(f"{cfg.model}: static word vectors have no encoder to fine-tune; use --mode features"
                             if family == "static" else f"{cfg.model}: CoVe is a fixed feature source, as in its "
                             "paper; use --mode features")
+        if cfg.word_vectors is not None:
+            what = "word vectors already" if family == "static" else "CoVe, whose features hold GloVe's vectors already"
+            raise UserError(f"--word-vectors go beside a contextual encoder's features; {cfg.model} is {what}")
         check_task(resolve_task(cfg))
         data, train_one, too_long = prepare_static_data(*read_task(cfg), open_word_features(cfg.model)), train_static_head, 0
     else:
