@@ -491,6 +491,23 @@ def read_counts(path: Path, words: list[str]) -> np.ndarray:
 # --- GloVe ---
 
 
+GLOVE_GRAD_CLIP = 100.0  # glove.c's grad_clip_value: each vector component's gradient is clipped to +-100
+
+
+def earlier_sums(index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """(N,) for each entry k, the sum of values[j] over the entries j < k with index[j] == index[k]
+    (a running sum per index, in batch order; vectorised: a stable sort by index and one cumsum)."""
+    order = torch.argsort(index, stable=True)
+    ordered, ordered_values = index[order], values[order]
+    running = ordered_values.cumsum(0)
+    first = torch.ones_like(ordered, dtype=torch.bool)  # the first entry of each index
+    first[1:] = ordered[1:] != ordered[:-1]
+    start = torch.cummax(torch.where(first, torch.arange(len(index)), 0), 0).values  # its index's first entry
+    earlier = torch.empty_like(values)
+    earlier[order] = running - ordered_values - (running[start] - ordered_values[start])
+    return earlier
+
+
 def glove_weight(x: torch.Tensor, x_max: float, alpha: float) -> torch.Tensor:
     """GloVe's weighting f(x) = min(1, (x / x_max)^alpha) of a co-occurrence count x > 0."""
     return (x / x_max).pow(alpha).clamp(max=1.0)
@@ -527,13 +544,19 @@ def glove_loss_and_gradients(words: torch.Tensor, contexts: torch.Tensor, rows: 
 class GloVe:
     """GloVe's parameters and AdaGrad over shuffled mini-batches of co-occurrence entries.
 
-    As glove.c: vectors and biases start uniform in [-0.5/D, 0.5/D]; AdaGrad's step is
-    lr * g / sqrt(G), where G starts at 1 and sums the squares of the steps' numerators lr * g
-    (glove.c scales the gradient by eta before accumulating it, so G grows 1/lr^2 times slower
-    than the textbook sum of g^2); each entry's step uses G from before it. Unlike glove.c, which
-    updates one entry at a time (Hogwild threads), a mini-batch's entries all see the
-    parameters from before the batch and their steps are added (`index_add_`): one vectorised
-    update per batch, no Python loop per entry. The final vectors are W + W~, as the paper's.
+    As glove.c: vectors and biases start uniform in [-0.5/D, 0.5/D]; AdaGrad's step on a vector
+    component is lr * g / sqrt(G), where G starts at 1 and sums the squares of the steps'
+    numerators lr * g (glove.c scales the gradient by eta before accumulating it, so G grows
+    1/lr^2 times slower than the textbook sum of g^2), g clipped to [-100, 100] first; a bias
+    steps by g / sqrt(G) with G summing g^2, no lr (glove.c's bias update has no eta: the biases
+    move 1/lr times faster than the vectors). glove.c updates one entry at a time (Hogwild
+    threads); here a mini-batch's gradients all come from the parameters before the batch and
+    their steps are added (`index_add_`: one vectorised update per batch, no Python loop per
+    entry), each vector step divided by G from before the batch. A bias step instead divides
+    by G as glove.c has it at that entry's turn, G before the batch plus the squares of the same
+    row's earlier steps in the batch (`earlier_sums`): a frequent word takes hundreds of
+    entries in one batch, and at the biases' rate of 1 their steps added at full size diverge.
+    The final vectors are W + W~, as the paper's.
 
     Args:
         vocab_size, vector_size: V and D.
@@ -558,8 +581,12 @@ class GloVe:
                                                                    self.x_max, self.alpha)
         vocab_size = len(self.words)
         for index, gradient in ((rows, words_grad), (cols + vocab_size, contexts_grad)):
-            scaled = gradient * self.lr  # glove.c's temp1 = eta * fdiff * w
-            self.table.index_add_(0, index, scaled * self.grad_squares.index_select(0, index).rsqrt(), alpha=-1.0)
+            scaled = gradient.clone()  # the bias column (last) as it is: glove.c's bias step has no eta
+            scaled[:, :-1] = gradient[:, :-1].clamp(-GLOVE_GRAD_CLIP, GLOVE_GRAD_CLIP) * self.lr  # temp1 = clip(fdiff * w) * eta
+            sums = self.grad_squares.index_select(0, index)  # (N, D + 1) G before the batch
+            bias_squares = scaled[:, -1].double().square()
+            sums[:, -1] += earlier_sums(index, bias_squares).float()  # a bias's G at its entry's turn
+            self.table.index_add_(0, index, scaled * sums.rsqrt(), alpha=-1.0)
             self.grad_squares.index_add_(0, index, scaled.square())
         return float(loss)
 

@@ -14,6 +14,7 @@ from bertology.errors import UserError
 from bertology.models import family_of
 from bertology.models.static import (
     GloVe,
+    earlier_sums,
     StaticConfig,
     StaticVectors,
     glove_loss_and_gradients,
@@ -264,40 +265,57 @@ def test_glove_loss_and_gradients_match_a_slow_direct_computation():
     assert numeric == pytest.approx(gW[1][2], rel=1e-6)
 
 
-def test_glove_adagrad_step_matches_the_per_entry_rule():
+def glove_c_batch(table, grad_squares, entries, lr, vocab_size):
+    """glove.c's AdaGrad (its train_glove_thread loop) written out entry by entry, as a mini-batch
+    takes it: the gradients from the parameters before the batch; a vector component divided by
+    G before the batch, a bias (no eta) by G at its entry's turn. Returns the new (table,
+    grad_squares), float64 lists."""
+    before, squares_before = [list(r) for r in table], [list(r) for r in grad_squares]
+    table, grad_squares = [list(r) for r in table], [list(r) for r in grad_squares]
+    dim = len(table[0]) - 1
+    for i, j, x in entries:
+        w, c = before[i], before[vocab_size + j]
+        diff = sum(w[b] * c[b] for b in range(dim)) + w[dim] + c[dim] - math.log(x)
+        fdiff = min(1.0, (x / 100.0) ** 0.75) * diff
+        for row, other in ((i, c), (vocab_size + j, w)):
+            for b in range(dim):
+                temp = max(min(fdiff * other[b], 100.0), -100.0) * lr
+                table[row][b] -= temp / math.sqrt(squares_before[row][b])
+                grad_squares[row][b] += temp * temp
+            table[row][dim] -= fdiff / math.sqrt(grad_squares[row][dim])
+            grad_squares[row][dim] += fdiff * fdiff
+    return table, grad_squares
+
+
+def test_glove_adagrad_steps_match_the_rule_written_out_entry_by_entry():
+    """A batch in which words and context words repeat: each bias divides by G at its own turn."""
     glove = GloVe(vocab_size=3, vector_size=2, lr=0.1, seed=1)
-    before = glove.table.clone()
-    rows, cols, counts = torch.tensor([0, 0]), torch.tensor([1, 2]), torch.tensor([4.0, 9.0])
-    words, contexts = before[:3].double(), before[3:].double()
-    _, gW, gWc, gb, gbc = slow_glove([[0, 4.0, 9.0], [0, 0, 0], [0, 0, 0]], words[:, :2].tolist(),
-                                     contexts[:, :2].tolist(), words[:, 2].tolist(), contexts[:, 2].tolist())
-    glove.step(rows, cols, counts)
-    # squared-gradient sums start at 1, so the first step is lr * gradient, summed over the entries
-    expected_words = words - 0.1 * torch.tensor([[*g, gb_] for g, gb_ in zip(gW, gb)])
-    expected_contexts = contexts - 0.1 * torch.tensor([[*g, gbc_] for g, gbc_ in zip(gWc, gbc)])
-    assert torch.allclose(glove.table[:3].double(), expected_words, atol=1e-6)
-    assert torch.allclose(glove.table[3:].double(), expected_contexts, atol=1e-6)
-    # word 0 took two entries' steps: its sums grew by each entry's (lr * gradient)^2 (glove.c), not the sum's
-    entry_grads = [contexts[j, :2].numpy() * f * d for j, f, d in zip((1, 2), *_weights_and_diffs(words, contexts))]
-    assert np.allclose(glove.grad_squares[0, :2].numpy(), 1 + sum((0.1 * g) ** 2 for g in entry_grads), atol=1e-7)
-    # a second step divides by the square root of those sums
-    before = glove.table.clone()
-    squares = glove.grad_squares.clone()
-    glove.step(torch.tensor([1]), torch.tensor([0]), torch.tensor([2.0]))
-    w1, c0 = before[1].double(), before[3].double()
-    inner = float(w1[:2] @ c0[:2] + w1[2] + c0[2]) - math.log(2.0)
-    f = (2.0 / 100) ** 0.75
-    expected = w1[:2] - 0.1 * f * inner * c0[:2] / squares[1, :2].double().sqrt()
-    assert torch.allclose(glove.table[1, :2].double(), expected, atol=1e-7)
+    glove.table.mul_(20)  # gradients far from zero, so that the order of the sums shows
+    batches = [[(0, 1, 4.0), (0, 2, 9.0), (1, 1, 150.0), (0, 0, 2.0), (2, 1, 30.0)], [(1, 0, 2.0), (0, 1, 4.0)]]
+    table, squares = glove.table.double().tolist(), glove.grad_squares.double().tolist()
+    for batch in batches:
+        table, squares = glove_c_batch(table, squares, batch, 0.1, 3)
+        rows, cols, counts = (torch.tensor(v) for v in zip(*batch))
+        glove.step(rows, cols, counts.float())
+        assert torch.allclose(glove.grad_squares.double(), torch.tensor(squares, dtype=torch.float64), rtol=1e-5)
+        assert torch.allclose(glove.table.double(), torch.tensor(table, dtype=torch.float64), rtol=1e-4, atol=1e-5)
 
 
-def _weights_and_diffs(words, contexts):
-    """(f(X), inner - log X) of the entries (0, 1, X=4) and (0, 2, X=9) of the test above."""
-    fs, diffs = [], []
-    for j, x in ((1, 4.0), (2, 9.0)):
-        fs.append(min(1.0, (x / 100) ** 0.75))
-        diffs.append(float(words[0, :2] @ contexts[j, :2] + words[0, 2] + contexts[j, 2]) - math.log(x))
-    return fs, diffs
+def test_earlier_sums_add_up_the_same_index_s_earlier_entries():
+    index = torch.tensor([3, 1, 3, 3, 0, 1])
+    values = torch.tensor([1.0, 10.0, 100.0, 1000.0, 5.0, 20.0], dtype=torch.float64)
+    assert earlier_sums(index, values).tolist() == [0.0, 0.0, 1.0, 101.0, 0.0, 10.0]
+
+
+def test_glove_clips_each_vector_gradient_at_100_as_glove_c_but_not_the_bias():
+    glove = GloVe(vocab_size=2, vector_size=1, lr=0.1)
+    glove.table.zero_()
+    glove.table[0, 0] = glove.table[3, 0] = 50.0  # word 0's and context 1's vectors: w . w~ = 2500
+    glove.step(torch.tensor([0]), torch.tensor([1]), torch.tensor([200.0]))  # f(200) = 1
+    diff = 2500 - math.log(200.0)  # gradient of w_0: diff * 50 = 1.2e5, clipped to 100, times lr
+    assert glove.table[0, 0].item() == pytest.approx(50 - 0.1 * 100)
+    assert glove.table[0, 1].item() == pytest.approx(-diff, rel=1e-5)  # the bias: unclipped, no lr
+    assert glove.grad_squares[0, 0].item() == pytest.approx(1 + (0.1 * 100) ** 2)
 
 
 @pytest.mark.slow

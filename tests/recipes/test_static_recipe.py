@@ -67,12 +67,17 @@ def settings(corpus: Path, out: Path, method: str, **changes) -> StaticTrainConf
     return StaticTrainConfig(**{**base, **changes})
 
 
+TOY_SETTINGS = {"glove": {"x_max": 10.0}}
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, corpus) -> dict:
     """Each method trained once: method -> (output directory, summary). About 4 s on 2 idle
     cores: the tests that use it are marked slow."""
     root = tmp_path_factory.mktemp("trained")
-    return {method: (root / method, train(settings(corpus, root / method, method)))
+    # GloVe at glove.c's small-corpus x_max (its demo.sh): at 100, every count of this toy corpus
+    # (at most a few dozen) would weigh little
+    return {method: (root / method, train(settings(corpus, root / method, method, **TOY_SETTINGS.get(method, {}))))
             for method in ("word2vec", "fasttext", "glove")}
 
 
