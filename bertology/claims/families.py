@@ -27,8 +27,9 @@ Columns: SST-2, MRPC (accuracy), STS-B (Spearman, as the BERT paper reports it),
 families take claim 3's recipe per column (GLUE_RECIPE for SST-2 and MRPC, MRPC's for STS-B,
 SPAN_AND_TOKEN_TASKS for CoNLL-2003 and SQuAD, T5's SQuAD at 384 tokens) at claim 3's rate,
 ULMFiT the same data at its own classifier's settings; the feature families (static, CoVe,
-ELMo) the same data under claim 1's heads over frozen features (ELMo's layers by its learned
-scalar mix). WiC is `bertology wic`'s probe (a logistic regression on the target word's vectors,
+ELMo) the same data under claim 1's heads over frozen features, each as its paper feeds a task
+model: CoVe as [GloVe; CoVe], ELMo as [word2vec; ELMo] (`finetune --word-vectors`: the static
+row's vectors in front of ELMo's learned scalar mix). WiC is `bertology wic`'s probe (a logistic regression on the target word's vectors,
 deterministic: one number, no seeds), the best layer's dev accuracy and its name. A cell the
 package refuses (it raises UserError) is n/a with the refusal's words in a footnote: nothing
 stands in for a family that cannot do a task.
@@ -223,6 +224,8 @@ def cell_runner(experiment: Experiment, family: str, models: dict[str, Path], se
         head = FEATURE_HEADS["CoNLL-2003" if task == "conll2003" else "SST-2"]
         features = {"mode": "features", "feature_head": head["feature_head"], "epochs": head["epochs"],
                     "lr": FEATURE_HEAD_LR, "feature_layers": "mix" if family == ELMO_ROW else "sum_last_four"}
+        if family == ELMO_ROW:  # ELMo's paper: [x_k; ELMo_k], the task model's word vectors beside ELMo's
+            features["word_vectors"] = str(models[STATIC])
         return lambda: experiment.finetuned(name, model=str(models[family]), task=task, data=str(data),
                                             **{**recipe, **features})
     if family == ULMFIT:
@@ -363,8 +366,9 @@ def notes(experiment: Experiment) -> list[str]:
         f"Feature families (static, CoVe, ELMo): the encoder frozen, claim 1's heads on each column's training data "
         f"(SST-2, MRPC and STS-B: {FEATURE_HEADS['SST-2']['feature_head']} over mean-pooled features, "
         f"{FEATURE_HEADS['SST-2']['epochs']} epochs; CoNLL-2003: the BERT paper's two-layer BiLSTM, "
-        f"{FEATURE_HEADS['CoNLL-2003']['epochs']} epochs; lr {FEATURE_HEAD_LR:g}); CoVe's features are [GloVe; CoVe], "
-        "ELMo's its learned scalar mix of the token layer and both LSTMs.",
+        f"{FEATURE_HEADS['CoNLL-2003']['epochs']} epochs; lr {FEATURE_HEAD_LR:g}); each as its paper feeds a task "
+        "model: CoVe's features are [GloVe; CoVe], ELMo's [word2vec; ELMo], the static row's vectors in front of "
+        "ELMo's learned scalar mix of the token layer and both LSTMs (its WiC probe reads the biLM's layers alone).",
         f"ULMFiT: the AWD-LSTM language model fine-tuned as a language model on each task's training text for "
         f"{TARGET_LM['max_steps']} steps (ULMFiT's second stage, the labels unused), then "
         f"its classifier on the column's data at lr {ULMFIT_CLASSIFIER['lr']:g} with discriminative rates (x "
