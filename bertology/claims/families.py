@@ -29,8 +29,9 @@ SPAN_AND_TOKEN_TASKS for CoNLL-2003 and SQuAD, T5's SQuAD at 384 tokens) at clai
 ULMFiT the same data at its own classifier's settings; the feature families (static, CoVe,
 ELMo) the same data under claim 1's heads over frozen features, each as its paper feeds a task
 model: CoVe as [GloVe; CoVe], ELMo as [word2vec; ELMo] (`finetune --word-vectors`: the static
-row's vectors in front of ELMo's learned scalar mix). WiC is `bertology wic`'s probe (a logistic regression on the target word's vectors,
-deterministic: one number, no seeds), the best layer's dev accuracy and its name. A cell the
+row's vectors in front of ELMo's learned scalar mix). WiC is `bertology wic`'s probe (a
+logistic regression on the target word's vectors, deterministic: one number, no seeds), the
+best layer's dev accuracy and its name. A cell the
 package refuses (it raises UserError) is n/a with the refusal's words in a footnote: nothing
 stands in for a family that cannot do a task.
 
