@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import atomic_path, cache_root
 from ..inference.modeldir import describe_task
@@ -86,13 +87,14 @@ def feature_batch(rows: list[torch.Tensor], features: list, kind: str, pad_id: i
             **{k: batch[k] for k in ("labels",) if k in batch}}
 
 
-def open_word_vectors(directory: str, tokenizer) -> PieceWordVectors:
+def open_word_vectors(directory: str, tokenizer: Tokenizer) -> PieceWordVectors:
     """`--word-vectors DIR`: static vectors looked up by the word each of `tokenizer`'s pieces belongs to."""
     if family_of(directory).name != "static":
         raise UserError(f"--word-vectors {directory}: not a static vectors directory (`bertology static train` "
                         "writes one)")
     pieces = tokenizer.convert_ids_to_tokens(range(len(tokenizer)))
-    return PieceWordVectors(StaticVectors.from_pretrained(directory), pieces, tokenizer.model, sorted(tokenizer.special_token_ids))
+    return PieceWordVectors(StaticVectors.from_pretrained(directory), pieces, tokenizer.model,
+                            sorted(tokenizer.special_token_ids))
 
 
 def word_vector_rows(word_vectors: PieceWordVectors | None, encoded: Encoded) -> list[torch.Tensor] | None:
