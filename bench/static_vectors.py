@@ -1,6 +1,6 @@
 """Static word vectors on the shared corpus: word2vec, fastText and GloVe side by side, and GloVe's speed.
 
-Trains each method with `bertology.recipes.static.train` on WikiText-2 valid + test and the
+Trains each method with `bertology.recipes.static_vectors.train` on WikiText-2 valid + test and the
 Project Gutenberg books (the same corpus, tokenizer, vocabulary rule and held-out documents
 for all three), each under a training budget, and prints one table: method, dimension,
 training time, WordSim-353 and SimLex-999 Spearman, 3CosAdd analogy accuracy, and OOV counts.
@@ -38,7 +38,7 @@ import torch
 
 from bertology.data.cooccurrence import CooccurrenceCounter
 from bertology.models.static import GloVe
-from bertology.recipes.static import (StaticTrainConfig, evaluate_vectors, import_vectors, tokenize_corpus, train,
+from bertology.recipes.static_vectors import (StaticTrainConfig, evaluate_vectors, import_vectors, tokenize_corpus, train,
                                       vocabulary)
 
 REPO = Path(__file__).resolve().parents[1]

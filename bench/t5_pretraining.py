@@ -29,7 +29,7 @@ import transformers  # noqa: E402
 
 from bertology.data.tokenizer import train_tokenizer  # noqa: E402
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration  # noqa: E402
-from bertology.training.objectives import SpanCorruption  # noqa: E402
+from bertology.training.objectives import build_objective  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,8 +44,8 @@ def corrupted_batches(text: Path, vocab_size: int, seq_len: int, batch_size: int
             for k in range(0, width * batch_size * count, width)]
     special = dict(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id,
                    eos_token_id=tokenizer.sep_token_id, decoder_start_token_id=tokenizer.pad_token_id)
-    objective = SpanCorruption(T5Config(**special, num_layers=1, d_model=8, d_kv=8, d_ff=8, num_heads=1),
-                               tokenizer.sentinel_token_ids)
+    objective = build_objective("t5", T5Config(**special, num_layers=1, d_model=8, d_kv=8, d_ff=8, num_heads=1), None,
+                                sentinel_ids=tokenizer.sentinel_token_ids)
     generator = torch.Generator().manual_seed(0)
     batches = []
     for start in range(0, len(rows), batch_size):

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from bertology.data.tokenizer import Tokenizer
-from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
+from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLMHeadModel
 from bertology.recipes.finetune import FinetuneConfig, run_finetuning
 from bertology.recipes.pretrain import PretrainConfig, run_pretraining
 
@@ -71,7 +71,7 @@ def random_model(out: Path, like: Path) -> Path:
     """An AWD-LSTM of `like`'s config and tokenizer with random weights: the no-LM baseline."""
     if not (out / "model.safetensors").is_file():
         torch.manual_seed(0)
-        AWDLSTMLanguageModel(AWDLSTMConfig.load(like)).save_pretrained(out)
+        AWDLSTMLMHeadModel(AWDLSTMConfig.load(like)).save_pretrained(out)
         Tokenizer.from_pretrained(like).save_pretrained(out)
     return out
 

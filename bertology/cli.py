@@ -34,6 +34,7 @@ from . import __version__
 from .config import (
     alternatives,
     bounds_problem,
+    choices_of,
     default_of,
     option_name,
     read_settings,
@@ -42,7 +43,7 @@ from .config import (
     setting_types,
 )
 from .errors import UserError
-from .models import resolve_model_dir
+from .models import family_named, resolve_model_dir
 
 # ----- settings dataclasses of the small commands (the others are beside their code) -------------
 
@@ -206,8 +207,8 @@ def add_setting(group: argparse._ArgumentGroup, name: str, field: dataclasses.Fi
         options["nargs"] = "+" if get_origin(kind) is list else len(get_args(kind))
         kind = get_args(kind)[0]
     options["type"] = checked_type(kind, field)
-    if meta["choices"]:  # listed here, checked by the settings' owner (one message for flag, file and Python)
-        options["metavar"] = "{" + ",".join(map(str, meta["choices"])) + "}"
+    if choices := choices_of(field):  # listed here, checked by the settings' owner (one message for flag, file and Python)
+        options["metavar"] = "{" + ",".join(map(str, choices)) + "}"
     elif meta["metavar"]:
         options["metavar"] = meta["metavar"]
     if meta["positional"]:
@@ -304,41 +305,17 @@ def epochs(count: float) -> str:
 
 def run_pretrain(cfg: Any) -> None:
     """Pre-train, then say what was trained, how fast, how well, and where it is."""
-    from .models.awd_lstm import AWDLSTMConfig
-    from .models.bert import BertConfig
-    from .models.elmo import ELMoConfig
-    from .models.gpt import GPTConfig
-    from .models.t5 import T5Config
-    from .models.xlnet import XLNetConfig
     from .recipes.pretrain import run_pretraining
 
     if run_pretraining(cfg) == "interrupted":
         raise KeyboardInterrupt  # the loop has said where its checkpoint is
     out = Path(cfg.out)
-    if cfg.arch == "gpt":
-        gpt = GPTConfig.load(out)
-        kind, layers, width, vocab = f"{gpt.model_type} decoder", gpt.n_layer, gpt.n_embd, gpt.vocab_size
-    elif cfg.arch == "t5":
-        t5 = T5Config.load(out)
-        kind, layers, width, vocab = "encoder-decoder", f"{t5.num_layers}+{t5.num_decoder_layers}", t5.d_model, t5.vocab_size
-    elif cfg.arch == "xlnet":
-        xlnet = XLNetConfig.load(out)
-        kind, layers, width, vocab = "XLNet (two-stream)", xlnet.n_layer, xlnet.d_model, xlnet.vocab_size
-    elif cfg.arch == "awd-lstm":
-        lstm = AWDLSTMConfig.load(out)
-        kind, layers, width, vocab = "AWD-LSTM", lstm.n_layers, f"{lstm.emb_sz}/{lstm.n_hid}", lstm.vocab_size
-    elif cfg.arch == "elmo":
-        elmo = ELMoConfig.load(out)
-        kind, layers, width, vocab = "ELMo biLM", f"2 x {elmo.n_layers}", f"{elmo.projection_dim}/{elmo.lstm_dim}", \
-            elmo.vocab_size
-    else:
-        bert = BertConfig.load(out)
-        kind, layers, width, vocab = "encoder", bert.num_hidden_layers, bert.hidden_size, bert.vocab_size
+    spec = family_named(cfg.arch).spec
+    model = spec.describe(spec.config_class.load(out))
     speed, held_out = training_summary([out])
     source = f"a {Path(cfg.model_config).name}" if cfg.model_config else \
         f"{Path(cfg.init).name}, further" if cfg.init else f"a {cfg.preset}"
-    print(f"pre-trained {source} {kind} ({cfg.objective} objective; {layers} layers, {width} wide, "
-          f"{vocab:,}-token vocabulary): {speed}")
+    print(f"pre-trained {source} {model} with the {cfg.objective} objective: {speed}")
     print("held-out: " + ", ".join(f"{key} {value:.4f}" for key, value in held_out.items()))
     print(f"wrote the model, its tokenizer, metrics.jsonl and training_curves.png to {out}")
 
@@ -361,9 +338,9 @@ def run_finetune(cfg: Any) -> None:
     speed, _ = training_summary(runs, round(recorded["train_examples"] * cfg.epochs) * len(runs))
     print_results(results)
     how = "trained a feature-based head on" if cfg.mode == "features" else "fine-tuned"
-    if cfg.arch == "taglm":
-        how = "trained TagLM's tagger " + (f"reading the biLM {cfg.lm}" if cfg.lm else "without a biLM")
-    model = "" if cfg.arch == "taglm" else f" {cfg.model}"
+    model = f" {cfg.model}"
+    if cfg.arch != "head":  # a family trained from scratch by a recipe of its own
+        how, model = import_module(family_named(cfg.arch).recipe).describe_run(cfg), ""
     print(f"{how}{model} for {cfg.task}, {recorded['train_examples']:,} training examples x "
           f"{epochs(cfg.epochs)}{f' x {len(runs)} seeds' if len(runs) > 1 else ''}: {speed}")
     if len(runs) > 1:
@@ -464,14 +441,15 @@ def run_generate(cfg: Any) -> None:
 
 def run_wic(cfg: Any) -> None:
     """Probe the model's layers on WiC and print the table."""
-    from .uses.wic import format_results, run_wic as probe
+    from .uses.wic import format_results
+    from .uses.wic import run_wic as probe
 
     print(format_results(probe(cfg)))
 
 
 def run_static_train(cfg: Any) -> None:
     """Train (or import) static vectors and print the summary with the evaluation."""
-    from .recipes.static import format_summary, train
+    from .recipes.static_vectors import format_summary, train
 
     print(format_summary(train(cfg)))
     print(f"wrote the vectors, config.json, metrics.jsonl, training_curves.png and results.json to {cfg.out}")
@@ -479,14 +457,14 @@ def run_static_train(cfg: Any) -> None:
 
 def run_static_evaluate(cfg: Any) -> None:
     """Score the vectors on the word-similarity and analogy benchmarks."""
-    from .recipes.static import evaluate, format_evaluation
+    from .recipes.static_vectors import evaluate, format_evaluation
 
     print(format_evaluation(evaluate(cfg)))
 
 
 def run_static_neighbors(cfg: Any) -> None:
     """Print each word's nearest neighbours."""
-    from .recipes.static import format_neighbors, neighbors
+    from .recipes.static_vectors import format_neighbors, neighbors
 
     print(format_neighbors(neighbors(cfg)))
 
@@ -627,15 +605,15 @@ COMMANDS = [
             "[v1; v2; v1*v2; |v1-v2|] trained on WiC's train "
             "split, accuracy on its dev split (the paper: chance 50.0, ELMo 57.7, BERT-large 65.5)."),
     Command("static train", "train word2vec, fastText or GloVe vectors on a corpus (or import a vectors file)",
-            ".recipes.static:StaticTrainConfig", run_static_train, config_file=True,
+            ".recipes.static_vectors:StaticTrainConfig", run_static_train, config_file=True,
             description="Train static word vectors (one per word type) on the same corpus readers as pretrain: "
             "word2vec and fastText through gensim, GloVe in bertology. Holds out a share of the documents for "
             "OOV rates, evaluates on WordSim-353, SimLex-999 and the Google analogies, and writes a vectors "
             "directory usable wherever a model directory is." + FLAGS_OR_FILE),
     Command("static evaluate", "Spearman on WordSim-353 and SimLex-999, 3CosAdd accuracy on the Google analogies",
-            ".recipes.static:StaticEvalConfig", run_static_evaluate),
+            ".recipes.static_vectors:StaticEvalConfig", run_static_evaluate),
     Command("static neighbors", "the nearest neighbours of words (fastText: also of words never seen)",
-            ".recipes.static:StaticNeighborsConfig", run_static_neighbors),
+            ".recipes.static_vectors:StaticNeighborsConfig", run_static_neighbors),
     Command("translate train", "train CoVe's English-to-German attentional LSTM translation model (Multi30k)",
             ".recipes.translate:TranslateTrainConfig", run_translate_train, config_file=True,
             description="Train McCann et al.'s MT-LSTM encoder-decoder on a parallel corpus folder ({split}.en, "

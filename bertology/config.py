@@ -1,7 +1,7 @@
 """Settings: one dataclass per command, each field a command-line flag and a config-file key.
 
 A command's settings are a dataclass composed of shared groups of fields (the task's and its
-files' below, the loop's in training/loop.py, the epoch recipes' in training/tasks.py) and
+files' below, the loop's in training/loop.py, the epoch recipes' in recipes/task_training.py) and
 its own. Each field is declared once with `setting(default, help=..., choices=...)`: its
 default, help text and checks live in the field's metadata. From it the command line makes the flag
 (cli.py), `read_settings` checks a TOML or JSON `--config` file (flags win over the file),
@@ -32,7 +32,7 @@ else:  # Python 3.10: the same parser, published as tomli before it joined the s
 
 
 def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], Any] | None = None,
-            choices: Sequence | None = None, metavar: str | tuple[str, ...] | None = None, required: bool = False,
+            choices: Sequence | Callable[[], Sequence] | None = None, metavar: str | tuple[str, ...] | None = None, required: bool = False,
             positive: bool = False, minimum: float | None = None, positional: bool = False,
             output: str | None = None, model_dir: bool = False) -> Any:
     """A dataclass field that is also a flag and a config-file key.
@@ -44,7 +44,8 @@ def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], 
             already says what it is ("default: ..."), as it must for a None default.
         default_factory: instead of `default`, a function computing it when a config is made
             (e.g. a folder from an environment variable).
-        choices: the allowed values (listed in `--help`, checked by `check_settings`).
+        choices: the allowed values (listed in `--help`, checked by `check_settings`), or a function
+            giving them when asked (a registry that plug-ins may add to: `models.architectures`).
         metavar: the value's name in `--help` (e.g. DIR, FILE).
         required: `--help` shows the flag as required; the command line asks for it unless
             the config file has it, and `check_settings` refuses an empty value.
@@ -55,7 +56,9 @@ def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], 
         model_dir: the setting names a model: a directory, or the name of a model an installed
             pip package ships (`all-MiniLM-L6-v2`), which the command line resolves to its folder.
     """
-    metadata = {"help": help, "choices": tuple(choices) if choices is not None else None, "metavar": metavar,
+    if choices is not None and not callable(choices):
+        choices = tuple(choices)
+    metadata = {"help": help, "choices": choices, "metavar": metavar,
                 "required": required, "positive": positive, "minimum": minimum, "positional": positional,
                 "output": output, "model_dir": model_dir}
     if isinstance(default, (list, dict)):
@@ -128,9 +131,15 @@ def type_name(hint: Any) -> str:
     return str(hint).replace("typing.", "")
 
 
+def choices_of(field: dataclasses.Field) -> tuple | None:
+    """A setting's allowed values, None when any value goes."""
+    choices = field.metadata["choices"]
+    return tuple(choices()) if callable(choices) else choices
+
+
 def value_problem(field: dataclasses.Field, value: Any) -> str | None:
     """What is wrong with a setting's value by its choices and bounds ("must be positive, got 0"), or None."""
-    choices = field.metadata["choices"]
+    choices = choices_of(field)
     if value is not None and choices is not None and value not in choices:
         return f"must be one of {', '.join(map(str, choices))}, got {value!r}"
     return bounds_problem(field, value)
@@ -214,7 +223,7 @@ class TaskConfig(TaskFiles):
     """The task.
 
     With TaskFiles's fields, what every task recipe (fine-tuning, the feature-based mode,
-    distillation) reads its splits with (training/tasks.py).
+    distillation) reads its splits with (tasks/splits.py).
     """
 
     task: str = setting("", required=True,

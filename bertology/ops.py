@@ -175,6 +175,13 @@ def cross_entropy_with_accuracy(logits: torch.Tensor, targets: torch.Tensor,
     return _ChunkedCrossEntropy.apply(logits, targets, chunk_rows)
 
 
+def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions (B, S) counted from each sequence's first real token (`attention_mask` (B, S),
+    1 = real), so that a left-padded prompt gets the positions it would have alone; what
+    transformers' generate passes as position_ids."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
 # ----- precision -----------------------------------------------------------------------------
 
 PRECISIONS = ("auto", "fp32", "bf16")

@@ -20,12 +20,12 @@ from bertology.cli import main
 from bertology.data.token_stream import StreamBatches
 from bertology.data.tokenizer import train_tokenizer
 from bertology.inference.modeldir import describe_task
-from bertology.models.elmo import ELMoConfig, ELMoLanguageModel, character_ids
+from bertology.models.bert import SPEC as BERT
+from bertology.models.elmo import ELMoConfig, ELMoLMHeadModel, character_ids
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.tasks.inputs import InputSettings
 from bertology.tasks.readers import TASKS
-from bertology.training.tasks import MODEL_FOR_KIND
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
@@ -71,7 +71,7 @@ def save_task_model(directory: Path, tokenizer_dir: Path, task: str | None = Non
         spec = TASKS[task]
         config.num_labels = len(spec.labels) if spec.labels else 1
         config.id2label = dict(enumerate(spec.labels)) if spec.labels else None
-        model = MODEL_FOR_KIND[spec.kind](config)
+        model = BERT.heads[spec.kind](config)
         head = model.qa_outputs if spec.kind == "span" else model.classifier.dense
         with torch.no_grad():
             head.weight.mul_(head_scale)
@@ -157,7 +157,7 @@ def save_tiny_elmo(directory: Path, tokenizer: Tokenizer, projection_dim: int = 
     torch.manual_seed(0)
     config = ELMoConfig(vocab_size=tokenizer.vocab_size, filters=[[1, 8], [2, 8], [3, 16]], n_highway=1,
                         projection_dim=projection_dim, lstm_dim=lstm_dim)
-    model = ELMoLanguageModel(config)
+    model = ELMoLMHeadModel(config)
     spellings = tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
     model.bilm.token_encoder.char_ids.copy_(character_ids(spellings, config.max_characters_per_token))
     model.save_pretrained(directory)

@@ -11,12 +11,13 @@ import pytest
 
 from bertology import UserError
 from bertology.cli import COMMANDS, build_parser, parse
-from bertology.config import check_settings, read_settings, setting_fields, setting_types
+from bertology.config import check_settings, choices_of, read_settings, setting_fields, setting_types
+from bertology.models import family_named
 from bertology.recipes.distill import DistillConfig
 from bertology.recipes.finetune import FinetuneConfig
 from bertology.recipes.pretrain import PretrainConfig
+from bertology.recipes.task_training import EpochLoop, epoch_train_config
 from bertology.training.loop import LoopConfig, TrainConfig
-from bertology.training.tasks import EpochLoop, epoch_train_config
 from bertology.uses.embed import EmbedConfig
 from bertology.uses.serve import ServeConfig
 
@@ -135,8 +136,8 @@ def test_every_flag_comes_from_a_setting_with_help_and_its_default(command):
         assert argument.required == field.metadata["required"] or field.metadata["positional"], argument.dest
         assert ("(required)" in argument.help) == field.metadata["required"], argument.dest
         assert "default" in argument.help or field.metadata["required"], (command.name, argument.dest, argument.help)
-        if field.metadata["choices"]:
-            assert argument.metavar == "{" + ",".join(map(str, field.metadata["choices"])) + "}"
+        if choices_of(field):
+            assert argument.metavar == "{" + ",".join(map(str, choices_of(field))) + "}"
 
 
 def test_flags_win_over_the_config_file_which_wins_over_the_defaults(tmp_path):
@@ -146,10 +147,10 @@ def test_flags_win_over_the_config_file_which_wins_over_the_defaults(tmp_path):
     _, cfg = parse(["pretrain", "--config", str(config), "--max-steps", "3", "--share-layers"])
     assert (cfg.corpus, cfg.out, cfg.seq_len, cfg.max_steps, cfg.progress) == ([str(tmp_path)], "from-file", 32, 3, False)
     assert cfg.model == {"pre_layer_norm": True} and cfg.lr == 5e-4  # untouched: the recipe's default
-    assert cfg.model_overrides() == {"pre_layer_norm": True, "share_layers": True}
+    assert cfg.model_overrides(family_named("bert").spec) == {"pre_layer_norm": True, "share_layers": True}
     _, cfg = parse(["pretrain", "--config", str(config), "--seq-len", "64", "--no-segment-embeddings",
                     "--no-progress"])  # the switch's flag is the same whatever the file says
-    assert cfg.seq_len == 64 and cfg.model_overrides()["type_vocab_size"] == 0 and cfg.progress is False
+    assert cfg.seq_len == 64 and cfg.model_overrides(family_named("bert").spec)["type_vocab_size"] == 0 and cfg.progress is False
     with pytest.raises(SystemExit):  # --corpus and --out are required when no file gives them
         parse(["pretrain", "--max-steps", "3"])
 

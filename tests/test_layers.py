@@ -130,6 +130,24 @@ def test_models_import_only_the_bottom_row():
     assert not breaches, breaches
 
 
+def test_the_training_layer_is_the_loop_and_the_objectives():
+    """training/ knows no task and no model directory: task plumbing is tasks/'s and recipes/'s,
+    opening directories inference/'s."""
+    breaches = [f"{module} -> {target}" for module, targets in GRAPH.items() if module.startswith("bertology.training")
+                for target in targets if layer_of(target)[0] in ("tasks", "inference")]
+    assert not breaches, breaches
+
+
+def test_no_module_name_stands_twice():
+    """One module name once in the package: `static.py` in two folders makes every mention ambiguous."""
+    names: dict[str, list[str]] = {}
+    for module in MODULES:
+        if module.rsplit(".", 1)[-1] != "__init__" and module != "bertology":
+            names.setdefault(module.rsplit(".", 1)[-1], []).append(module)
+    twice = {name: where for name, where in names.items() if len(where) > 1}
+    assert not twice, twice
+
+
 def test_the_checker_sees_function_level_imports():
     """An import hidden inside a function is an edge like any other, or the cycle test proves nothing."""
     source = "import torch\n\ndef f():\n    from ..training.loop import Trainer\n    return Trainer\n"

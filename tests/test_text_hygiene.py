@@ -10,13 +10,12 @@ import codecs
 import json
 
 import pytest
+from helpers import run_cli
 
 from bertology.data.corpus import ReadStats, corpus_lines, read_documents
 from bertology.errors import UserError
 from bertology.tasks.readers import TASKS, generic_task, read_conll, read_glue, read_squad, read_table
 from bertology.text import is_invisible, replace_controls, sniff_encoding, split_lines
-
-from helpers import run_cli
 
 
 def test_split_lines_cuts_at_lf_crlf_and_lone_cr_only():

@@ -37,7 +37,8 @@ from pathlib import Path
 import torch
 
 from ..inference.predictor import Predictor
-from ..models.bert import PRESETS, BertConfig, BertForMaskedLM
+from ..models.base import SIZES
+from ..models.bert import BertConfig, BertForMaskedLM
 from ..ops import IGNORE_INDEX
 from ..plots import plot_seed_bars
 from ..tasks.readers import TASKS, read_examples, task_files
@@ -63,7 +64,7 @@ QUICK_TIMING = {"rounds": 2, "steps": 2, "sentences": 64}
 def run(experiment: Experiment) -> ClaimReport:
     """Pre-train the four architectures on one budget; their parameters, speeds and dev accuracy."""
     settings = experiment.quick_scale({**MINI_MLM, "max_steps": STEPS})
-    width = PRESETS[settings["preset"]][1]
+    width = SIZES[settings["preset"]][1]
     embedding = width // 2
     variants = {"BERT": {}, f"factorised embeddings (E={embedding})": {"embedding_size": embedding},
                 "shared layers": {"share_layers": True},

@@ -34,17 +34,18 @@ from typing import Any, Callable
 import torch
 
 from ..config import setting
-from ..errors import UserError
-from ..files import cache_root, loads_json, write_json_atomic, write_text_atomic
 from ..data.corpus import read_documents
 from ..data.tokenizer import Tokenizer
-from ..models import resolve_model_dir
+from ..errors import UserError
+from ..files import cache_root, loads_json, write_json_atomic, write_text_atomic
 from ..inference.modeldir import save_random_weights
-from ..models.bert import PRESETS, BertConfig, BertModel
+from ..models import resolve_model_dir
+from ..models.base import SIZES
+from ..models.bert import BertConfig, BertModel
 from ..recipes.finetune import FinetuneConfig, run_finetuning
 from ..recipes.pretrain import PretrainConfig, run_pretraining
-from ..recipes.static import StaticTrainConfig
-from ..recipes.static import train as train_static
+from ..recipes.static_vectors import StaticTrainConfig
+from ..recipes.static_vectors import train as train_static
 from ..recipes.translate import TranslateTrainConfig
 from ..recipes.translate import train as train_translation
 from ..tasks.readers import TASKS, SpanExample, TokenExample, read_examples, task_files
@@ -448,7 +449,7 @@ def pretraining_summary(model: Path) -> dict:
 
 def size_label(preset: str) -> str:
     """A BERT preset as a row's name: "small (4 layers, 512 wide)"."""
-    layers, hidden = PRESETS[preset]
+    layers, hidden = SIZES[preset]
     return f"{preset} ({layers} layers, {hidden} wide)"
 
 

@@ -58,11 +58,11 @@ from typing import Any, Callable
 
 from ..errors import UserError
 from ..files import loads_json
-from ..models import family_of
-from ..models.bert import PRESETS, BertConfig
+from ..models.base import SIZES
+from ..models.bert import BertConfig
 from ..plots import plot_seed_bars
+from ..recipes.task_training import load_task_model
 from ..tasks.readers import TASKS
-from ..training.tasks import load_task_model
 from ..uses.wic import WicConfig, run_wic
 from .albert import finetuned_model
 from .contextual_vs_static import COVE, ELMO, FEATURE_HEAD_LR, GLOVE, QUICK_COVE, QUICK_STATIC, WORD2VEC
@@ -192,7 +192,7 @@ def pretraining_settings(experiment: Experiment) -> dict[str, dict]:
     claim_3, _, budget = equal_time(experiment)
     sop = claim_3[SOP_ROW]
     settings = {family: claim_3[row] for family, row in CLAIM_3_ROWS.items()}
-    settings[ALBERT] = {**sop, "embedding_size": PRESETS[sop["preset"]][1] // 2, "share_layers": True}  # claim 7's E
+    settings[ALBERT] = {**sop, "embedding_size": SIZES[sop["preset"]][1] // 2, "share_layers": True}  # claim 7's E
     settings[ELMO_ROW] = experiment.quick_scale(ELMO)
     settings[ULMFIT] = experiment.quick_scale(AWD_LSTM_LM)
     return {family: {**row, "max_steps": steps_within(budget, step_seconds(experiment, row))}
@@ -302,12 +302,12 @@ def table_cells(cells: dict[str, dict[str, Cell]]) -> tuple[dict[str, dict[str, 
 def training_minutes(model: Path) -> float:
     """The minutes a cached model's training took, by its own records (static vectors: results.json;
     the rest: metrics.jsonl); CoVe's add its GloVe's."""
-    if family_of(model).name == "static":
+    if (model / "results.json").is_file():  # `bertology static train` keeps its times there
         return round(loads_json((model / "results.json").read_text(encoding="utf-8"))["seconds"]["total"] / 60, 2)
     minutes = pretraining_summary(model)["seconds"] / 60
-    if family_of(model).name == "cove":
-        glove = loads_json((model / "claim_settings.json").read_text(encoding="utf-8"))["vectors"]
-        minutes += training_minutes(Path(glove))
+    settings = model / "claim_settings.json"
+    if settings.is_file() and "vectors" in (read := loads_json(settings.read_text(encoding="utf-8"))):
+        minutes += training_minutes(Path(read["vectors"]))  # a translation model over word vectors: theirs too
     return round(minutes, 2)
 
 
@@ -337,7 +337,7 @@ def verdicts(cells: dict[str, dict[str, Cell]]) -> list:
 def scale_note(experiment: Experiment, settings: dict[str, dict]) -> str:
     """What ran, in words."""
     bert, elmo, awd = settings[BERT], settings[ELMO_ROW], settings[ULMFIT]
-    layers = PRESETS[bert["preset"]][0]
+    layers = SIZES[bert["preset"]][0]
     time = ("the time of the quick steps of claim 3's fastest objective" if experiment.quick
             else f"{PRETRAIN_MINUTES:g} minutes each")
     return (f"Pre-training on {corpus_words(experiment.quick)} for {time} (steps = the time / each model's measured "

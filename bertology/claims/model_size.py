@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..models.bert import PRESETS
+from ..models.base import size_of
 from ..plots import plot_seed_lines
 from .experiment import (
     GLUE_TASKS,
@@ -56,7 +56,7 @@ def run(experiment: Experiment) -> ClaimReport:
     budget = QUICK_STEPS if experiment.quick else {"max_steps": STEPS}
     rows, curves = [], {task: {} for task in GLUE_TASKS}
     for preset in sizes:
-        hidden = PRESETS[preset][1]
+        hidden = size_of(preset)[1]
         model = experiment.pretrained(**{**MINI_MLM, "preset": preset, "lr": width_scaled(MINI_MLM["lr"], hidden),
                                          **budget})
         parameters = encoder_parameters(model)

@@ -11,7 +11,7 @@ with mean span lengths 1, 2, 3, 5 and 10 at 15% corruption, and with 10, 25 and 
 3 (the 15% / 3 run is shared: eight pre-trainings), every one for the same number of steps
 (`PRETRAIN["max_steps"]` of 32 x 128 tokens), from an 8,000-piece unigram vocabulary with T5's
 100 sentinels trained once on the corpus. Each model is fine-tuned text to text
-(recipes/text_to_text.py) on an SST-2 subset and on MRPC over the seeds, beside the same T5 with
+(recipes/text_to_text_finetuning.py) on an SST-2 subset and on MRPC over the seeds, beside the same T5 with
 random weights, which says whether pre-training at this scale gave the fine-tuned models
 anything for the settings to differ in.
 

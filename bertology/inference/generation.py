@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import UserError
-from ..models.gpt import position_ids_for
+from ..ops import position_ids_for
 
 
 @dataclass

@@ -4,7 +4,7 @@ The family before contextual encoders: word2vec (Mikolov et al. 2013, "Efficient
 Word Representations in Vector Space"; "Distributed Representations of Words and Phrases"),
 fastText's subword vectors (Bojanowski et al. 2017, "Enriching Word Vectors with Subword
 Information") and GloVe (Pennington et al. 2014, "GloVe: Global Vectors for Word
-Representation"). word2vec and fastText are trained by gensim (recipes/static.py); GloVe's
+Representation"). word2vec and fastText are trained by gensim (recipes/static_vectors.py); GloVe's
 weighted least-squares model and its AdaGrad updates are here (`GloVe`), counting its
 co-occurrences is data/cooccurrence.py's job.
 
@@ -30,7 +30,6 @@ evaluation and features look words up through the same normalisation (`normalize
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import re
@@ -39,7 +38,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -49,7 +48,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import UserError
-from ..files import atomic_path, loads_json, write_json_atomic, write_text_atomic
+from ..files import atomic_path, write_text_atomic
+from .base import ConfigFile, FamilySpec
 
 MODEL_TYPE = "static"
 CONFIG_NAME = "config.json"
@@ -90,8 +90,11 @@ def normalize_word(text: str, lowercase: bool) -> str:
 
 
 @dataclass
-class StaticConfig:
+class StaticConfig(ConfigFile):
     """What a vectors directory's config.json holds (besides `model_type`)."""
+
+    MODEL_TYPE: ClassVar[str] = MODEL_TYPE
+    WHAT: ClassVar[str] = "static word vectors"
 
     method: str  # word2vec | fasttext | glove | imported
     vector_size: int
@@ -100,6 +103,13 @@ class StaticConfig:
     max_n: int = 0
     bucket: int = 0
     settings: dict[str, Any] = field(default_factory=dict)  # how the vectors were made (training flags, source file)
+    vocab_size: int | None = None  # the words in vectors.bin (written by save_pretrained)
+    has_counts: bool = False  # vocab.txt holds the training counts, not zeros
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """Static vectors keep no unknown keys (an unknown key is an error)."""
+        return {}
 
     def to_dict(self) -> dict[str, Any]:
         """The config.json contents."""
@@ -108,6 +118,10 @@ class StaticConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str | os.PathLike) -> StaticConfig:
         """Read config.json's contents; a missing or unknown key is a one-line error naming `source`."""
+        if not isinstance(data, dict):
+            raise UserError(f"{source}: expected a JSON object")
+        if data.get("model_type") != MODEL_TYPE:
+            raise UserError(f"{source}: model_type is {data.get('model_type')!r}, not {MODEL_TYPE!r}")
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k != "model_type"}
         unknown = sorted(set(values) - names)
@@ -139,7 +153,7 @@ class StaticVectors(nn.Module):
                  counts: np.ndarray | None = None, vocab_vectors: torch.Tensor | None = None,
                  ngram_vectors: torch.Tensor | None = None):
         super().__init__()
-        self.config = config
+        self.config = dataclasses.replace(config, vocab_size=len(words), has_counts=counts is not None)
         self.words = list(words)
         self.index = {word: i for i, word in enumerate(self.words)}
         self.register_buffer("vectors", torch.as_tensor(vectors, dtype=torch.float32))  # (V, D)
@@ -165,6 +179,20 @@ class StaticVectors(nn.Module):
     def has_subwords(self) -> bool:
         """Whether unseen words get vectors from character n-grams (fastText)."""
         return self.config.bucket > 0
+
+    def text_features(self, texts: list[list[str]]) -> list[torch.Tensor]:
+        """Each text's (words, D) float32 vectors, zeros for a word without one (a text with no
+        word: (0, D)); the word-feature heads' input (inference/static_heads.py)."""
+        cache: dict[str, torch.Tensor] = {}
+        zeros = torch.zeros(self.hidden_size)
+        rows = []
+        for words in texts:
+            for word in words:
+                if word not in cache:
+                    vector = self.vector(word)
+                    cache[word] = vector if vector is not None else zeros
+            rows.append(torch.stack([cache[w] for w in words]) if words else torch.zeros(0, self.hidden_size))
+        return rows
 
     def vector(self, word: str) -> torch.Tensor | None:
         """(D,) the vector of `word` (normalized first), or None when it has none.
@@ -237,26 +265,15 @@ class StaticVectors(nn.Module):
             with atomic_path(directory / SUBWORDS_NAME) as tmp:
                 save_file({"vocab_vectors": self.vocab_vectors.contiguous(),
                            "ngram_vectors": self.ngram_vectors.contiguous()}, str(tmp))
-        write_json_atomic(directory / CONFIG_NAME, {**self.config.to_dict(), "vocab_size": len(self.words),
-                                                    "has_counts": self.counts is not None})
+        self.config.save(directory)
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> StaticVectors:
-        """Open a vectors directory written by `save_pretrained` (no pickle is read)."""
+    def from_pretrained(cls, directory: str | os.PathLike, config: StaticConfig | None = None) -> StaticVectors:
+        """Open a vectors directory written by `save_pretrained` (no pickle is read); `config`: its
+        config.json, already read."""
         directory = Path(directory)
-        config_path = directory / CONFIG_NAME
-        if not config_path.is_file():
-            raise UserError(f"{config_path}: no such file (not a vectors directory)")
-        try:
-            data = loads_json(config_path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise UserError(f"{config_path}: not valid JSON ({err})") from None
-        if not isinstance(data, dict):
-            raise UserError(f"{config_path}: expected a JSON object")
-        if data.get("model_type") != MODEL_TYPE:
-            raise UserError(f"{config_path}: model_type is {data.get('model_type')!r}, not {MODEL_TYPE!r}")
-        vocab_size, has_counts = data.pop("vocab_size", None), data.pop("has_counts", False)
-        config = StaticConfig.from_dict(data, config_path)
+        config = config if config is not None else StaticConfig.load(directory)
+        vocab_size, has_counts = config.vocab_size, config.has_counts
         words, vectors = read_word2vec_format(directory / VECTORS_NAME, binary=True)
         if vectors.shape[1] != config.vector_size or len(words) != vocab_size:
             raise UserError(f"{directory / VECTORS_NAME}: holds {len(words)} x {vectors.shape[1]} vectors, "
@@ -326,11 +343,6 @@ class StaticVectors(nn.Module):
         it if you wrote it yourself). bertology itself never reads this format."""
         with atomic_path(path) as tmp:
             self.to_gensim().save(str(tmp), separately=[], sep_limit=0, pickle_protocol=4)
-
-
-def load_pretrained(directory: str | os.PathLike) -> StaticVectors:
-    """The family's loader (models/__init__.py): a vectors directory -> `StaticVectors`."""
-    return StaticVectors.from_pretrained(directory)
 
 
 # --- word2vec / GloVe files ---
@@ -629,3 +641,26 @@ class GloVe:
     def vectors(self) -> np.ndarray:
         """(V, D) float32: W + W~, the paper's final word vectors."""
         return (self.words[:, :-1] + self.contexts[:, :-1]).numpy()
+
+
+def _target_views(vectors: StaticVectors, targets: list[tuple[list[str], int]],
+                  batch_size: int) -> tuple[dict[str, np.ndarray], int]:
+    """WiC's one view: the target word's vector (zeros, and counted, for a word without one)."""
+    found = [vectors.vector(words[position]) for words, position in targets]
+    rows = [v.numpy() if v is not None else np.zeros(vectors.hidden_size, np.float32) for v in found]
+    return {"static": np.stack(rows)}, sum(v is None for v in found)
+
+
+SPEC = FamilySpec(
+    config_class=StaticConfig,
+    model_classes={},
+    default_class=StaticVectors,
+    describe=lambda c: f"{c.method} vectors ({c.vocab_size:,} words, {c.vector_size} dimensions)",
+    runner="word_features",
+    tokenized=False,
+    word_vectors=True,
+    finetune_modes=("features",),
+    word_features=lambda directory, config: StaticVectors.from_pretrained(directory, config),
+    word_views=_target_views,
+    layer_names=("static", "static"),
+)

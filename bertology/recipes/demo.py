@@ -49,8 +49,9 @@ from ..errors import UserError
 from ..files import write_json_atomic, write_text_atomic
 from ..inference.modeldir import save_random_weights
 from ..models import resolve_model_dir
+from ..models.base import SIZES
+from ..models.bert import BertConfig
 from ..ops import autocast, resolve_precision
-from ..models.bert import PRESETS, BertConfig
 from ..plots import plot_demo
 from ..training.loop import LoopConfig, make_adamw
 from ..training.objectives import OBJECTIVES, build_objective
@@ -81,7 +82,7 @@ class DemoConfig:
     pretrain_steps: int = setting(4_000, positive=True, help="pre-training steps of 32 sequences (a step budget, "
                                                               "not a time one: the result does not depend on the "
                                                               "machine's speed)")
-    preset: str = setting("tiny", choices=PRESETS, help="the model's size")
+    preset: str = setting("tiny", choices=SIZES, help="the model's size")
     objective: str = setting("roberta", choices=OBJECTIVES, help=OBJECTIVE_HELP)
     vocab_size: int = setting(6000, positive=True, help="the size of the vocabulary trained on the text")
     pretrain_seq_len: int = setting(64, minimum=8, help="pre-training sequence length in tokens")

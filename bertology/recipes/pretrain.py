@@ -9,7 +9,6 @@ into the output directory."""
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..config import override, setting
+from ..config import default_of, option_name, override, setting, setting_fields
 from ..data.corpus import DOC_FORMATS, reading_notes
 from ..data.pretraining import PretrainingDataset, collate, make_batches, static_mask_seeds
 from ..data.shards import TokenizedCorpus, build_corpus, continuation_table
@@ -26,13 +25,9 @@ from ..data.token_stream import StreamBatches, TokenStream
 from ..data.tokenizer import Tokenizer, train_tokenizer
 from ..errors import UserError
 from ..files import cache_root, write_json_atomic
-from ..models import ARCHITECTURES, family_named, family_of
-from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
-from ..models.bert import POSITION_TYPES, PRESETS, BertConfig
-from ..models.elmo import ELMoConfig, character_ids
-from ..models.gpt import GPTConfig
-from ..models.t5 import T5Config
-from ..models.xlnet import XLNetConfig
+from ..models import FAMILIES, architectures, family_named, family_of
+from ..models.base import SIZES, ConfigFile, FamilySpec, load_pretrained
+from ..models.bert import POSITION_TYPES
 from ..plots import plot_training_curves
 from ..training.loop import (
     Distributed,
@@ -42,20 +37,18 @@ from ..training.loop import (
     check_writable,
     metrics_from_counts,
 )
-from ..training.objectives import ELECTRA_MASKING, MASKING_OBJECTIVES, OBJECTIVES, build_objective, lm_counts
+from ..training.objectives import ELECTRA_MASKING, OBJECTIVES, build_objective, lm_counts
 
 RESOLVED_CONFIG_NAME = "pretrain_config.json"
 
 
-OBJECTIVE_HELP = ("pre-training objective: bert (masked LM + next-sentence prediction), roberta (masked LM over "
-                  "full sentences), albert (masked LM + sentence order), electra (replaced-token detection), "
-                  "clm (left-to-right LM), t5 (span corruption), bilm (ELMo's forward and backward LSTM LMs), "
-                  "plm (XLNet's permutation LM)")
-# The objective each family trains with by default, and the only ones it takes (None: an encoder's).
-FAMILY_OBJECTIVES = {"bert": ("bert", None), "gpt": ("clm", ("clm",)), "t5": ("t5", ("t5",)),
-                     "awd-lstm": ("clm", ("clm",)), "elmo": ("bilm", ("bilm",)), "xlnet": ("plm", ("plm",))}
-# The LSTMs: a token stream and a carried state (data/token_stream.py); XLNet reads it too with --mem-len.
-STREAM_FAMILIES = ("awd-lstm", "elmo")
+OBJECTIVE_HELP = ("pre-training objective: " + ", ".join(f"{name} ({objective.description})"
+                                                       for name, objective in OBJECTIVES.items()))
+# The settings that are a model family's switches (its spec's `pretrain_switches`) and an objective's
+# options (OBJECTIVES[name].options): each is refused, at any value but its default, where it does not apply.
+FAMILY_SWITCHES = ("pre_layer_norm", "embedding_size", "share_layers", "segment_embeddings", "position", "gated_gelu",
+                   "mem_len")
+OBJECTIVE_OPTIONS = tuple(dict.fromkeys(option for objective in OBJECTIVES.values() for option in objective.options))
 
 
 @dataclass
@@ -75,19 +68,19 @@ class PretrainConfig(TrainConfig):
     cased: bool = setting(False, help="train a cased vocabulary (case and accents kept)")
     cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR",
                              help="where the tokenized corpus is kept for later runs ($BERTOLOGY_CACHE)")
-    arch: str = setting("bert", choices=ARCHITECTURES, help="the model family")
-    preset: str = setting("mini", choices=PRESETS, help="the model's size")
+    arch: str = setting("bert", choices=architectures, help="the model family")
+    preset: str = setting("mini", choices=SIZES, help="the model's size")
     model_config: str | None = setting(None, metavar="FILE", help="a config.json for the encoder instead of a "
                                                                   "preset (default: none)")
-    init: str | None = setting(None, metavar="DIR", help="--arch awd-lstm: go on training this pre-trained language "
-                                                         "model (its config, weights and tokenizer) on the corpus: "
-                                                         "ULMFiT's target-task LM fine-tuning (default: none)")
+    init: str | None = setting(None, metavar="DIR", help="go on training this pre-trained model of --arch's family (its "
+                                                         "config, weights and tokenizer) on the corpus: ULMFiT's "
+                                                         "target-task LM fine-tuning (default: none)")
     layer_lr_decay: float = setting(1.0, positive=True,
-                                    help="--arch awd-lstm: ULMFiT's discriminative rates, each LSTM layer down trains "
-                                         "at this factor of the one above (ULMFiT: 0.385 = 1/2.6); the tied "
-                                         "embedding and output layer at --lr")
-    model: dict[str, Any] = setting({}, help="config-file only: the family's config fields to override (BertConfig, "
-                                             "GPTConfig, ...), as a [model] table")
+                                    help="ULMFiT's discriminative rates: each layer down trains at this factor of the "
+                                         "one above (ULMFiT: 0.385 = 1/2.6); the embeddings and output layer (tied in "
+                                         "a language model) at --lr")
+    model: dict[str, Any] = setting({}, help="config-file only: the family's config fields to override (its config "
+                                             "class's, as in its config.json), as a [model] table")
     # the variants' switches, applied over the preset and winning over `model`
     pre_layer_norm: bool = setting(False, help="LayerNorm before each sub-layer (pre-LN) instead of after it")
     embedding_size: int | None = setting(None, positive=True, help="ALBERT's factorized embeddings: this width, "
@@ -97,9 +90,10 @@ class PretrainConfig(TrainConfig):
     position: str = setting("absolute", choices=POSITION_TYPES,
                             help="absolute: learned position embeddings (BERT); relative: T5's bucketed relative "
                                  "position bias in every attention instead")
-    objective: str | None = setting(None, choices=OBJECTIVES, help=f"{OBJECTIVE_HELP} (default: bert; --arch gpt "
-                                                                    "and awd-lstm take clm only, t5 t5, elmo bilm, "
-                                                                    "xlnet plm)")
+    objective: str | None = setting(None, choices=lambda: tuple(OBJECTIVES),
+                                    help=f"{OBJECTIVE_HELP} (default: the family's first; `bertology pretrain --arch "
+                                         "NAME --help` does not list them per family: a wrong one is refused naming "
+                                         "those --arch takes)")
     seq_len: int = setting(128, minimum=8, help="sequence length in tokens")
     batch_size: int = setting(32, positive=True, help="sequences per micro-batch")
     short_seq_prob: float = setting(0.1, minimum=0, help="share of shorter sequences, as BERT's data has")
@@ -146,128 +140,111 @@ class PretrainConfig(TrainConfig):
                 raise UserError(f"{path}: no such file or directory")
         if self.tokenizer is not None and not Path(self.tokenizer).is_dir():
             raise UserError(f"{self.tokenizer}: no such tokenizer directory")
-        default, allowed = FAMILY_OBJECTIVES[self.arch]
+        family = family_named(self.arch)
+        spec = family.spec
+        trained = [name for name, other in FAMILIES.items() if other.spec.objectives]
+        if not spec.objectives:
+            raise UserError(f"--arch {family.name}: pretrain trains the {', '.join(trained)} families; {family.name} "
+                            f"({family.description}) is trained by its own command")
         if self.objective is None:
-            self.objective = default
-        if allowed and self.objective not in allowed:
-            what = {"t5": "trained by span corruption", "elmo": "a bidirectional LSTM language model",
-                    "xlnet": "trained by permutation language modelling"}.get(
-                self.arch, "a left-to-right language model")
-            raise UserError(f"--arch {self.arch} is {what}: its objective is {default}, not {self.objective}")
-        if self.arch == "bert" and self.objective == "t5":
-            raise UserError("--objective t5 (span corruption) trains an encoder-decoder: use --arch t5")
-        if self.arch == "bert" and self.objective == "bilm":
-            raise UserError("--objective bilm trains ELMo's forward and backward LSTM language models: use --arch elmo")
-        if self.arch == "bert" and self.objective == "plm":
-            raise UserError("--objective plm (permutation LM) trains XLNet's two-stream attention: use --arch xlnet")
-        if self.arch != "bert":
-            for flag, value in (("--share-layers", self.share_layers), ("--embedding-size", self.embedding_size),
-                                ("--whole-word-masking", self.whole_word_masking),
-                                ("--pre-layer-norm", self.pre_layer_norm and self.arch in ("t5", "xlnet")),
-                                ("--position relative", self.position == "relative")):
-                if value:
-                    raise UserError(f"{flag} is a switch of the bert family, not of --arch {self.arch}")
-        if self.arch != "t5":
-            for flag, value, default_value in (("--noise-density", self.noise_density, 0.15),
-                                               ("--mean-span-length", self.mean_span_length, 3.0),
-                                               ("--gated-gelu", self.gated_gelu, False)):
-                if value != default_value:
-                    raise UserError(f"{flag} is a switch of span corruption (--arch t5), not of --arch {self.arch}")
-        if self.mem_len and self.arch != "xlnet":
-            raise UserError(f"--mem-len is XLNet's segment recurrence (--arch xlnet), not of --arch {self.arch}")
-        if self.arch != "awd-lstm":
-            for flag, value in (("--init", self.init), ("--layer-lr-decay", self.layer_lr_decay != 1.0)):
-                if value:
-                    raise UserError(f"{flag} is ULMFiT's target-LM fine-tuning (--arch awd-lstm), not of --arch {self.arch}")
+            self.objective = spec.objectives[0]
+        if self.objective not in spec.objectives:
+            takers = [name for name in trained if self.objective in FAMILIES[name].spec.objectives]
+            raise UserError(f"--arch {family.name} trains with {' or '.join(spec.objectives)}, not --objective "
+                            f"{self.objective} (which trains --arch {' or '.join(takers)})")
+        for name in FAMILY_SWITCHES:
+            if getattr(self, name) != default_setting(name) and name not in spec.pretrain_switches:
+                takers = [other for other in trained if name in FAMILIES[other].spec.pretrain_switches]
+                raise UserError(f"{self.flag_given(name)} is a switch of --arch {' or '.join(takers)}, not of --arch "
+                                f"{family.name}")
+        for name in OBJECTIVE_OPTIONS:
+            if getattr(self, name) != default_setting(name) and name not in OBJECTIVES[self.objective].options:
+                takers = [other for other, objective in OBJECTIVES.items() if name in objective.options]
+                raise UserError(f"{self.flag_given(name)} is an option of the {' or '.join(takers)} objective, not of "
+                                f"{self.objective}")
         if self.init is not None:
             if not Path(self.init).is_dir():
                 raise UserError(f"{self.init}: no such model directory")
-            if family_of(self.init).name != "awd-lstm":
-                raise UserError(f"{self.init}: a {family_of(self.init).name} model; --init takes an AWD-LSTM language "
-                                "model (bertology pretrain --arch awd-lstm)")
+            if family_of(self.init).name != family.name:
+                raise UserError(f"{self.init}: a {family_of(self.init).name} model; --init continues a model of --arch "
+                                f"{family.name}")
             if self.model_config or self.model:
                 raise UserError("--init takes the model's own config.json; --model-config and [model] do not apply")
+        if self.layer_lr_decay != 1.0 and spec.layer_of is None:
+            raise UserError(f"--layer-lr-decay scales the rates of a stack of layers; --arch {family.name} declares none")
         if self.layer_lr_decay > 1:
             raise UserError(f"--layer-lr-decay must be at most 1, got {self.layer_lr_decay}")
         if not 0 < self.noise_density < 1:
             raise UserError(f"--noise-density must be between 0 and 1, got {self.noise_density}")
-        if self.static_masks is not None and self.objective not in MASKING_OBJECTIVES:
-            raise UserError(f"--static-masks fixes the masks of a masked LM ({', '.join(MASKING_OBJECTIVES)}); "
-                            f"the {self.objective} objective masks no tokens")
-        if self.sop_balance and self.objective != "albert":
-            raise UserError(f"--sop-balance balances ALBERT's sentence order, not the {self.objective} objective")
         if self.eval_fraction >= 1:
             raise UserError(f"--eval-fraction must be below 1, got {self.eval_fraction}")
 
-    def model_overrides(self) -> dict[str, Any]:
-        """The BertConfig fields to set over the preset or --model-config: the `model` table, then
-        the switches given (so a flag wins over the config file's table)."""
-        switches = {"pre_layer_norm": self.pre_layer_norm or None, "share_layers": self.share_layers or None,
-                    "embedding_size": self.embedding_size, "type_vocab_size": None if self.segment_embeddings else 0,
-                    "position_embedding_type": "relative" if self.position == "relative" else None}
-        return {**self.model, **{k: v for k, v in switches.items() if v is not None}}
+    def flag_given(self, name: str) -> str:
+        """The flag a setting was given with, for messages: --share-layers, --no-segment-embeddings,
+        --position relative."""
+        value = getattr(self, name)
+        if isinstance(value, bool):
+            return option_name(name if value else f"no_{name}")
+        return f"{option_name(name)} {value}"
+
+    def model_overrides(self, spec: FamilySpec) -> dict[str, Any]:
+        """The config fields to set over the preset or --model-config: the `model` table, then the
+        family's switches given (so a flag wins over the config file's table)."""
+        switches = {}
+        for name, fields in spec.pretrain_switches.items():
+            switches.update(fields(getattr(self, name)))
+        return {**self.model, **switches}
+
+    def objective_options(self) -> dict[str, Any]:
+        """The objective's settings, by name (see OBJECTIVES[name].options)."""
+        return {name: getattr(self, name) for name in OBJECTIVES[self.objective].options}
 
 
-def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig | GPTConfig | T5Config | AWDLSTMConfig:
-    """Preset or config file, then the model overrides; the vocabulary decides vocab_size (and
-    T5's special ids: [PAD] starts the decoder and pads, [SEP] ends a text). --arch gpt gives a
-    GPTConfig, --arch t5 a T5Config, --arch awd-lstm an AWDLSTMConfig (their [model] tables hold
-    their own fields; --init's model keeps its own config)."""
+def default_setting(name: str) -> Any:
+    """A PretrainConfig setting's default."""
+    return default_of(setting_fields(PretrainConfig)[name])
+
+
+def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> ConfigFile:
+    """Preset or config file, then the model overrides (the `model` table, the family's switches,
+    the special token ids the vocabulary decides); the vocabulary decides vocab_size. --init's
+    model keeps its own config."""
+    spec = family_named(cfg.arch).spec
     vocab_size = tokenizer.vocab_size
     if cfg.init:
-        config = AWDLSTMConfig.load(cfg.init)
+        config = spec.config_class.load(cfg.init)
         if config.vocab_size != vocab_size:
             raise UserError(f"{cfg.init}: the model has {config.vocab_size:,} tokens, the tokenizer {vocab_size:,}; "
                             "give --init's own tokenizer (the default)")
         return config
-    if cfg.arch == "gpt":
-        overrides = {**cfg.model, **({"pre_layer_norm": True} if cfg.pre_layer_norm else {})}
-    elif cfg.arch == "t5":
-        v1_1 = {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False} if cfg.gated_gelu else {}
-        overrides = {**cfg.model, **v1_1, "pad_token_id": tokenizer.pad_token_id,
-                     "decoder_start_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.sep_token_id}
-    elif cfg.arch in STREAM_FAMILIES:
-        overrides = {**cfg.model, "pad_token_id": tokenizer.pad_token_id}
-    elif cfg.arch == "xlnet":
-        # bos: the [CLS] that opens each document of the token stream read with --mem-len
-        overrides = {**cfg.model, "pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.cls_token_id,
-                     "eos_token_id": tokenizer.sep_token_id, **({"mem_len": cfg.mem_len} if cfg.mem_len else {})}
-    else:
-        overrides = cfg.model_overrides()
-    config_class = {"gpt": GPTConfig, "t5": T5Config, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig,
-                    "xlnet": XLNetConfig}.get(cfg.arch, BertConfig)
+    overrides = {**cfg.model_overrides(spec), **spec.token_ids(tokenizer)}
     try:
         if cfg.model_config:
-            config = dataclasses.replace(config_class.load(cfg.model_config), **overrides, vocab_size=vocab_size)
+            config = dataclasses.replace(spec.config_class.load(cfg.model_config), **overrides, vocab_size=vocab_size)
         else:
-            config = config_class.from_preset(cfg.preset, vocab_size=vocab_size, **overrides)
+            config = spec.config_class.from_preset(cfg.preset, vocab_size=vocab_size, **overrides)
     except TypeError as err:
         raise UserError(f"model settings: {err}") from None
-    if cfg.mem_len and config.reuse_len:
-        raise UserError(f"--mem-len remembers whole segments of the stream: unset the model's reuse_len "
-                        f"({config.reuse_len})")
-    # No context limit: an LSTM's --seq-len is its BPTT length, and XLNet's positions are relative.
-    if cfg.arch in STREAM_FAMILIES or cfg.arch == "xlnet":
-        return config
-    positions = config.n_positions if cfg.arch in ("gpt", "t5") else config.max_position_embeddings
-    if cfg.seq_len > positions:
+    check = OBJECTIVES[cfg.objective].check
+    if check is not None:
+        check(cfg.objective_options(), config, tokenizer, cfg.seq_len)
+    positions = spec.context_length(config)
+    if positions is not None and cfg.seq_len > positions:
         raise UserError(f"--seq-len {cfg.seq_len} is larger than the model's context ({positions} positions)")
     return config
 
 
-T5_SENTINELS = 100
-
-
 def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer:
     """The given tokenizer, or one trained on the corpus (by rank 0; the others wait and load it):
-    WordPiece, or for --arch t5 a unigram vocabulary with T5's 100 sentinels."""
+    the vocabulary the family's spec asks for (WordPiece; for T5 a unigram one with its sentinels)."""
     out = Path(cfg.out)
+    spec = family_named(cfg.arch).spec
     if cfg.tokenizer or cfg.init:
         tokenizer = Tokenizer.from_pretrained(cfg.tokenizer or cfg.init)
     elif (out / "vocab.txt").is_file() and cfg.resume:
         tokenizer = Tokenizer.from_pretrained(out)
     else:
-        model, sentinels = ("unigram", T5_SENTINELS) if cfg.arch == "t5" else ("wordpiece", 0)
+        model, sentinels = spec.tokenizer_model, spec.tokenizer_sentinels
         if dist.is_main:
             print(f"training a {cfg.vocab_size}-token {model} vocabulary on the corpus", file=sys.stderr)
             # Lines it skips are the ones the corpus reading below skips and reports.
@@ -276,9 +253,10 @@ def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer
                             sentinels=sentinels)
         dist.barrier()
         tokenizer = Tokenizer.from_pretrained(out)
-    if cfg.arch == "t5" and not tokenizer.sentinel_token_ids:
+    if spec.tokenizer_sentinels and not tokenizer.sentinel_token_ids:
         raise UserError(f"{cfg.tokenizer}: the tokenizer has no sentinel tokens <extra_id_N> for span corruption; "
-                        "train one with `bertology tokenizer train --model unigram --sentinels 100`")
+                        f"train one with `bertology tokenizer train --model {spec.tokenizer_model} --sentinels "
+                        f"{spec.tokenizer_sentinels}`")
     return tokenizer
 
 
@@ -397,14 +375,6 @@ def make_evaluator(dataset: PretrainingDataset, objective, batch_size: int, max_
     return evaluate
 
 
-def accuracy_keys(objective: str) -> tuple[str, ...]:
-    """The held-out metrics worth plotting for an objective."""
-    return {"bert": ("mlm_accuracy", "nsp_accuracy"), "roberta": ("mlm_accuracy",),
-            "albert": ("mlm_accuracy", "sop_accuracy"), "electra": ("mlm_accuracy", "rtd_auc"),
-            "clm": ("lm_accuracy",), "t5": ("span_accuracy", "span_word_accuracy", "lm_accuracy"),
-            "bilm": ("forward_lm_accuracy", "backward_lm_accuracy"), "plm": ("permutation_lm_accuracy",)}[objective]
-
-
 def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus, train_docs, eval_docs,
                       tokenizer: Tokenizer, dist: Distributed):
     """(objective, step -> micro-batches, evaluator) for the Transformer families: independent
@@ -415,13 +385,8 @@ def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus
     datasets = [PretrainingDataset(corpus, docs, cfg.seq_len, spec.data_format, spec.pair_task, cfg.short_seq_prob,
                                    tokenizer.cls_token_id, tokenizer.sep_token_id, cfg.seed, cfg.sop_balance)
                 for docs in (train_docs, eval_docs)]
-    electra = {"generator_size": cfg.generator_size, "temperature": cfg.generator_temperature,
-               "masking": cfg.electra_masking} if cfg.objective == "electra" else {}
-    span_corruption = {"sentinel_ids": tokenizer.sentinel_token_ids, "noise_density": cfg.noise_density,
-                       "mean_span_length": cfg.mean_span_length} if cfg.objective == "t5" else {}
     objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id,
-                                whole_word=cfg.whole_word_masking, max_predictions=cfg.max_predictions,
-                                **electra, **span_corruption)
+                                sentinel_ids=tokenizer.sentinel_token_ids, **cfg.objective_options())
     continuation = torch.from_numpy(continuation_table(tokenizer)) if cfg.whole_word_masking else None
     train_batches = PretrainingBatches(datasets[0], objective, cfg.batch_size, cfg.grad_accum, cfg.seed,
                                        tokenizer.pad_token_id, dist.rank, dist.world_size, continuation,
@@ -452,26 +417,20 @@ def token_streams(cfg: PretrainConfig, corpus: TokenizedCorpus, train_docs, eval
                                reverse=reverse)
 
 
-def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig | ELMoConfig, corpus: TokenizedCorpus,
-                    train_docs, eval_docs, tokenizer: Tokenizer, dist: Distributed):
+def stream_training(cfg: PretrainConfig, model_config: ConfigFile, corpus: TokenizedCorpus, train_docs, eval_docs,
+                    tokenizer: Tokenizer, dist: Distributed):
     """(objective, step -> micro-batches, evaluator) for the LSTMs: the documents as one token
-    stream (`token_streams`; ELMo's backward LM reads the same stream reversed). With --init, the
-    objective starts from that language model's weights; ELMo's character CNN gets each vocabulary
-    entry's spelling."""
+    stream (`token_streams`; an objective that reads it both ways, ELMo's, the same stream reversed
+    too)."""
     objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id, rows=cfg.batch_size)
-    if cfg.init:
-        objective.model.load_state_dict(AWDLSTMLanguageModel.from_pretrained(cfg.init).state_dict())
-    if cfg.arch == "elmo":
-        spellings = tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
-        objective.model.bilm.token_encoder.char_ids.copy_(character_ids(spellings, model_config.max_characters_per_token))
-    bidirectional = cfg.arch == "elmo"
+    directions = objective.directions
     streams = [token_streams(cfg, corpus, train_docs, eval_docs, tokenizer, dist, reverse)
-               for reverse in ((False, True) if bidirectional else (False,))]
+               for reverse in (False, True)[:len(directions)]]
     held_out = [evaluation for _, evaluation in streams]
 
     def evaluate(module) -> dict:
-        """Next-token loss, accuracy and perplexity over the held-out stream (each direction's, for
-        ELMo), read from a zero state."""
+        """Next-token loss, accuracy and perplexity over the held-out stream (each direction's),
+        read from a zero state."""
         counts, loss_sum = Counter(), 0.0
         device = next(module.parameters()).device
         batches = min(cfg.eval_batches, held_out[0].batches_per_epoch)
@@ -479,29 +438,25 @@ def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig | ELMoConfi
             state = None
             for index in range(batches):
                 batch = {k: v.to(device) for k, v in stream_of_direction.batch(index).items()}
-                if bidirectional:
-                    out = module.model.direction_loss(batch["input_ids"], batch["labels"], direction == 1, state)
-                else:
-                    out = module.model(batch["input_ids"], state, labels=batch["labels"])
+                out = module.score(batch, direction, state)
                 state = out.recurrent_state
                 loss_sum += out.loss.item() / len(held_out)
-                name = ("forward_lm", "backward_lm")[direction] if bidirectional else "lm"
-                counts.update(summed(lm_counts(out, batch["labels"], name)))
+                counts.update(summed(lm_counts(out, batch["labels"], directions[direction])))
         return {"loss": loss_sum / batches, **metrics_from_counts(counts)}
 
-    backward = streams[1][0] if bidirectional else None
+    backward = streams[1][0] if len(streams) > 1 else None
     return objective, StreamBatches(streams[0][0], cfg.batch_size, cfg.grad_accum, dist.rank, backward), evaluate
 
 
-def memory_training(cfg: PretrainConfig, model_config: XLNetConfig, corpus: TokenizedCorpus, train_docs, eval_docs,
+def memory_training(cfg: PretrainConfig, model_config: ConfigFile, corpus: TokenizedCorpus, train_docs, eval_docs,
                     tokenizer: Tokenizer, dist: Distributed):
     """(objective, step -> micro-batches, evaluator) for XLNet with --mem-len: the LSTMs' token stream
     (`token_streams`), each row continuing its text from step to step, the objective carrying each
-    row's memory (training/objectives.py: `PermutationLanguageModel`). Held out, the same regime: the
+    row's memory (training/objectives.py: `PermutationLMObjective`). Held out, the same regime: the
     held-out stream read in order from an empty memory, carried from batch to batch; its
     factorisation orders are the same at every evaluation, so the curve is comparable."""
     objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id, rows=cfg.batch_size,
-                                mem_len=cfg.mem_len)
+                                **cfg.objective_options())
     stream, held_out = token_streams(cfg, corpus, train_docs, eval_docs, tokenizer, dist)
 
     def prepare(batch: dict[str, torch.Tensor], index: int) -> dict[str, torch.Tensor]:
@@ -523,22 +478,21 @@ def memory_training(cfg: PretrainConfig, model_config: XLNetConfig, corpus: Toke
     return objective, StreamBatches(stream, cfg.batch_size, cfg.grad_accum, dist.rank, prepare=prepare), evaluate
 
 
-def discriminative_rates(config: AWDLSTMConfig, decay: float):
-    """Parameter name -> learning-rate factor: LSTM layer i of n trains at decay ** (n - 1 - i)
-    of the top; the tied embedding and output layer (fastai's last layer group) at 1."""
+def discriminative_rates(spec: FamilySpec, num_layers: int, decay: float):
+    """Parameter name -> learning-rate factor: layer i of n trains at decay ** (n - 1 - i) of the
+    top; the embeddings and the output layer (tied in a language model: fastai's last layer group)
+    and anything above the layers at 1."""
     def scale(name: str) -> float:
-        match = re.search(r"\.rnns\.(\d+)\.", name)
-        return decay ** (config.n_layers - 1 - int(match.group(1))) if match else 1.0
+        depth = spec.layer_of(name)
+        return decay ** (num_layers - depth) if depth else 1.0
     return scale
 
 
 def run_pretraining(cfg: PretrainConfig) -> str:
     """Run a whole pre-training job; returns "completed" or "interrupted"."""
-    family = family_named(cfg.arch)  # the registry's one-line error names the families there are
-    if family.name not in FAMILY_OBJECTIVES:  # the objectives (training/objectives.py) train these
-        raise UserError(f"--arch {family.name}: pretrain trains the {', '.join(FAMILY_OBJECTIVES)} families; "
-                        f"{family.name} ({family.description}) is trained by its own command")
     cfg.validate()
+    spec = family_named(cfg.arch).spec
+    objective_spec = OBJECTIVES[cfg.objective]
     dist = Distributed()
     out = Path(cfg.out)
     check_writable(out, needed_bytes=0)  # the Trainer checks the space once the model's size is known
@@ -546,12 +500,6 @@ def run_pretraining(cfg: PretrainConfig) -> str:
         check_no_earlier_run(out)
     tokenizer = load_or_train_tokenizer(cfg, dist)
     model_config = build_model_config(cfg, tokenizer)
-    if cfg.objective == "t5":
-        spans = max(round(round(cfg.seq_len * cfg.noise_density) / cfg.mean_span_length), 1)
-        if spans + 1 > len(tokenizer.sentinel_token_ids):  # a target may end with one more sentinel
-            raise UserError(f"--seq-len {cfg.seq_len} with --noise-density {cfg.noise_density} and --mean-span-length "
-                            f"{cfg.mean_span_length} drops {spans} spans per text: more than the tokenizer's "
-                            f"{len(tokenizer.sentinel_token_ids)} sentinels allow")
     if dist.is_main:
         write_json_atomic(out / RESOLVED_CONFIG_NAME, {**dataclasses.asdict(cfg), "model_config_resolved": model_config.to_dict()})
 
@@ -565,17 +513,27 @@ def run_pretraining(cfg: PretrainConfig) -> str:
             print(notes, file=sys.stderr)
 
     torch.manual_seed(cfg.seed)
-    lr_scale = None
-    if cfg.arch in STREAM_FAMILIES:
+    if spec.reads_stream or objective_spec.data_format == "stream":
         objective, train_batches, evaluate = stream_training(cfg, model_config, corpus, train_docs, eval_docs,
                                                              tokenizer, dist)
-        lr_scale = discriminative_rates(model_config, cfg.layer_lr_decay) if cfg.arch == "awd-lstm" else None
     elif cfg.mem_len:
         objective, train_batches, evaluate = memory_training(cfg, model_config, corpus, train_docs, eval_docs,
                                                              tokenizer, dist)
     else:
         objective, train_batches, evaluate = sequence_training(cfg, model_config, corpus, train_docs, eval_docs,
                                                                tokenizer, dist)
+    model = objective.model_to_save()
+    if spec.vocabulary_hook is not None:
+        spec.vocabulary_hook(model, tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size)))
+    if cfg.init:
+        start = load_pretrained(cfg.init)
+        if type(start) is not type(model):
+            raise UserError(f"{cfg.init}: a {type(start).__name__}; --objective {cfg.objective} trains a "
+                            f"{type(model).__name__}")
+        model.load_state_dict(start.state_dict())
+    lr_scale = None
+    if cfg.layer_lr_decay != 1.0:
+        lr_scale = discriminative_rates(spec, spec.num_layers(model), cfg.layer_lr_decay)
 
     def save_model(module) -> None:
         module.model_to_save().save_pretrained(out)
@@ -585,5 +543,5 @@ def run_pretraining(cfg: PretrainConfig) -> str:
     status = trainer.fit()
     if dist.is_main:
         plot_training_curves({cfg.objective: trainer.log.rows()}, out / "training_curves.png",
-                             accuracy_keys=accuracy_keys(cfg.objective))
+                             accuracy_keys=objective_spec.metrics)
     return status

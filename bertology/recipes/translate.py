@@ -33,8 +33,7 @@ from ..config import override, setting
 from ..data.parallel import SentencePair, read_split
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
-from ..inference.modeldir import load_model
-from ..models import family_of
+from ..inference.modeldir import open_model_dir, open_static_vectors
 from ..models.cove import (
     PRESETS,
     SOURCE_SPECIALS,
@@ -48,7 +47,7 @@ from ..models.static import StaticVectors
 from ..plots import plot_training_curves
 from ..tasks.readers import read_text_lines
 from ..training.loop import LoopConfig, StepOutput, TrainConfig, Trainer, loop_settings
-from ..training.tasks import RESULTS_NAME, EpochBatches, check_output_dir
+from .task_training import RESULTS_NAME, EpochBatches, check_output_dir
 
 
 @dataclass
@@ -215,11 +214,7 @@ def perplexity(model: CoVeForTranslation, pairs: Pairs, batch_size: int) -> dict
 
 def open_vectors(directory: str) -> StaticVectors:
     """The English vectors; another kind of model directory is a one-line error."""
-    family = family_of(directory).name
-    if family != "static":
-        raise UserError(f"{directory}: --vectors takes a static-vectors directory (`bertology static train`), "
-                        f"not a {family} model")
-    return load_model(directory)
+    return open_static_vectors(directory, "--vectors")
 
 
 # ----- train ---------------------------------------------------------------------------------------
@@ -287,8 +282,9 @@ def train(cfg: TranslateTrainConfig) -> dict:
 
 def open_translator(directory: str) -> CoVeForTranslation:
     """A translation model; another kind of directory (a CoVe feature model has no decoder) is a one-line error."""
-    model = load_model(directory) if family_of(directory).name == "cove" else None
-    if not isinstance(model, CoVeForTranslation):
+    opened = open_model_dir(directory)
+    model = opened.load_model() if opened.spec.translates else None
+    if model is None or type(model) is not opened.spec.default_class:  # a CoVe feature model has no decoder
         raise UserError(f"{directory}: not a translation model from `bertology translate train`")
     return model
 

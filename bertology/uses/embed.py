@@ -202,7 +202,7 @@ def run_embed(cfg: EmbedConfig) -> dict:
     source, out, text_field = Path(cfg.input), Path(cfg.out), cfg.text_field
     model, tokenizer = load_encoder(cfg.model)
     indices, combine = _layer_choice(model, cfg.layers)
-    width = feature_width(model.config.hidden_size, indices, combine)
+    width = feature_width(model.hidden_size, indices, combine)
     limit = length_limit(model, tokenizer, cfg.max_seq_len)
     stats = EmbedStats()
     lines = sum(1 for _ in read_texts(source, text_field, cfg.skip_empty, stats))

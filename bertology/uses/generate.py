@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from .. import __version__
 from ..config import setting
@@ -27,10 +28,7 @@ from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import atomic_path
 from ..inference.generation import GenerationConfig, generate, is_encoder_decoder
-from ..inference.modeldir import load_model
-from ..models import family_of
-from ..models.gpt import GPTLMHeadModel
-from ..models.t5 import T5ForConditionalGeneration
+from ..inference.modeldir import ModelDir, open_model_dir
 from ..text import is_invisible
 
 
@@ -59,17 +57,21 @@ class GenerateConfig:
     seed: int = setting(0, help="the random seed of sampling")
 
 
-Generator = GPTLMHeadModel | T5ForConditionalGeneration
+Generator = nn.Module  # a model of a family whose spec has `generation`: its language model (GPT) or T5
 
 
-def load_generator(model_dir: str | Path) -> tuple[Generator, Tokenizer]:
-    """A GPT or T5 and its tokenizer; any other model is a one-line error saying why it cannot generate."""
-    model = load_model(model_dir)
-    if not isinstance(model, (GPTLMHeadModel, T5ForConditionalGeneration)):
-        family = family_of(model_dir)
-        raise UserError(f"{model_dir}: a {family.name} model, which does not generate text; generate needs a GPT "
-                        "or a T5 (bertology pretrain --arch gpt / t5)")
-    return model, Tokenizer.from_pretrained(model_dir)
+def load_generator(model_dir: str | Path | ModelDir) -> tuple[Generator, Tokenizer]:
+    """A generating model (its family's spec has `generation`: a GPT, a T5) and its tokenizer; any
+    other model is a one-line error saying why it cannot generate. `model_dir` may be opened already."""
+    opened = model_dir if isinstance(model_dir, ModelDir) else open_model_dir(model_dir)
+    if opened.spec.generation is None:
+        raise UserError(f"{model_dir}: a {opened.family.name} model, which does not generate text; generate needs a "
+                        "GPT or a T5 (bertology pretrain --arch gpt / t5)")
+    model = opened.load_model()
+    if type(model) is not opened.spec.default_class:
+        raise UserError(f"{model_dir}: a {type(model).__name__} (fine-tuned with a task head), which does not "
+                        f"generate text; generate takes the {opened.spec.default_class.__name__} it started from")
+    return model, opened.tokenizer()
 
 
 def _cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
@@ -118,7 +120,7 @@ def _generated_ids(row: list[int], tokenizer: Tokenizer) -> list[int]:
     return row
 
 
-def _transform(model: T5ForConditionalGeneration, tokenizer: Tokenizer, encoded: list[list[int]],
+def _transform(model: Generator, tokenizer: Tokenizer, encoded: list[list[int]],
                config: GenerationConfig, stop: list[str], batch_size: int, generator: torch.Generator) -> list[str]:
     """An encoder-decoder's output for each encoded input, as text (sentinels kept)."""
     def text_of(ids: list[int]) -> str:
@@ -177,13 +179,19 @@ class TextGenerator:
     """A loaded GPT or T5 directory, ready for prompts: what `bertology serve` answers on /generate."""
 
     model_dir: str
+    family: str
     model: Generator
     tokenizer: Tokenizer
 
     @classmethod
     def load(cls, model_dir: str | Path) -> TextGenerator:
         """Load a GPT or T5 directory (any other family is a one-line error, as in load_generator)."""
-        return cls(str(model_dir), *load_generator(model_dir))
+        return cls.open(open_model_dir(model_dir))
+
+    @classmethod
+    def open(cls, model_dir: ModelDir) -> TextGenerator:
+        """`load` of a directory already opened (its config.json read)."""
+        return cls(str(model_dir.path), model_dir.family.name, *load_generator(model_dir))
 
     def generate(self, prompts: list[str], config: GenerationConfig, stop: list[str] | None = None,
                  batch_size: int = 8, seed: int = 0) -> list[str]:

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Annotated, Literal
 
+import torch
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -37,17 +38,15 @@ from .. import __version__
 from ..config import check_settings, setting
 from ..errors import UserError
 from ..inference.generation import GenerationConfig
-from ..inference.modeldir import is_finetuned
+from ..inference.modeldir import open_model_dir
 from ..inference.predictor import Predictor
-from ..models import family_of, resolve_model_dir
-from ..models.gpt import GPTConfig
-from ..models.t5 import T5Config
+from ..inference.runners import PRECISION_HELP, run_precision
+from ..models import resolve_model_dir
 from ..ops import PRECISIONS
 from ..text import is_invisible
 from .batching import MicroBatcher, Overloaded
 from .generate import TextGenerator
 
-GENERATING_FAMILIES = ("gpt", "t5")
 GRACEFUL_SHUTDOWN_S = 30  # requests still running after this long are cancelled
 
 
@@ -74,8 +73,8 @@ class ServeConfig:
     threads: int | None = setting(None, positive=True, help="PyTorch threads (default: PyTorch's choice)")
     # /embed's vectors are compared with vectors made elsewhere: bf16 would make them depend on the processor.
     precision: str = setting("fp32", choices=PRECISIONS,
-                             help="fp32: the same answers and vectors on every machine; bf16 (or auto: bf16 where "
-                                  "the processor runs it fast) is faster, but vectors differ by about 1e-3")
+                             help="fp32: the same answers and vectors on every machine; bf16 is faster, but vectors "
+                                  f"differ by about 1e-3; {PRECISION_HELP}")
 
     def validate(self) -> None:
         """Check the settings before anything is loaded (a model given by name becomes its folder)."""
@@ -364,13 +363,13 @@ def load_served(model_dir: str, precision: str) -> Predictor | TextGenerator:
     """What a model directory serves: a GPT or T5 generates (one fine-tuned for a task predicts);
     any other model predicts and embeds (a bare encoder only embeds, a feature head over word
     vectors only predicts)."""
-    family = family_of(model_dir).name
-    if family in GENERATING_FAMILIES and not is_finetuned((T5Config if family == "t5" else GPTConfig).load(model_dir)):
-        if precision == "bf16":
-            raise UserError("--precision bf16: a GPT or T5 is served in fp32 (generation picks tokens by exact "
-                            "comparisons of logits, which bf16 would make machine-dependent)")
-        return TextGenerator.load(model_dir)
-    return Predictor.load(model_dir, precision)
+    opened = open_model_dir(model_dir)
+    if opened.spec.generation is not None and not opened.is_finetuned:
+        run_precision(precision, torch.device("cpu"), fixed="fp32",
+                      why="generation picks tokens by exact comparisons of logits, which bf16 would make "
+                          "machine-dependent")
+        return TextGenerator.open(opened)
+    return Predictor.open(opened, precision)
 
 
 def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAPI:
@@ -399,7 +398,7 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
 
     described = served.describe()
     kind = described["kind"]
-    identity = {"family": family_of(served.model_dir).name, "task": described["task"]}  # what /health and /info name
+    identity = {"family": served.family, "task": described["task"]}  # what /health and /info name
     app = FastAPI(title="bertology", version=__version__, lifespan=lifespan,
                   description=f"Predictions, embeddings or generations from {served.model_dir} ({kind}).")
     app.add_middleware(BodyLimit, limit=config.max_body_bytes, drain=16 * config.max_body_bytes)

@@ -7,7 +7,15 @@ import shutil
 import pytest
 
 from bertology.claims import CLAIMS, Claim, claim_list, find_claim
-from bertology.claims.experiment import QUICK_EXAMPLES, Experiment, ReproduceConfig, cell, markdown, pretraining_key, verdict
+from bertology.claims.experiment import (
+    QUICK_EXAMPLES,
+    Experiment,
+    ReproduceConfig,
+    cell,
+    markdown,
+    pretraining_key,
+    verdict,
+)
 from bertology.cli import main
 from bertology.data.corpus import read_documents
 from bertology.data.tokenizer import Tokenizer

@@ -335,11 +335,10 @@ def test_fuzz_model_directory(small_model, tmp_path_factory, data):
 @pytest.fixture(scope="module")
 def client(minilm_dir, tmp_path_factory):
     from fastapi.testclient import TestClient
+    from helpers import save_task_model
 
     from bertology.inference.predictor import Predictor
     from bertology.uses.serve import ServeConfig, create_app
-
-    from helpers import save_task_model
 
     classifier = save_task_model(tmp_path_factory.mktemp("http") / "sst2", minilm_dir, "sst2")
     config = ServeConfig(model=str(classifier), precision="fp32", max_texts=8, max_text_chars=300,

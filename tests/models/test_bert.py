@@ -353,7 +353,8 @@ def test_relative_model_saves_loads_and_explains_its_mistakes(tmp_path):
     assert "bert.encoder.relative_attention_bias.weight" in state
     assert not any("position_embeddings" in key for key in state)
     again = BertForMaskedLM.from_pretrained(tmp_path)
-    assert again.config.position_embedding_type == "relative" and not again.config.is_vanilla_bert
+    assert again.config.position_embedding_type == "relative"
+    assert again.config.transformers_incompatibility() == "relative positions"
     ids = torch.randint(5, 100, (2, 9))
     with torch.no_grad():
         assert torch.equal(again(ids).logits, model.eval()(ids).logits)

@@ -12,14 +12,14 @@ from gensim.models.keyedvectors import KeyedVectors
 
 from bertology.errors import UserError
 from bertology.models import family_of
+from bertology.models.base import load_pretrained
 from bertology.models.static import (
     GloVe,
-    earlier_sums,
     StaticConfig,
     StaticVectors,
+    earlier_sums,
     glove_loss_and_gradients,
     glove_weight,
-    load_pretrained,
     normalize_word,
     read_word2vec_format,
     tokenize_words,

@@ -9,12 +9,17 @@ import pytest
 import torch
 
 from bertology.cli import main
-from bertology.inference.modeldir import load_finetuned
-from bertology.inference.predict import predict
-from bertology.models.bert import BertConfig
 from bertology.errors import UserError
-from bertology.recipes.demo import (DemoConfig, _announce_speed, _reference_model, measure_steps_per_second,
-                                    tfidf_baseline)
+from bertology.inference.predict import predict
+from bertology.inference.runners import load_finetuned
+from bertology.models.bert import BertConfig
+from bertology.recipes.demo import (
+    DemoConfig,
+    _announce_speed,
+    _reference_model,
+    measure_steps_per_second,
+    tfidf_baseline,
+)
 from bertology.tasks.readers import read_examples
 
 

@@ -35,7 +35,7 @@ from bertology.recipes.pretrain import (
     run_pretraining,
 )
 from bertology.training.loop import metrics_from_counts
-from bertology.training.objectives import Electra, build_objective, ranked_pair_counts
+from bertology.training.objectives import build_objective, ranked_pair_counts
 
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
@@ -263,7 +263,7 @@ def test_electra_rtd_auc_scores_the_detector_logits_against_the_replaced_tokens(
     """rtd_auc equals the AUC of the detector's logits at the real (non-special) tokens, against
     which of the discriminator's input tokens differ from the original text."""
     torch.manual_seed(0)
-    objective = Electra(BertConfig.from_preset("tiny", vocab_size=60, **NO_DROPOUT), mask_token_id=4)
+    objective = build_objective("electra", BertConfig.from_preset("tiny", vocab_size=60, **NO_DROPOUT), mask_token_id=4)
     ids = torch.randint(5, 60, (3, 20), generator=torch.Generator().manual_seed(1))
     ids[:, 0], ids[:, -1], ids[2, 11], ids[2, 12:] = 2, 3, 3, 0  # [CLS] ... [SEP], the last row padded
     attention_mask = (ids != 0).long()
@@ -373,7 +373,7 @@ def test_electra_diagnostics_by_hand():
 def test_sop_balance_is_for_the_albert_objective(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("One sentence.\n")
-    with pytest.raises(UserError, match="--sop-balance balances ALBERT's sentence order, not the bert objective"):
+    with pytest.raises(UserError, match="--sop-balance is an option of the albert objective, not of bert"):
         PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), objective="bert", sop_balance=True,
                        max_steps=1).validate()
     PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), objective="albert", sop_balance=True,
@@ -439,9 +439,10 @@ def test_dynamic_masking_stays_the_default_and_masks_afresh_every_epoch(corpus):
 
 @pytest.mark.parametrize("flags, message", [
     ({"static_masks": 0}, "--static-masks must be positive, got 0"),
-    ({"static_masks": 10, "objective": "clm"}, "--static-masks fixes the masks of a masked LM (bert, roberta, "
-                                               "albert, electra); the clm objective masks no tokens"),
-    ({"static_masks": 10, "arch": "t5"}, "the t5 objective masks no tokens"),
+    ({"static_masks": 10, "objective": "clm"}, "--static-masks 10 is an option of the bert or roberta or albert or "
+                                               "electra objective, not of clm"),
+    ({"static_masks": 10, "arch": "t5"}, "--static-masks 10 is an option of the bert or roberta or albert or "
+                                         "electra objective, not of t5"),
 ])
 def test_static_masks_need_a_positive_count_and_a_masked_lm(tmp_path, flags, message):
     corpus = tmp_path / "c.txt"
@@ -474,9 +475,9 @@ def test_gpt_learns_and_its_directory_is_transformers_own(corpus, tmp_path, layo
 
 
 @pytest.mark.parametrize("flags, message", [
-    (dict(objective="roberta"), "--arch gpt is a left-to-right language model: its objective is clm, not roberta"),
-    (dict(share_layers=True), "--share-layers is a switch of the bert family, not of --arch gpt"),
-    (dict(embedding_size=64), "--embedding-size is a switch of the bert family")])
+    (dict(objective="roberta"), "--arch gpt trains with clm, not --objective roberta (which trains --arch bert)"),
+    (dict(share_layers=True), "--share-layers is a switch of --arch bert, not of --arch gpt"),
+    (dict(embedding_size=64), "--embedding-size 64 is a switch of --arch bert")])
 def test_gpt_refuses_what_only_bert_has(tmp_path, flags, message):
     corpus = tmp_path / "c.txt"
     corpus.write_text("One sentence.\n")
@@ -488,13 +489,13 @@ def test_gpt_refuses_what_only_bert_has(tmp_path, flags, message):
 
 
 @pytest.mark.parametrize("arch, flags, message", [
-    ("t5", dict(objective="bert"), "--arch t5 is trained by span corruption: its objective is t5, not bert"),
-    ("t5", dict(share_layers=True), "--share-layers is a switch of the bert family, not of --arch t5"),
-    ("t5", dict(pre_layer_norm=True), "--pre-layer-norm is a switch of the bert family, not of --arch t5"),
+    ("t5", dict(objective="bert"), "--arch t5 trains with t5, not --objective bert (which trains --arch bert)"),
+    ("t5", dict(share_layers=True), "--share-layers is a switch of --arch bert, not of --arch t5"),
+    ("t5", dict(pre_layer_norm=True), "--pre-layer-norm is a switch of --arch bert or gpt, not of --arch t5"),
     ("t5", dict(noise_density=1.5), "--noise-density must be between 0 and 1, got 1.5"),
-    ("bert", dict(objective="t5"), "--objective t5 (span corruption) trains an encoder-decoder: use --arch t5"),
-    ("gpt", dict(noise_density=0.3), "--noise-density is a switch of span corruption (--arch t5), not of --arch gpt"),
-    ("bert", dict(gated_gelu=True), "--gated-gelu is a switch of span corruption (--arch t5), not of --arch bert")])
+    ("bert", dict(objective="t5"), "not --objective t5 (which trains --arch t5)"),
+    ("gpt", dict(noise_density=0.3), "--noise-density 0.3 is an option of the t5 objective, not of clm"),
+    ("bert", dict(gated_gelu=True), "--gated-gelu is a switch of --arch t5, not of --arch bert")])
 def test_t5_flags_belong_to_t5(tmp_path, arch, flags, message):
     corpus = tmp_path / "c.txt"
     corpus.write_text("One sentence.\n")
@@ -554,5 +555,5 @@ def test_position_relative_pretrains_a_bert_with_t5s_bias(corpus, tmp_path):
     assert config["position_embedding_type"] == "relative" and config["relative_attention_num_buckets"] == 32
     encoder = BertModel.from_pretrained(tmp_path)  # what fine-tuning opens
     assert encoder.embeddings.position_embeddings is None and encoder.relative_attention_bias.weight.shape == (32, 2)
-    with pytest.raises(UserError, match="--position relative is a switch of the bert family, not of --arch gpt"):
+    with pytest.raises(UserError, match="--position relative is a switch of --arch bert, not of --arch gpt"):
         PretrainConfig(corpus=cfg.corpus, out=str(tmp_path / "o"), arch="gpt", position="relative", max_steps=1).validate()

@@ -1,4 +1,4 @@
-"""`bertology static` (recipes/static.py): training each method on a small made-up corpus, importing
+"""`bertology static` (recipes/static_vectors.py): training each method on a small made-up corpus, importing
 vectors, evaluation on hand-made vectors with known answers, neighbours, and bad input."""
 
 import json
@@ -18,7 +18,7 @@ from gensim.models.keyedvectors import KeyedVectors
 from bertology.data.shards import TokenizedCorpus
 from bertology.errors import UserError
 from bertology.models.static import GloVe, StaticConfig, StaticVectors, tokenize_words
-from bertology.recipes.static import (
+from bertology.recipes.static_vectors import (
     StaticEvalConfig,
     StaticNeighborsConfig,
     StaticTrainConfig,

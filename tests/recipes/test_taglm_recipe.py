@@ -110,7 +110,7 @@ def test_one_line_errors(capsys, names_task, tiny_model, tmp_path):
 
 
 def test_biLM_states_stay_with_their_sentences_when_one_has_no_words(tiny_elmo):
-    from bertology.recipes.taglm import prepare_tagger_data
+    from bertology.recipes.tagger import prepare_tagger_data
     from bertology.tasks.readers import TASKS, TokenExample
 
     train = [TokenExample("0", [], [], "t:1"), TokenExample("1", ["John", "ran"], ["B-PER", "O"], "t:3"),

@@ -10,6 +10,7 @@ import pytest
 from helpers import TOY_LEXICON, WORDS, keyword_sentence, run_cli, save_tiny_vectors, write_toy_parallel
 
 from bertology.cli import main
+from bertology.inference.modeldir import open_model_dir
 from bertology.models.cove import CoVeModel
 from bertology.models.static import StaticVectors
 from bertology.uses.wic import WicConfig, run_wic, target_views
@@ -114,7 +115,7 @@ def test_finetune_features_trains_a_head_over_glove_and_cove(trained, keyword_ss
     assert json.loads((tmp_path / "e.json").read_text())["accuracy"] == results["accuracy"]
     status, _, err = run_cli(capsys, "finetune", "--model", trained, "--task", "sst2", "--data", keyword_sst2,
                              "--out", tmp_path / "whole", "--no-progress")
-    assert status == 2 and err.count("\n") == 1 and "CoVe is a fixed feature source" in err
+    assert status == 2 and err.count("\n") == 1 and "is a fixed feature source: use --mode features" in err
 
 
 def test_wic_probe_reads_cove_and_its_glove_half(trained, tmp_path):
@@ -131,7 +132,7 @@ def test_wic_probe_reads_cove_and_its_glove_half(trained, tmp_path):
     assert results["family"] == "cove" and results["train_pairs"] == 10
     # the views are the model's own features at the target word
     model = CoVeModel.from_pretrained(trained)
-    views, _ = target_views(trained, "cove", [(sentences[2].split(), 0)], WicConfig(data="", model=""), "dev")
+    views, _ = target_views(open_model_dir(trained), [(sentences[2].split(), 0)], WicConfig(data="", model=""), "dev")
     features, _ = model([sentences[2].split()])
     np.testing.assert_allclose(views["[GloVe; CoVe]"][0], features[0, 0].numpy(), rtol=1e-6)
     width = model.config.input_size

@@ -5,7 +5,7 @@ import pytest
 from bertology.config import TaskConfig
 from bertology.errors import UserError
 from bertology.tasks.readers import generic_task
-from bertology.training.tasks import DEV_FRACTION, hold_out_dev, read_split
+from bertology.tasks.splits import DEV_FRACTION, hold_out_dev, read_split
 
 
 def write_csv(path, rows: int):

@@ -77,8 +77,8 @@ def test_minilm_matches_sentence_transformers(capsys, tmp_path, minilm_dir, data
 def test_load_encoder_drops_the_head(tiny_dir, tiny):
     model, tokenizer = tiny
     classifier = BertForSequenceClassification.from_pretrained(tiny_dir)
-    assert type(model).__name__ == "BertModel" and not model.training
-    assert torch.equal(model.layers[3].ffn_out.weight, classifier.bert.layers[3].ffn_out.weight)
+    assert type(model.stack).__name__ == "BertModel" and not model.training
+    assert torch.equal(model.stack.layers[3].ffn_out.weight, classifier.bert.layers[3].ffn_out.weight)
     assert tokenizer.tokenize("unaffable") == ["un", "##aff", "##able"]
 
 

@@ -44,7 +44,7 @@ def test_attention_weights_are_softmax_rows_and_do_not_change_the_output(tiny_mo
     # Asking for the weights takes the explicit attention path; the encoding must be the same.
     ids = tokenizer("The bank raised its rates.", "Why?")
     plain = model(ids["input_ids"], token_type_ids=ids["token_type_ids"]).last_hidden_state
-    weighed = model(ids["input_ids"], token_type_ids=ids["token_type_ids"], output_attentions=True).last_hidden_state
+    weighed = model.stack(ids["input_ids"], token_type_ids=ids["token_type_ids"], output_attentions=True).last_hidden_state
     torch.testing.assert_close(weighed, plain, atol=1e-5, rtol=1e-5)
 
 

@@ -9,9 +9,10 @@ from helpers import save_task_model
 
 from bertology import BertConfig, BertModel, Tokenizer, UserError
 from bertology.cli import main
-from bertology.inference.modeldir import load_finetuned, load_model
+from bertology.inference.modeldir import load_model
 from bertology.inference.onnx import OnnxModel
 from bertology.inference.predict import predict
+from bertology.inference.runners import load_finetuned
 from bertology.models.quantized import load_quantized, quantize
 from bertology.tasks.readers import TASKS, SpanExample, read_examples
 from bertology.uses.export import export_model
@@ -248,7 +249,7 @@ def test_user_mistakes_are_one_line_errors(tmp_path, models, sst2_data, monkeypa
 def test_a_failed_export_leaves_nothing_behind(tmp_path, models, monkeypatch):
     import bertology.uses.export as export
 
-    def broken(model, path):
+    def broken(model, path, context):
         path.write_bytes(b"half a graph")
         raise RuntimeError("exporter crashed")
 

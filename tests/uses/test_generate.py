@@ -5,7 +5,6 @@ import json
 
 import pytest
 import torch
-
 from helpers import save_tiny_gpt, save_tiny_t5
 
 from bertology.cli import main

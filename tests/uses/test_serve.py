@@ -17,13 +17,13 @@ from fastapi.testclient import TestClient
 from helpers import free_port, save_task_model, save_tiny_gpt, save_tiny_t5
 
 from bertology.cli import main
+from bertology.errors import UserError
 from bertology.inference.embedding import embed_texts
+from bertology.inference.generation import GenerationConfig
 from bertology.inference.predict import predict
 from bertology.inference.predictor import Predictor
 from bertology.tasks.inputs import encode
 from bertology.tasks.readers import SequenceExample, SpanExample, TokenExample
-from bertology.errors import UserError
-from bertology.inference.generation import GenerationConfig
 from bertology.uses.generate import generate_text, load_generator
 from bertology.uses.serve import ServeConfig, bind, create_app, load_served
 
@@ -385,7 +385,7 @@ def test_each_model_answers_only_the_routes_it_can(gpt, sst2):
         assert response.status_code == 400 and "generates text (openai-gpt): it serves /generate only" in response.json()["detail"]
     response = sst2.post("/generate", json={"prompts": ["good"]})
     assert response.status_code == 400 and "(classification) does not generate text" in response.json()["detail"]
-    with pytest.raises(UserError, match="a GPT or T5 is served in fp32"):
+    with pytest.raises(UserError, match="computes in fp32 only"):
         load_served(str(client.get("/info").json()["model_dir"]), "bf16")
 
 

@@ -14,14 +14,13 @@ from bertology import Tokenizer, UserError
 from bertology.cli import main
 from bertology.data.tokenizer import train_tokenizer
 from bertology.inference.embedding import load_encoder
-from bertology.inference.modeldir import load_model
-from bertology.models import family_of
-from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMForSequenceClassification, AWDLSTMLanguageModel
+from bertology.inference.modeldir import load_model, open_model_dir
+from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMForSequenceClassification, AWDLSTMLMHeadModel
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.models.xlnet import XLNetConfig, XLNetLMHeadModel
 from bertology.tasks.readers import read_wic
-from bertology.uses.wic import WicConfig, contextual_vectors, load_layers, pair_features, run_wic, word_spans
+from bertology.uses.wic import WicConfig, contextual_vectors, pair_features, run_wic, word_spans
 
 PAIRS = [  # word, pos, i1-i2, sentence 1, sentence 2, same sense
     ("bank", "N", "4-1", "He sat by the bank of the river .", "The bank raised its rates .", "F"),
@@ -131,9 +130,9 @@ def save_family(root, name):
             decoder_start_token_id=tokenizer.pad_token_id))
     else:
         config = AWDLSTMConfig(vocab_size=vocab, emb_sz=16, n_hid=24, n_layers=3, pad_token_id=tokenizer.pad_token_id)
-        model = AWDLSTMLanguageModel(config)
+        model = AWDLSTMLMHeadModel(config)
         if name == "awd-lstm-classifier":  # ULMFiT's classifier: the same encoder under a pooling head
-            classifier = AWDLSTMForSequenceClassification(config.for_classification(2, None))
+            classifier = AWDLSTMForSequenceClassification(config.for_task(2, None))
             classifier.awd_lstm.load_state_dict(model.awd_lstm.state_dict())
             model = classifier
     model.eval().save_pretrained(out)
@@ -148,10 +147,10 @@ def family_dirs(tmp_path_factory):
 
 def probe_vectors(model_dir, sentences):
     """The probe's target vectors, (N, H) per layer, read on the CPU in one padded batch."""
-    family = family_of(model_dir).name
-    model, tokenizer = load_layers(model_dir, family, device="cpu")
+    opened = open_model_dir(model_dir)
+    model, tokenizer = opened.feature_encoder(device="cpu")
     return contextual_vectors(model, tokenizer, sentences, batch_size=len(sentences), precision="fp32",
-                              leading_cls=family != "t5")
+                              leading_cls=opened.spec.leading_summary_token)
 
 
 def reference_states(model_dir, ids):
