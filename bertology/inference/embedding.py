@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..data.tokenizer import VOCAB_FILE, Tokenizer
+from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import loads_json
 from ..models import resolve_model_dir
@@ -60,7 +60,7 @@ def load_encoder(model_dir: str | Path, device: str | torch.device | None = None
     """Any model directory -> its bare encoder (task heads dropped) in eval mode, and its tokenizer.
 
     Args:
-        model_dir: a bertology or transformers BERT folder (config.json, weights, vocab.txt), an
+        model_dir: a bertology or transformers BERT folder (config.json, weights, a tokenizer), an
             ELMo biLM's (its three layers; no softmax), or the name of an installed model
             (`all-MiniLM-L6-v2`: see models.resolve_model_dir).
         device: where the encoder runs; default the GPU when there is one, else the CPU.
@@ -69,9 +69,7 @@ def load_encoder(model_dir: str | Path, device: str | torch.device | None = None
         `model_max_length` is its `max_seq_length`, the length the model was trained with.
     """
     model_dir = resolve_model_dir(model_dir)
-    if not (model_dir / VOCAB_FILE).is_file():
-        raise UserError(f"{model_dir}: no tokenizer here (a model directory needs its {VOCAB_FILE})")
-    tokenizer = Tokenizer.from_pretrained(model_dir)
+    tokenizer = Tokenizer.from_pretrained(model_dir)  # "no tokenizer here" when it has none
     sbert_limit = _sentence_transformers_limit(model_dir / SENTENCE_TRANSFORMERS_CONFIG)
     if sbert_limit is not None:
         tokenizer.model_max_length = min(tokenizer.model_max_length, sbert_limit)
