@@ -351,10 +351,9 @@ def read_pipeline(path: Path) -> tokenizers.Tokenizer:
 
 
 def check_merges(vocab: dict[str, int], merges: list, path: Path, vocab_name: str, prefix: str | None) -> None:
-    """Each merge must join two tokens of the vocabulary into a third; name the first that does not.
-
-    `path`'s line i (from 1) holds merge i - 1 plus `offset` header lines; `prefix` is the model's
-    continuing-subword prefix, dropped from the second token when joined (BPE's rule)."""
+    """Each merge must join two tokens of the vocabulary into a third; name the first that does not
+    (counting merges from 1). `prefix` is the model's continuing-subword prefix, dropped from the
+    second token when the two are joined (BPE's rule)."""
     for number, merge in enumerate(merges, start=1):
         if not (isinstance(merge, (list, tuple)) and len(merge) == 2 and all(isinstance(t, str) for t in merge)):
             raise UserError(f"{path}: merge {number} is not two tokens: {merge!r}")

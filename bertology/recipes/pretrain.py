@@ -24,6 +24,7 @@ from ..data.pretraining import PretrainingDataset, collate, make_batches, static
 from ..data.shards import TokenizedCorpus, build_corpus, continuation_table
 from ..data.token_stream import StreamBatches, TokenStream
 from ..data.tokenizer import Tokenizer, train_tokenizer
+from ..data.tokenizer_files import has_tokenizer
 from ..errors import UserError
 from ..files import cache_root, write_json_atomic
 from ..models import ARCHITECTURES, family_named, family_of
@@ -221,7 +222,10 @@ def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig 
                             "give --init's own tokenizer (the default)")
         return config
     if cfg.arch == "gpt":
-        overrides = {**cfg.model, **({"pre_layer_norm": True} if cfg.pre_layer_norm else {})}
+        # GPT-2's <|endoftext|> as bos and eos in config.json, so transformers' generate stops there
+        ends = {f"{role}_token_id": tokenizer.special_token_id(role) for role in ("bos", "eos")
+                if role in tokenizer.special_tokens}
+        overrides = {**ends, **cfg.model, **({"pre_layer_norm": True} if cfg.pre_layer_norm else {})}
     elif cfg.arch == "t5":
         v1_1 = {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False} if cfg.gated_gelu else {}
         overrides = {**cfg.model, **v1_1, "pad_token_id": tokenizer.pad_token_id,
@@ -260,14 +264,15 @@ T5_SENTINELS = 100
 
 def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer:
     """The given tokenizer, or one trained on the corpus (by rank 0; the others wait and load it):
-    WordPiece, or for --arch t5 a unigram vocabulary with T5's 100 sentinels."""
+    WordPiece, for --arch t5 a unigram vocabulary with T5's 100 sentinels, for --arch gpt GPT-2's
+    byte-level BPE."""
     out = Path(cfg.out)
     if cfg.tokenizer or cfg.init:
         tokenizer = Tokenizer.from_pretrained(cfg.tokenizer or cfg.init)
-    elif (out / "vocab.txt").is_file() and cfg.resume:
+    elif has_tokenizer(out) and cfg.resume:
         tokenizer = Tokenizer.from_pretrained(out)
     else:
-        model, sentinels = ("unigram", T5_SENTINELS) if cfg.arch == "t5" else ("wordpiece", 0)
+        model, sentinels = {"t5": ("unigram", T5_SENTINELS), "gpt": ("bpe", 0)}.get(cfg.arch, ("wordpiece", 0))
         if dist.is_main:
             print(f"training a {cfg.vocab_size}-token {model} vocabulary on the corpus", file=sys.stderr)
             # Lines it skips are the ones the corpus reading below skips and reports.
@@ -413,13 +418,15 @@ def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus
     evaluation either way)."""
     spec = OBJECTIVES[cfg.objective]
     datasets = [PretrainingDataset(corpus, docs, cfg.seq_len, spec.data_format, spec.pair_task, cfg.short_seq_prob,
-                                   tokenizer.cls_token_id, tokenizer.sep_token_id, cfg.seed, cfg.sop_balance)
+                                   tokenizer.start_token_id, tokenizer.end_token_id, cfg.seed,
+                                   cfg.sop_balance)
                 for docs in (train_docs, eval_docs)]
     electra = {"generator_size": cfg.generator_size, "temperature": cfg.generator_temperature,
                "masking": cfg.electra_masking} if cfg.objective == "electra" else {}
     span_corruption = {"sentinel_ids": tokenizer.sentinel_token_ids, "noise_density": cfg.noise_density,
                        "mean_span_length": cfg.mean_span_length} if cfg.objective == "t5" else {}
-    objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id,
+    mask_id = tokenizer.mask_token_id if cfg.objective in MASKING_OBJECTIVES else None  # GPT-2's BPE has none
+    objective = build_objective(cfg.objective, model_config, mask_id,
                                 whole_word=cfg.whole_word_masking, max_predictions=cfg.max_predictions,
                                 **electra, **span_corruption)
     continuation = torch.from_numpy(continuation_table(tokenizer)) if cfg.whole_word_masking else None
