@@ -90,7 +90,6 @@ from .tokenizer_files import (
     END_OF_TEXT,
     GENERIC_CLASS,
     ROLES,
-    VOCAB_FILE,
     BertVocabulary,
     TokenizerFiles,
     add_special_tokens,

@@ -431,7 +431,7 @@ def _sentencepiece_pipeline(path: Path, data: bytes, config: dict, class_name: s
     trainer_spec.unk_id), where T5's and ALBERT's classes assume ids 2 and 1, which they are
     in every model trained for them."""
     proto = read_sentencepiece(path, data)
-    spec, charsmap = proto.normalizer_spec, proto.normalizer_spec.precompiled_charsmap
+    charsmap = proto.normalizer_spec.precompiled_charsmap
     pieces = [(piece.piece, piece.score) for piece in proto.pieces]
     # control (3) and user-defined (4) pieces are matched in raw text; only control ones are special
     spm_tokens = [AddedToken(piece.piece, normalized=False, special=piece.type == 3)
