@@ -258,6 +258,7 @@ class Tokenizer:
         flagged = [index for index, token in engine.get_added_tokens_decoder().items() if token.special]
         self._special_ids = frozenset([*self._role_ids.values(), *flagged,
                                        *(self._ids[token] for token in files.extra_special_tokens)])
+        self._frames: dict[str, list[tuple[int | str, int]]] = {}  # see `_framing`
 
     @property
     def _recomposes_hangul(self) -> bool:
@@ -458,6 +459,39 @@ class Tokenizer:
     def sentinel_token_ids(self) -> list[int]:
         """The ids of <extra_id_0>, <extra_id_1>, ... in that order ([] when the vocabulary has none)."""
         return list(self._sentinel_ids)
+
+    # --- framing ---------------------------------------------------------------------------------------
+
+    def frame(self, ids: Sequence[int], pair: Sequence[int] | None = None) -> tuple[list[int], list[int]]:
+        """Token ids of a text (and of a second one) framed as the tokenizer frames texts it encodes:
+        BERT's "[CLS] A [SEP] B [SEP]", RoBERTa's "<s> A </s></s> B </s>", GPT-2's "A B", T5's
+        "A </s> B </s>", XLNet's "A <sep> B <sep> <cls>". For inputs assembled from ids (tasks, data).
+
+        Returns:
+            (input_ids, token_type_ids), of length len(ids) + len(pair) + the special tokens.
+        """
+        template = self._framing(pair is not None)
+        input_ids, token_type_ids = [], []
+        for part, type_id in template:
+            piece = ids if part == "A" else pair if part == "B" else [part]
+            input_ids += piece
+            token_type_ids += [type_id] * len(piece)
+        return input_ids, token_type_ids
+
+    def _framing(self, is_pair: bool) -> list[tuple[int | str, int]]:
+        """The frame of a text (or pair) as (special token id or "A"/"B", token type) parts, read off
+        the engine's own output for stand-in texts, whatever its post-processor."""
+        key = "pair" if is_pair else "single"
+        if key not in self._frames:
+            (encoding,) = self._encode([("a", "b") if is_pair else "a"], max_length=None, padding=False,
+                                       truncation=False)
+            parts: list[tuple[int | str, int]] = []
+            for token_id, sequence, type_id in zip(encoding.ids, encoding.sequence_ids, encoding.type_ids):
+                part = token_id if sequence is None else "AB"[sequence]
+                if sequence is None or not parts or parts[-1][0] != part:
+                    parts.append((part, type_id))
+            self._frames[key] = parts
+        return self._frames[key]
 
     # --- encoding and decoding -------------------------------------------------------------------------
 

@@ -161,7 +161,7 @@ def test_what_bertology_saves_loads_in_transformers_with_the_same_ids(transforme
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
-def test_special_tokens_by_role_kind_and_framing(transformers_tokenizers, model_type):
+def test_special_tokens_by_role_kind_and_framing(transformers_tokenizers, texts, model_type):
     ours = Tokenizer.from_pretrained(folder(transformers_tokenizers, model_type, "saved"))
     theirs = transformers.AutoTokenizer.from_pretrained(folder(transformers_tokenizers, model_type, "saved"))
     kind, roles = KIND_AND_ROLES[model_type]
@@ -184,6 +184,11 @@ def test_special_tokens_by_role_kind_and_framing(transformers_tokenizers, model_
         return " ".join(parts)
 
     assert (framing("some words here"), framing("some words", "more words")) == FRAMING[model_type]
+    for first, second in zip(texts[:100:2], texts[1:100:2]):  # ids framed by `frame`, as by encoding the texts
+        encoded = unpadded(ours, [first], [second])
+        pieces = [ours.encode(text, add_special_tokens=False, truncation=False) for text in (first, second)]
+        assert ours.frame(*pieces) == (encoded["input_ids"][0], encoded["token_type_ids"][0])
+        assert ours.frame(pieces[0])[0] == unpadded(ours, [first])["input_ids"][0]
     if model_type == "t5":  # the sentinels of span corruption, <extra_id_0> first
         assert len(ours.sentinel_token_ids) == 100
         assert ours.sentinel_token_ids[0] == theirs.convert_tokens_to_ids("<extra_id_0>")
