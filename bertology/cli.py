@@ -58,11 +58,13 @@ class TokenizerTrainConfig:
     corpus: list[str] = setting(required=True, positional=True, metavar="PATH",
                                 help="text files, or folders of them (also JSONL, Parquet, compressed)")
     out: str = setting(required=True, metavar="DIR", output="dir",
-                       help="output directory: vocab.txt, tokenizer.json, tokenizer_config.json")
+                       help="output directory: tokenizer.json, tokenizer_config.json and vocab.txt (bpe: vocab.json, "
+                            "merges.txt)")
     vocab_size: int = setting(30522, positive=True, help="vocabulary size, the special tokens and sentinels included")
-    model: str = setting("wordpiece", choices=("wordpiece", "unigram"),
-                         help="wordpiece (BERT's: longest match, split at punctuation) or unigram (SentencePiece's, "
-                              "T5's: most probable split, spaces kept as '▁')")
+    model: str = setting("wordpiece", choices=("wordpiece", "unigram", "bpe"),
+                         help="wordpiece (BERT's: longest match, split at punctuation), unigram (SentencePiece's, "
+                              "T5's: most probable split, spaces kept as '▁') or bpe (GPT-2's byte-level BPE, cased, "
+                              "<|endoftext|> its one special token)")
     sentinels: int = setting(0, minimum=0, help="add this many sentinel tokens <extra_id_0> ... for T5's span "
                                                 "corruption (T5: 100)")
     cased: bool = setting(False, help="keep case (and, for wordpiece, accents: BERT cased)")
@@ -238,7 +240,8 @@ def run_tokenizer_train(cfg: TokenizerTrainConfig) -> None:
                                 min_frequency=cfg.min_frequency, skip_bad_lines=cfg.skip_bad_lines,
                                 text_field=cfg.text_field, stats=stats, model=cfg.model, sentinels=cfg.sentinels)
     notes = reading_notes(stats.skipped_lines, stats.control_characters)
-    print(f"wrote {'a cased' if cfg.cased else 'an uncased'} {cfg.model} vocabulary of {tokenizer.vocab_size} tokens "
+    casing = "a cased" if cfg.cased or cfg.model == "bpe" else "an uncased"  # GPT-2's BPE keeps case
+    print(f"wrote {casing} {cfg.model} vocabulary of {tokenizer.vocab_size} tokens "
           f"to {cfg.out}{'; ' + notes if notes else ''}")
 
 
@@ -546,11 +549,13 @@ COMMANDS = [
             description="Pre-train a tiny BERT on the Python standard library's own documentation, fine-tune it to "
             "tell which part of the library a docstring comes from, and compare with the same model trained from "
             "scratch. Writes results.json and PNGs into --out."),
-    Command("tokenizer train", "train a WordPiece or unigram vocabulary on text files or folders", ":TokenizerTrainConfig",
-            run_tokenizer_train,
+    Command("tokenizer train", "train a WordPiece, unigram or byte-level BPE vocabulary on text files or folders",
+            ":TokenizerTrainConfig", run_tokenizer_train,
             description="Train a BERT WordPiece vocabulary, or with --model unigram a SentencePiece-style unigram "
             "one (T5's; --sentinels 100 adds its <extra_id_N> tokens), [PAD]=0 [UNK] [CLS] [SEP] [MASK] first, and "
-            "write vocab.txt, tokenizer.json and tokenizer_config.json into --out."),
+            "write vocab.txt, tokenizer.json and tokenizer_config.json into --out; with --model bpe GPT-2's "
+            "byte-level BPE, written as transformers writes GPT-2's (vocab.json, merges.txt, tokenizer.json, "
+            "tokenizer_config.json)."),
     Command("info", "print a model directory's config, size and vocabulary", ":InfoConfig", run_info),
     Command("pretrain", "pre-train an encoder on raw text (BERT, RoBERTa, ALBERT, ELECTRA or a left-to-right LM)",
             ".recipes.pretrain:PretrainConfig", run_pretrain, config_file=True,

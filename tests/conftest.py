@@ -18,7 +18,11 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
-from helpers import save_task_model, write_keyword_task  # noqa: E402 - imports bertology: after the line above
+from helpers import (  # noqa: E402 - imports bertology: after the line above
+    save_task_model,
+    save_transformers_tokenizer,
+    write_keyword_task,
+)
 
 from bertology.recipes.finetune import FinetuneConfig, run_finetuning  # noqa: E402
 
@@ -77,3 +81,28 @@ def keyword_model(tmp_path_factory, tiny_model, keyword_task) -> Path:
                                   dev_file=str(keyword_task / "dev.csv"), model=str(tiny_model), out=str(out),
                                   epochs=4, lr=1e-3, batch_size=16, precision="fp32", progress=False))
     return out
+
+
+class TransformersTokenizers:
+    """The tokenizer folders of the nine model types (helpers.TOKENIZER_CLASSES), each built on first
+    use and kept for the session: `tokenizers[model_type]` is (native, saved), the files its
+    transformers class reads and the folder that class writes (see `save_transformers_tokenizer`)."""
+
+    def __init__(self, root: Path, lines: list[str]):
+        self.root, self.lines, self.built = root, lines, {}
+
+    def __getitem__(self, model_type: str) -> tuple[Path, Path]:
+        if model_type not in self.built:
+            native, saved = self.root / model_type / "native", self.root / model_type / "saved"
+            save_transformers_tokenizer(model_type, self.lines, native, saved)
+            self.built[model_type] = native, saved
+        return self.built[model_type]
+
+
+@pytest.fixture(scope="session")
+def transformers_tokenizers(tmp_path_factory, data_dir) -> TransformersTokenizers:
+    """Small tokenizers of the nine model types trained on the 2,461 lines of WikiText-2 valid and saved
+    by transformers' own classes (no download); read them, never write into them."""
+    text = (data_dir / "wikitext-2-raw/wiki.valid.raw").read_text(encoding="utf-8")
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    return TransformersTokenizers(tmp_path_factory.mktemp("transformers-tokenizers"), lines)

@@ -263,9 +263,8 @@ def make_student(cfg: DistillConfig, spec: TaskSpec, teacher_tokenizer: Tokenize
 
 
 def same_tokenization(a: Tokenizer, b: Tokenizer) -> bool:
-    """Whether two tokenizers turn any text into the same ids (same pieces, same casing)."""
-    return a.do_lower_case == b.do_lower_case and a.convert_ids_to_tokens(range(a.vocab_size)) == \
-        b.convert_ids_to_tokens(range(b.vocab_size))
+    """Whether two tokenizers turn any text into the same ids (same pieces, same normalisation)."""
+    return a.fingerprint == b.fingerprint
 
 
 def layer_map(student_layers: int, teacher_layers: int) -> list[int]:

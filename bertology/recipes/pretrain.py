@@ -23,6 +23,7 @@ from ..data.pretraining import PretrainingDataset, collate, make_batches, static
 from ..data.shards import TokenizedCorpus, build_corpus, continuation_table
 from ..data.token_stream import StreamBatches, TokenStream
 from ..data.tokenizer import Tokenizer, train_tokenizer
+from ..data.tokenizer_files import has_tokenizer
 from ..errors import UserError
 from ..files import cache_root, write_json_atomic
 from ..models import FAMILIES, architectures, family_named, family_of
@@ -241,7 +242,7 @@ def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer
     spec = family_named(cfg.arch).spec
     if cfg.tokenizer or cfg.init:
         tokenizer = Tokenizer.from_pretrained(cfg.tokenizer or cfg.init)
-    elif (out / "vocab.txt").is_file() and cfg.resume:
+    elif has_tokenizer(out) and cfg.resume:
         tokenizer = Tokenizer.from_pretrained(out)
     else:
         model, sentinels = spec.tokenizer_model, spec.tokenizer_sentinels
@@ -258,6 +259,12 @@ def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer
                         f"train one with `bertology tokenizer train --model {spec.tokenizer_model} --sentinels "
                         f"{spec.tokenizer_sentinels}`")
     return tokenizer
+
+
+def mask_id(cfg: PretrainConfig, tokenizer: Tokenizer) -> int | None:
+    """The [MASK] id for an objective that masks tokens; None for one that does not (GPT-2's byte-level
+    BPE has no mask token)."""
+    return tokenizer.mask_token_id if OBJECTIVES[cfg.objective].masks_tokens else None
 
 
 def batch_generator(seed: int, index: int) -> torch.Generator:
@@ -383,9 +390,10 @@ def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus
     evaluation either way)."""
     spec = OBJECTIVES[cfg.objective]
     datasets = [PretrainingDataset(corpus, docs, cfg.seq_len, spec.data_format, spec.pair_task, cfg.short_seq_prob,
-                                   tokenizer.cls_token_id, tokenizer.sep_token_id, cfg.seed, cfg.sop_balance)
+                                   tokenizer.start_token_id, tokenizer.end_token_id, cfg.seed,
+                                   cfg.sop_balance)
                 for docs in (train_docs, eval_docs)]
-    objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id,
+    objective = build_objective(cfg.objective, model_config, mask_id(cfg, tokenizer),
                                 sentinel_ids=tokenizer.sentinel_token_ids, **cfg.objective_options())
     continuation = torch.from_numpy(continuation_table(tokenizer)) if cfg.whole_word_masking else None
     train_batches = PretrainingBatches(datasets[0], objective, cfg.batch_size, cfg.grad_accum, cfg.seed,
@@ -422,7 +430,7 @@ def stream_training(cfg: PretrainConfig, model_config: ConfigFile, corpus: Token
     """(objective, step -> micro-batches, evaluator) for the LSTMs: the documents as one token
     stream (`token_streams`; an objective that reads it both ways, ELMo's, the same stream reversed
     too)."""
-    objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id, rows=cfg.batch_size)
+    objective = build_objective(cfg.objective, model_config, mask_id(cfg, tokenizer), rows=cfg.batch_size)
     directions = objective.directions
     streams = [token_streams(cfg, corpus, train_docs, eval_docs, tokenizer, dist, reverse)
                for reverse in (False, True)[:len(directions)]]
@@ -455,7 +463,7 @@ def memory_training(cfg: PretrainConfig, model_config: ConfigFile, corpus: Token
     row's memory (training/objectives.py: `PermutationLMObjective`). Held out, the same regime: the
     held-out stream read in order from an empty memory, carried from batch to batch; its
     factorisation orders are the same at every evaluation, so the curve is comparable."""
-    objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id, rows=cfg.batch_size,
+    objective = build_objective(cfg.objective, model_config, mask_id(cfg, tokenizer), rows=cfg.batch_size,
                                 **cfg.objective_options())
     stream, held_out = token_streams(cfg, corpus, train_docs, eval_docs, tokenizer, dist)
 

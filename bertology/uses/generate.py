@@ -1,9 +1,10 @@
 """`bertology generate`: continue prompts with a GPT, or transform inputs with a T5 (pretrain
 --arch gpt / t5, or transformers' GPT-1, GPT-2 or T5 directory with bertology's tokenizer files).
 
-GPT: a prompt is encoded as the model saw its training text, [CLS] then the tokens, and the
-continuation ends at [SEP] (the end of a document in training), at a stop string, or after
---max-new-tokens; prompts go through the model in left-padded batches (inference/generation.py).
+GPT: a prompt is encoded as the model saw its training text, [CLS] (a byte-level BPE's
+<|endoftext|>) then the tokens, and the continuation ends at [SEP] (<|endoftext|>: the end of a
+document in training), at a stop string, or after --max-new-tokens; prompts go through the model
+in left-padded batches (inference/generation.py).
 T5: an input is its tokens then [SEP] (its end of text); the decoder writes the output until
 [SEP], a stop string or --max-new-tokens. The output keeps T5's sentinels (<extra_id_0> ...),
 so a span-corruption model's answer shows which span it fills.
@@ -100,7 +101,7 @@ def _encode_prompts(model: Generator, tokenizer: Tokenizer, prompts: list[str], 
         tokens = tokenizer.encode(prompt, add_special_tokens=False, truncation=False)
         if is_invisible(prompt) or not tokens:
             raise UserError(f"prompt {number} is empty: give some text to {'transform' if encoder_decoder else 'continue'}")
-        ids = tokens + [tokenizer.sep_token_id] if encoder_decoder else [tokenizer.cls_token_id] + tokens
+        ids = tokens + [tokenizer.end_token_id] if encoder_decoder else [tokenizer.start_token_id] + tokens
         if encoder_decoder and len(ids) > context:
             raise UserError(f"prompt {number} has {len(ids)} tokens: more than the model's input limit of {context} "
                             "tokens (n_positions)")
@@ -113,8 +114,8 @@ def _encode_prompts(model: Generator, tokenizer: Tokenizer, prompts: list[str], 
 
 def _generated_ids(row: list[int], tokenizer: Tokenizer) -> list[int]:
     """New token ids up to the end of text ([SEP]), without the padding after a stop string."""
-    if tokenizer.sep_token_id in row:
-        row = row[:row.index(tokenizer.sep_token_id)]
+    if tokenizer.end_token_id in row:
+        row = row[:row.index(tokenizer.end_token_id)]
     while row and row[-1] == tokenizer.pad_token_id:
         row = row[:-1]
     return row
@@ -151,7 +152,7 @@ def generate_text(model: Generator, tokenizer: Tokenizer, prompts: list[str], co
     """
     stop = [s for s in stop or [] if s]
     # A copy: the caller's settings are not changed by this tokenizer's ids.
-    config = dataclasses.replace(config, eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = dataclasses.replace(config, eos_token_id=tokenizer.end_token_id, pad_token_id=tokenizer.pad_token_id)
     config.validate()
     encoded = _encode_prompts(model, tokenizer, prompts, config.max_new_tokens)
     generator = torch.Generator().manual_seed(seed)

@@ -30,7 +30,7 @@ from bertology.data.pretraining import (
     static_mask_seeds,
 )
 from bertology.data.shards import build_corpus, continuation_table
-from bertology.data.tokenizer import SPECIAL_TOKENS, Tokenizer
+from bertology.data.tokenizer import SPECIAL_TOKENS, Tokenizer, train_tokenizer
 from bertology.errors import UserError
 from bertology.ops import IGNORE_INDEX
 
@@ -639,3 +639,22 @@ def test_balanced_sop_pairs_of_real_text_give_length_no_cue(data_dir, minilm_dir
     assert 0.45 < swapped.mean() < 0.55
     with pytest.raises(UserError, match="needs the pair task 'sop'"):
         PretrainingDataset(corpus, docs, 128, "pairs", "nsp", 0.1, CLS, SEP, sop_balance=True)
+
+
+def test_a_byte_level_bpe_keeps_the_spaces_and_parts_documents_with_its_end_of_text(tmp_path):
+    # GPT-2's BPE has no [CLS] or [SEP], and spells a word after a space differently ("ĠIt"): the
+    # sentences of a document read back with their spaces, and <|endoftext|> opens and parts documents.
+    documents = [["The cat sat.", "It was warm."], ["A dog ran.", "Then it slept.", "The end."]]
+    source = tmp_path / "corpus.txt"
+    source.write_text("\n\n".join("\n".join(document) for document in documents) + "\n", encoding="utf-8")
+    tokenizer = train_tokenizer([source], vocab_size=280, model="bpe", min_frequency=1)
+    corpus = build_corpus([source], tokenizer, tmp_path / "cache", doc_format="lines")
+    for index, sentences in enumerate(documents):
+        assert tokenizer.decode(np.concatenate(corpus.document(index)).tolist()) == " ".join(sentences)
+    end_of_text = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    assert tokenizer.start_token_id == tokenizer.end_token_id == end_of_text
+    dataset = PretrainingDataset(corpus, [0, 1], 64, "contiguous", None, 0.0, tokenizer.start_token_id,
+                                 tokenizer.end_token_id, seed=0)
+    (instance,) = dataset.instances(0)
+    texts = tokenizer.decode(instance.input_ids.tolist(), skip_special_tokens=False).split("<|endoftext|>")
+    assert texts[0] == "" and texts[-1] == "" and sorted(texts[1:-1]) == sorted(" ".join(d) for d in documents)

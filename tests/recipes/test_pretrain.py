@@ -474,6 +474,40 @@ def test_gpt_learns_and_its_directory_is_transformers_own(corpus, tmp_path, layo
         torch.testing.assert_close(load_model(tmp_path)(ids).logits, reference.eval()(ids).logits, rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow
+def test_gpt_trains_gpt2s_byte_level_bpe_by_default_and_transformers_generates_the_same_text(corpus, tmp_path):
+    cfg = settings(corpus, tmp_path, arch="gpt", tokenizer=None, vocab_size=1000, pre_layer_norm=True, max_steps=60,
+                   batch_size=16, cache_dir=str(tmp_path / "cache"))
+    assert run_pretraining(cfg) == "completed"
+    assert {"vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json"} <= {p.name for p in tmp_path.iterdir()}
+    from bertology.inference.generation import GenerationConfig
+    from bertology.uses.generate import generate_text, load_generator
+
+    model, tokenizer = load_generator(tmp_path)
+    assert tokenizer.kind == "bpe" and "cls" not in tokenizer.special_tokens and "mask" not in tokenizer.special_tokens
+    end_of_text = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "gpt2" and config["bos_token_id"] == config["eos_token_id"] == end_of_text
+    their_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    reference, info = transformers.GPT2LMHeadModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    lines = (corpus / "wiki.txt").read_text(encoding="utf-8").split("\n")[:300]
+    assert their_tokenizer(lines)["input_ids"] == tokenizer(lines, padding=False, truncation=False,
+                                                            return_tensors=None)["input_ids"]
+    prompts = ["The game was", " In 1998 , the", "Valkyria Chronicles"]
+    ours = generate_text(model, tokenizer, prompts, GenerationConfig(max_new_tokens=12))
+    reference.eval()
+    for prompt, text in zip(prompts, ours):
+        ids = torch.tensor([[end_of_text] + their_tokenizer(prompt)["input_ids"]])  # as training saw a document start
+        with torch.no_grad():
+            torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=1e-4)
+            output = reference.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
+                                        pad_token_id=end_of_text)[0, ids.shape[1]:].tolist()
+        if end_of_text in output:
+            output = output[:output.index(end_of_text)]
+        assert text == their_tokenizer.decode(output)
+
+
 @pytest.mark.parametrize("flags, message", [
     (dict(objective="roberta"), "--arch gpt trains with clm, not --objective roberta (which trains --arch bert)"),
     (dict(share_layers=True), "--share-layers is a switch of --arch bert, not of --arch gpt"),
