@@ -145,8 +145,8 @@ class PretrainConfig(TrainConfig):
         spec = family.spec
         trained = [name for name, other in FAMILIES.items() if other.spec.objectives]
         if not spec.objectives:
-            raise UserError(f"--arch {family.name}: pretrain trains the {', '.join(trained)} families; {family.name} "
-                            f"({family.description}) is trained by its own command")
+            how = spec.pretrain_note or f"{family.name} ({family.description}) is trained by its own command"
+            raise UserError(f"--arch {family.name}: pretrain trains the {', '.join(trained)} families; {how}")
         if self.objective is None:
             self.objective = spec.objectives[0]
         if self.objective not in spec.objectives:
