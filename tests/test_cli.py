@@ -33,7 +33,10 @@ def test_info_describes_a_real_checkpoint(capsys, minilm_dir):
     status, out, _ = run_cli(capsys, "info", str(minilm_dir))
     assert status == 0
     assert "parameters:   22,713,216" in out
-    assert "30522 tokens in vocab.txt" in out and "hidden_size: 384" in out
+    assert "tokenizer:    wordpiece (BertTokenizer), 30,522 tokens, 30,522 embedding rows" in out
+    assert "family:       bert: encoder (6 layers, 384 wide, 30,522-token vocabulary)" in out and "hidden_size: 384" in out
+    assert "commands:     finetune, serve, embed, explain attention, explain senses, wic, distill (student, cut to " \
+           "--student-layers), export (hf, int8, onnx)" in out
 
 
 @pytest.mark.slow

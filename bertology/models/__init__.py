@@ -119,6 +119,8 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
         data = loads_json(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read it ({err.strerror or err})") from None
     except json.JSONDecodeError as err:
         raise UserError(f"{path}: invalid JSON at line {err.lineno}: {err.msg}") from None
     if not isinstance(data, dict):
