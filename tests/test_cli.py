@@ -235,8 +235,8 @@ def test_pretrain_ends_with_a_summary(capsys, tmp_path, small_corpus):
     assert status == 0, err
     lines = stdout.splitlines()
     vocab = len((small_corpus / "tokenizer" / "vocab.txt").read_text(encoding="utf-8").splitlines())
-    assert lines[0].startswith(f"pre-trained a tiny encoder (bert objective; 2 layers, 128 wide, {vocab}-token "
-                               "vocabulary): 4 steps in ")
+    assert lines[0].startswith(f"pre-trained a tiny encoder (2 layers, 128 wide, {vocab}-token vocabulary) with the "
+                               "bert objective: 4 steps in ")
     rates = [row["tokens_per_second"] for row in metric_rows(out) if "split" not in row]
     rate = float(lines[0].split("(")[-1].split(" tokens/s")[0].replace(",", ""))
     assert min(rates) - 1 <= rate <= max(rates) + 1

@@ -520,6 +520,10 @@ SPEC = FamilySpec(
     describe=lambda c: f"{c.model_type} decoder ({c.n_layer} layers, {c.n_embd} wide, {c.vocab_size:,}-token vocabulary)",
     objectives=("clm",),
     pretraining_models={"causal_lm": GPTLMHeadModel},
+    tokenizer_model="bpe",  # GPT-2's byte-level BPE
+    # <|endoftext|> as bos and eos in config.json, so that transformers' generate stops there too
+    token_ids=lambda tokenizer: {f"{role}_token_id": tokenizer.special_token_id(role) for role in ("bos", "eos")
+                                 if role in tokenizer.special_tokens},
     pretrain_switches={"pre_layer_norm": lambda on: {"pre_layer_norm": True} if on else {}},
     context_length=lambda c: c.n_positions,
     heads={"sequence": GPTForSequenceClassification, "token": GPTForTokenClassification,

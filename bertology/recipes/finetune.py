@@ -14,9 +14,9 @@ recipes/feature_mode.py) freezes the encoder and trains only a head on cached la
 from __future__ import annotations
 
 import dataclasses
-from importlib import import_module
 import sys
 from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
 from typing import Callable
 
@@ -28,11 +28,11 @@ from ..errors import UserError
 from ..files import write_json_atomic
 from ..inference.embedding import POOLINGS
 from ..inference.modeldir import ModelDir, describe_task, open_model_dir
-from ..inference.runners import PRECISION_HELP, open_runner
+from ..inference.runners import open_runner
 from ..inference.static_heads import open_word_features
 from ..models import family_named, resolve_model_dir, trained_by_finetune
 from ..models.features import LAYER_CHOICES
-from ..ops import PRECISIONS
+from ..ops import PRECISION_HELP, PRECISIONS
 from ..tasks.inputs import InputSettings, collate, encode
 from ..tasks.readers import (
     TaskSpec,
@@ -242,8 +242,9 @@ def finetune_once(cfg: FinetuneConfig, data: RunData, seed: int, out: Path) -> d
     return best.results
 
 
-# The fine-tuning options of one family or another (its spec's `finetune_options`), with their flags.
-FAMILY_OPTIONS = {"head_bilstm": "--head-bilstm", "drop_mult": "--drop-mult"}
+# The fine-tuning options of one family or another (its spec's `finetune_options`): flag, what it does.
+FAMILY_OPTIONS = {"head_bilstm": ("--head-bilstm", "puts a BiLSTM between a BERT-family encoder and its head"),
+                  "drop_mult": ("--drop-mult", "scales an AWD-LSTM classifier's dropouts (ULMFiT)")}
 
 
 def check_model_setup(cfg: FinetuneConfig, model_dir: ModelDir, kind: str) -> None:
@@ -257,9 +258,9 @@ def check_model_setup(cfg: FinetuneConfig, model_dir: ModelDir, kind: str) -> No
         modes = {"finetune": "fine-tuned whole here (--mode finetune)",
                  "features": "a fixed feature source: use --mode features (a head trains on its features)"}
         raise UserError(f"{name} is {modes[spec.finetune_modes[0]]}")
-    for option, flag in FAMILY_OPTIONS.items():
+    for option, (flag, what) in FAMILY_OPTIONS.items():
         if getattr(cfg, option) != default_finetune_setting(option) and option not in spec.finetune_options:
-            raise UserError(f"{flag} is an option of another family's fine-tuning; {name} does not take it")
+            raise UserError(f"{flag} {what}; {name} does not take it")
     if (cfg.layer_lr_decay < 1 or cfg.gradual_unfreezing) and spec.layer_of is None:
         raise UserError(f"--layer-lr-decay and --gradual-unfreezing are ULMFiT's options for a stack of layers; "
                         f"{name} declares none")

@@ -111,8 +111,8 @@ class LoopConfig:
                                  "budget), slanted_triangular (ULMFiT), constant (after the warmup)")
     max_grad_norm: float = setting(1.0, minimum=0, help="clip the gradients' norm to this (0: no clipping)")
     precision: str = setting("auto", choices=PRECISIONS,
-                             help="auto: bf16 autocast where the processor runs bf16 fast (CUDA, CPUs with "
-                                  "AVX512-BF16 or AMX), else fp32")
+                             help="training's precision: auto is bf16 autocast where the device runs bf16 fast "
+                                  "(CUDA, CPUs with AVX512-BF16 or AMX), else fp32")
     compile: bool = setting(False, help="torch.compile the model")
     seed: int = setting(0, help="random seed: initialisation, data order, masking")
     progress: bool = setting(True, help="show a progress bar")

@@ -34,7 +34,7 @@ from ..inference.embedding import (
     load_encoder,
 )
 from ..models.features import LAYER_CHOICES, feature_width
-from ..ops import PRECISIONS
+from ..ops import PRECISION_HELP, PRECISIONS
 from ..tasks.readers import json_object
 from ..text import is_invisible, replace_controls
 
@@ -78,8 +78,7 @@ class EmbedConfig:
     # Vectors are stored and compared across machines: bf16 would make them depend on the processor.
     precision: str = setting("fp32", choices=PRECISIONS,
                              help="fp32: the same vectors on every machine (sentence-transformers' within 1e-5); "
-                                  "bf16 (or auto: bf16 where the processor runs it fast) is faster, but the vectors "
-                                  "differ by about 1e-3")
+                                  f"bf16 is faster, but the vectors differ by about 1e-3; {PRECISION_HELP}")
     progress: bool = setting(True, help="show a progress bar")
 
     def validate(self) -> None:

@@ -40,9 +40,8 @@ from ..errors import UserError
 from ..inference.generation import GenerationConfig
 from ..inference.modeldir import open_model_dir
 from ..inference.predictor import Predictor
-from ..inference.runners import PRECISION_HELP, run_precision
 from ..models import resolve_model_dir
-from ..ops import PRECISIONS
+from ..ops import PRECISION_HELP, PRECISIONS, run_precision
 from ..text import is_invisible
 from .batching import MicroBatcher, Overloaded
 from .generate import TextGenerator

@@ -53,7 +53,7 @@ from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
 from ..inference.modeldir import ModelDir, open_model_dir
-from ..ops import PRECISIONS, autocast, resolve_precision
+from ..ops import PRECISION_HELP, PRECISIONS, autocast, resolve_precision
 from ..tasks.readers import read_wic
 from ..tasks.splits import subset
 
@@ -70,7 +70,7 @@ class WicConfig:
     max_train_pairs: int | None = setting(None, positive=True, help="fit the regression on a reproducible random "
                                                                     "subset of this many training pairs (default: all)")
     batch_size: int = setting(64, positive=True, help="sentences per forward pass")
-    precision: str = setting("fp32", choices=PRECISIONS, help="the forward passes' precision")
+    precision: str = setting("fp32", choices=PRECISIONS, help=f"the forward passes' precision; {PRECISION_HELP}")
     out: str | None = setting(None, metavar="FILE", output="file", help="also write the results as JSON here "
                                                                                 "(default: print only)")
 

@@ -444,7 +444,7 @@ def test_elmo_features_train_a_head_and_evaluate_and_predict(tmp_path, keyword_t
     lm_dir = save_tiny_elmo(tmp_path / "elmo", tokenizer, projection_dim=64, lstm_dim=128)
     common = dict(task="classification", train_file=str(keyword_task / "train.csv"), dev_file=str(keyword_task / "dev.csv"),
                   model=str(lm_dir), batch_size=16, lr=1e-2, cache_dir=str(tmp_path / "cache"))
-    with pytest.raises(UserError, match="ELMo's biLM is a feature source"):
+    with pytest.raises(UserError, match="is a fixed feature source: use --mode features"):
         finetune(tmp_path, "whole", **common)
     # Max pooling: a random biLM's layers carry the keyword in its own token's vectors and little
     # into its neighbours', so the mean over a sentence dilutes it (measured: 0.5 after 8 epochs).

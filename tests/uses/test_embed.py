@@ -207,7 +207,7 @@ def test_user_errors_are_one_line(capsys, tiny_dir, tmp_path, content, flags, me
 def test_bad_paths_are_one_line(capsys, tiny_dir, tmp_path):
     (tmp_path / "in.txt").write_text("the cat\n", encoding="utf-8")
     cases = [(tmp_path / "nope", tmp_path / "in.txt", "out.npy", "nope: no such model directory"),
-             (tmp_path, tmp_path / "in.txt", "out.npy", "no tokenizer here"),
+             (tmp_path, tmp_path / "in.txt", "out.npy", "a model directory needs a config.json"),
              (tiny_dir, tmp_path / "missing.txt", "out.npy", "missing.txt: no such input file"),
              (tiny_dir, tmp_path / "in.txt", "out.csv", "must end in .npy or .jsonl")]
     for model, source, out_name, message in cases:
