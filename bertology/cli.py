@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import shutil
@@ -218,7 +219,7 @@ def add_setting(group: argparse._ArgumentGroup, name: str, field: dataclasses.Fi
 
 def config_file_values(cls: type, argv: list[str]) -> dict[str, Any]:
     """The settings of the `--config FILE` in argv, if there is one (checked: see `read_settings`)."""
-    finder = argparse.ArgumentParser(add_help=False)
+    finder = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     finder.add_argument("--config")
     found, _ = finder.parse_known_args(argv)
     return read_settings(cls, found.config) if found.config else {}
@@ -672,7 +673,20 @@ GROUPS = {"tokenizer": "train a WordPiece or unigram vocabulary",
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line (the full usage is one `--help` away)."""
+    """argparse, but a usage mistake is one line pointing to the command's own `--help`; a flag
+    is never guessed from its first letters (`--epoch` is not `--epochs`); and an unknown flag
+    is named before any missing one (`--taks sst2` is a typo, not a missing `--task`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D102
+        if args is not None and not self._subparsers:  # a command's own parser: every flag it takes is known
+            unknown = [word for word in itertools.takewhile(lambda word: word != "--", args)
+                       if word.startswith("--") and word.split("=")[0] not in self._option_string_actions]
+            if unknown:
+                self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):  # noqa: D102
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")

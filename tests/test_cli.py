@@ -95,7 +95,8 @@ def test_required_flags_show_as_required_and_choices_are_listed(capsys):
     usage = " ".join(out.split("\n\n")[0].split())
     assert status == 0 and "--corpus PATH [PATH ...] --out DIR" in usage
     assert "[--corpus" not in usage and "[--out" not in usage and "[--max-steps MAX_STEPS]" in usage
-    assert f"--arch {{{','.join(ARCHITECTURES)}}}" in usage  # the registry's families, no CLI edit
+    assert "--arch {bert,gpt,t5,awd-lstm,elmo,xlnet}" in usage  # the families it pre-trains, no more
+    assert {"static", "cove", "taglm"} <= set(ARCHITECTURES)  # trained by their own commands
     assert "--objective {bert,roberta,albert,electra,clm,t5,bilm,plm}" in usage
     _, out, _ = run_cli(capsys, "export", "--help")
     assert "--format {hf,int8,onnx}" in out
@@ -119,6 +120,24 @@ def test_a_bad_value_is_one_line_naming_its_flag(capsys, tmp_path):
                              str(tmp_path / "out"), "--max-steps", "1")
     assert status == 2 and f"unknown architecture 'mamba'; choose one of {', '.join(ARCHITECTURES)}" in err
     assert not (tmp_path / "out").exists()
+    status, _, err = run_cli(capsys, "pretrain", "--arch", "static", "--corpus", str(tmp_path), "--out",
+                             str(tmp_path / "out"), "--max-steps", "1")
+    assert status == 2 and "--arch static: pretrain trains the bert, gpt, t5, awd-lstm, elmo, xlnet families" in err
+
+
+@pytest.mark.parametrize("typo, named", [(["--taks", "sst2"], "--taks"), (["--epoch", "1"], "--epoch"),
+                                         (["--lr=1e-4", "--max-seq-lenght", "64"], "--max-seq-lenght")])
+def test_an_unknown_flag_is_named_with_the_commands_own_help(capsys, tmp_path, typo, named):
+    """Never guessed from its first letters (argparse's abbreviations), and named before a
+    required flag it may have been meant as."""
+    args = ["finetune", "--model", str(tmp_path), "--out", str(tmp_path / "out"), *typo]
+    if named != "--taks":
+        args += ["--task", "sst2"]
+    status, _, err = run_cli(capsys, *args)
+    assert status == 2 and err == (f"bertology finetune: error: unrecognized arguments: {named} "
+                                   "(see 'bertology finetune --help')\n")
+    status, _, err = run_cli(capsys, "static", "train", "--corpus", str(tmp_path), "--out", str(tmp_path), "--dim", "8")
+    assert status == 2 and "unrecognized arguments: --dim (see 'bertology static train --help')" in err
 
 
 def test_seeds_table_shows_metrics_not_the_median_seed(capsys):

@@ -155,6 +155,12 @@ class Experiment:
             os.replace(partial, target)
         return target
 
+    def dev_examples(self, relative: str, task: str) -> int:
+        """How many examples the dev split of a task's data holds as this run reads it (with
+        --quick, the first few of `task_data`), for a report's scale."""
+        spec = TASKS[task]
+        return len(read_examples(spec, task_files(spec, self.task_data(relative), ["dev"])["dev"], "dev"))
+
     def corpus(self) -> list[str]:
         """The pre-training corpus every claim shares: WikiText-2 valid + the 40 Gutenberg books
         (--quick: WikiText-2 valid alone)."""

@@ -26,7 +26,7 @@ from ..data.token_stream import StreamBatches, TokenStream
 from ..data.tokenizer import Tokenizer, train_tokenizer
 from ..errors import UserError
 from ..files import cache_root, write_json_atomic
-from ..models import ARCHITECTURES, family_named, family_of
+from ..models import family_named, family_of
 from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
 from ..models.bert import POSITION_TYPES, PRESETS, BertConfig
 from ..models.elmo import ELMoConfig, character_ids
@@ -75,7 +75,7 @@ class PretrainConfig(TrainConfig):
     cased: bool = setting(False, help="train a cased vocabulary (case and accents kept)")
     cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR",
                              help="where the tokenized corpus is kept for later runs ($BERTOLOGY_CACHE)")
-    arch: str = setting("bert", choices=ARCHITECTURES, help="the model family")
+    arch: str = setting("bert", choices=tuple(FAMILY_OBJECTIVES), help="the model family")
     preset: str = setting("mini", choices=PRESETS, help="the model's size")
     model_config: str | None = setting(None, metavar="FILE", help="a config.json for the encoder instead of a "
                                                                   "preset (default: none)")

@@ -74,12 +74,21 @@ def metrics_from_counts(counts: dict[str, float]) -> dict[str, float]:
             if key.endswith(suffix) and counts.get(f"{name}_total"):
                 label = name if name.endswith("_auc") and suffix == "_correct" else name + metric
                 metrics[label] = float(value) / float(counts[f"{name}_total"])
-    for name in [name for name in metrics if name.endswith("lm_loss")]:  # lm_loss, and ELMo's per direction
+    for name in [name for name in metrics if name.endswith("lm_loss")]:
         # capped: exp overflows early in training
-        metrics[name.removesuffix("lm_loss") + "perplexity"] = math.exp(min(metrics[name], 50.0))
+        metrics[perplexity_name(name)] = math.exp(min(metrics[name], 50.0))
     if "rtd_replaced_accuracy" in metrics and "rtd_original_accuracy" in metrics:
         metrics["rtd_balanced_accuracy"] = (metrics.pop("rtd_replaced_accuracy") + metrics.pop("rtd_original_accuracy")) / 2
     return metrics
+
+
+def perplexity_name(loss_name: str) -> str:
+    """The perplexity beside an LM loss: lm_loss -> perplexity, ELMo's forward_lm_loss ->
+    forward_perplexity, the masked LM's mlm_loss -> mlm_perplexity."""
+    stem = loss_name.removesuffix("lm_loss")
+    if stem == "" or stem.endswith("_"):
+        return stem + "perplexity"
+    return loss_name.removesuffix("_loss") + "_perplexity"
 
 
 Batch = dict[str, torch.Tensor]
@@ -370,6 +379,25 @@ def run_summary(rows: list[dict]) -> dict:
             "tokens_per_second": tokens / seconds if seconds else 0.0, "eval": last_eval}
 
 
+def complete_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
+    """A run folder's complete checkpoints, oldest first (temp folders of interrupted writes are skipped)."""
+    root = Path(out_dir) / CHECKPOINTS_DIR
+    return sorted(p for p in root.glob("step-*") if (p / "state.json").is_file()) if root.exists() else []
+
+
+def last_checkpoint_step(out_dir: str | os.PathLike) -> int:
+    """The step of a run folder's newest complete checkpoint (0: none; a finished run's is its last step)."""
+    found = complete_checkpoints(out_dir)
+    return int(found[-1].name.removeprefix("step-")) if found else 0
+
+
+def rate_text(steps_per_second: float) -> str:
+    """A training speed as a user reads it: "19.3 steps/s", or below one a step, "0.04 steps/s (25.0 s a step)"."""
+    if steps_per_second >= 1:
+        return f"{steps_per_second:.1f} steps/s"
+    return f"{steps_per_second:.2g} steps/s ({1 / steps_per_second:.1f} s a step)"
+
+
 def check_writable(directory: Path, needed_bytes: int) -> None:
     """Fail before training, not after an hour, if `directory` cannot hold the checkpoints."""
     try:
@@ -551,9 +579,8 @@ class Trainer:
             shutil.rmtree(old, ignore_errors=True)
 
     def checkpoints(self) -> list[Path]:
-        """Complete checkpoints, oldest first (temp folders of interrupted writes are skipped)."""
-        root = self.out_dir / CHECKPOINTS_DIR
-        return sorted(p for p in root.glob("step-*") if (p / "state.json").is_file()) if root.exists() else []
+        """Complete checkpoints, oldest first (see `complete_checkpoints`)."""
+        return complete_checkpoints(self.out_dir)
 
     def resume(self) -> bool:
         """Load the newest complete checkpoint, if any; return whether one was loaded."""

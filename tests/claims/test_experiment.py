@@ -122,6 +122,16 @@ def test_quick_task_data_keeps_the_files_formats(tmp_path):
                       ).task_data("task") == source
 
 
+def test_a_reports_dev_set_size_is_the_one_the_run_read(tmp_path):
+    source = tmp_path / "data" / "glue" / "SST-2"
+    source.mkdir(parents=True)
+    for split in ("train", "dev"):
+        (source / f"{split}.tsv").write_text("sentence\tlabel\n" + "".join(f"s{i}\t{i % 2}\n" for i in range(300)))
+    quick = Experiment(tmp_path / "claim", tmp_path / "data", quick=True, seeds=[0], cache=tmp_path / "cache")
+    full = Experiment(tmp_path / "c2", tmp_path / "data", quick=False, seeds=[0], cache=tmp_path / "cache")
+    assert quick.dev_examples("glue/SST-2", "sst2") == QUICK_EXAMPLES and full.dev_examples("glue/SST-2", "sst2") == 300
+
+
 def test_corpus_slice_is_the_first_whole_wikitext_articles_up_to_a_token_count(tmp_path, data_dir, minilm_dir):
     data_dir / "wikitext-2-raw/wiki.valid.raw"  # skips the test when the data set is absent
     experiment = Experiment(tmp_path / "claim", data_dir.root, quick=False, seeds=[0], cache=tmp_path / "cache")

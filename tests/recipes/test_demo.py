@@ -97,6 +97,60 @@ def test_a_slow_machine_is_told_before_pretraining_starts(capsys):
     _announce_speed(10.0, cfg)  # 20 minutes a seed
     said = capsys.readouterr().err
     assert "take about 60.0 min" in said and "slower than the demo is meant to be" in said and "same" in said
+    _announce_speed(0.04, cfg)  # a machine busy with other programs: a speed, not "0 steps/s"
+    said = capsys.readouterr().err
+    assert "at 0.04 steps/s (25.0 s a step): 3 x 12,000 steps take about 15000.0 min" in said
+
+
+def test_the_help_and_the_slow_run_note_say_the_readmes_measured_time(capsys):
+    import re
+    from pathlib import Path
+
+    from bertology.recipes.demo import MEASURED_MINUTES_PER_SEED, MEASURED_STEPS_PER_SECOND
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    minutes, rate = re.search(r"with both cores free one seed takes ([\d.]+) minutes \(pre-training [\d.-]+ at\s+"
+                              r"(\d+) steps/s", readme).groups()
+    assert (float(minutes), int(rate)) == (MEASURED_MINUTES_PER_SEED, MEASURED_STEPS_PER_SECOND)
+    assert main(["demo", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"took {minutes} minutes a seed on 2 free CPU cores" in help_text and "10 minutes" not in help_text
+
+
+@pytest.mark.slow  # three short demos: about a minute
+def test_an_interrupted_demo_resumes_to_the_results_of_an_uninterrupted_one(tmp_path, monkeypatch, capsys):
+    import os
+    import signal
+
+    from bertology.training.loop import Trainer
+
+    settings = ["--pretrain-steps", "40", "--max-train-per-label", "5", "--finetune-epochs", "1",
+                "--reference-model", "", "--no-progress"]
+    assert main(["demo", "--out", str(tmp_path / "whole"), *settings]) == 0
+    whole = json.loads((tmp_path / "whole" / "results.json").read_text())
+
+    step = Trainer.train_step
+
+    def stopped_at_step_25(trainer):  # SIGTERM in the middle of pre-training, as `kill` sends it
+        result = step(trainer)
+        if trainer.step == 25:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return result
+
+    monkeypatch.setattr(Trainer, "train_step", stopped_at_step_25)
+    out = tmp_path / "stopped"
+    assert main(["demo", "--out", str(out), *settings]) == 130
+    assert "the same command with --resume continues it" in capsys.readouterr().err
+    monkeypatch.setattr(Trainer, "train_step", step)
+    assert main(["demo", "--out", str(out), *settings]) == 2  # never started over by mistake
+    assert "continue it with --resume" in capsys.readouterr().err
+    assert main(["demo", "--out", str(out), *settings, "--resume"]) == 0
+    assert "resumed from step 25" in capsys.readouterr().err
+    resumed = json.loads((out / "results.json").read_text())
+    assert resumed["runs"][0]["pretrained"] == whole["runs"][0]["pretrained"]
+    assert resumed["runs"][0]["from_scratch"] == whole["runs"][0]["from_scratch"]
+    assert (out / "seed0" / "pretrained" / "model.safetensors").read_bytes() == \
+        (tmp_path / "whole" / "seed0" / "pretrained" / "model.safetensors").read_bytes()
 
 
 def test_speed_measurement_times_real_steps_and_leaves_the_random_state_alone():

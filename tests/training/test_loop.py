@@ -13,6 +13,7 @@ from bertology.training.loop import (
     TrainConfig,
     Trainer,
     lr_factor,
+    metrics_from_counts,
     parameter_groups,
     parse_duration,
     run_summary,
@@ -31,6 +32,13 @@ class Regression(nn.Module):
         error = self.linear(self.norm(batch["x"])).squeeze(-1) - batch["y"]
         return StepOutput(error.square().mean(), {"fit_correct": (error.abs() < 0.5).sum(),
                                                    "fit_total": torch.tensor(error.numel())})
+
+
+def test_each_language_model_loss_gets_its_own_perplexity_name():
+    counts = {f"{name}_loss_sum": 2.0 for name in ("mlm", "lm", "forward_lm", "permutation_lm")}
+    counts.update({f"{name}_total": 1.0 for name in ("mlm", "lm", "forward_lm", "permutation_lm")})
+    names = {name for name in metrics_from_counts(counts) if name.endswith("perplexity")}
+    assert names == {"mlm_perplexity", "perplexity", "forward_perplexity", "permutation_perplexity"}
 
 
 def batches(step):
