@@ -33,11 +33,13 @@ from typing import Any, Callable, Iterator, get_args, get_origin
 
 from . import __version__
 from .config import (
+    Threads,
     alternatives,
     bounds_problem,
     default_of,
     option_name,
     read_settings,
+    resolve_threads,
     setting,
     setting_fields,
     setting_types,
@@ -49,7 +51,7 @@ from .models import resolve_model_dir
 
 
 @dataclass
-class TokenizerTrainConfig:
+class TokenizerTrainConfig(Threads):
     """The corpus, the vocabulary and where it goes.
 
     The settings of `bertology tokenizer train`.
@@ -87,7 +89,7 @@ class InfoConfig:
 
 
 @dataclass
-class ExplainConfig:
+class ExplainConfig(Threads):
     """The model and the picture.
 
     What both `bertology explain` commands take.
@@ -772,14 +774,41 @@ def parse(argv: list[str]) -> tuple[Command, Any]:
     return args.command_to_run, cfg
 
 
+def prepare_threads() -> None:
+    """Before PyTorch loads: its idle OpenMP threads sleep instead of spinning (the user's own
+    OMP_WAIT_POLICY wins).
+
+    PyTorch runs an operation's share of work on each of its threads, and between operations
+    GNU OpenMP's idle threads spin for a while, waiting for the next. On a machine that other
+    programs keep busy, a spinning thread holds the core that another thread of the same
+    operation waits for: the demo's pre-training on 2 threads beside one competing process
+    fell to a tenth of its speed on 1 thread. Sleeping costs a wake-up per operation instead,
+    and keeps every core the fastest choice, busy or free (bench/threads.py measures this; the
+    README's set-up has the numbers). The runtime reads the policy once, when PyTorch loads.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def apply_threads(cfg: Any) -> None:
+    """A command that computes runs on its --threads (or $BERTOLOGY_THREADS, or every core:
+    config.resolve_threads), written back into its settings as the number it runs with."""
+    if isinstance(cfg, Threads):
+        import torch
+
+        cfg.threads = resolve_threads(cfg.threads)
+        torch.set_num_threads(cfg.threads)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `bertology` console script; returns the exit status."""
     argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
+    prepare_threads()
     try:
         try:
             command, cfg = parse(argv)
         except SystemExit as exit_:  # argparse has printed the help, the version or the usage mistake
             return exit_.code or 0
+        apply_threads(cfg)
         with no_empty_folder_left(output_folders(cfg)):
             command.run(cfg)
         sys.stdout.flush()  # a closed pipe shows up here, inside these handlers, not at exit

@@ -195,6 +195,48 @@ def read_settings(cls: type, path: str | os.PathLike) -> dict[str, Any]:
 
 # ----- settings that several commands share (the loop's are in training/loop.py) -----------------
 
+THREADS_ENV = "BERTOLOGY_THREADS"
+
+
+@dataclass(kw_only=True)  # keyword-only: composed before a command's own required fields
+class Threads:
+    """CPU threads.
+
+    Every command that computes is composed with this setting; the command line applies it
+    (ops.use_threads) before the command runs.
+    """
+
+    threads: int | None = setting(None, positive=True, metavar="N",
+                                  help=f"CPU threads for PyTorch (default: ${THREADS_ENV}, else every core this "
+                                       "process may use: the fastest choice on a free machine, and on a busy one "
+                                       "too, since idle threads sleep instead of spinning)")
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, e.g. under taskset or a container's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no affinity masks
+        return os.cpu_count() or 1
+
+
+def resolve_threads(requested: int | None) -> int:
+    """How many CPU threads a command runs with: `requested`, else $BERTOLOGY_THREADS, else every
+    core the process may use (see `Threads`; bench/threads.py measures the choice).
+
+    Raises:
+        UserError: $BERTOLOGY_THREADS is not a positive integer.
+    """
+    if requested is not None:
+        return requested
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if not text:
+        return available_cores()
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"${THREADS_ENV} must be a positive number of threads, got {text!r}")
+    return int(text)
+
+
 
 @dataclass
 class TaskFiles:

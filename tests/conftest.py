@@ -17,6 +17,9 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # so that the workers do not oversubscribe the machine (the tiny models here gain little from threads).
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+# Idle PyTorch threads sleep instead of spinning, as in every `bertology` command (cli.prepare_threads): set
+# before torch is imported, when the OpenMP runtime reads it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from helpers import save_task_model, write_keyword_task  # noqa: E402 - imports bertology: after the line above
 

@@ -1,5 +1,6 @@
 """The command line: help, version, info, tokenizer training, and one-line user errors."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -138,6 +139,45 @@ def test_an_unknown_flag_is_named_with_the_commands_own_help(capsys, tmp_path, t
                                    "(see 'bertology finetune --help')\n")
     status, _, err = run_cli(capsys, "static", "train", "--corpus", str(tmp_path), "--out", str(tmp_path), "--dim", "8")
     assert status == 2 and "unrecognized arguments: --dim (see 'bertology static train --help')" in err
+
+
+def test_every_command_that_computes_takes_threads_and_so_does_the_environment(capsys, tmp_path, monkeypatch):
+    import torch
+
+    from bertology.cli import COMMANDS
+    from bertology.config import Threads
+
+    computing = [command for command in COMMANDS if command.name != "info"]
+    assert all(issubclass(command.settings_class(), Threads) for command in computing)  # one declaration
+    status, out, _ = run_cli(capsys, "translate", "text", "--help")
+    assert status == 0 and "--threads N" in out and "$BERTOLOGY_THREADS" in out
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat.\n" * 20, encoding="utf-8")
+    before = torch.get_num_threads()
+    try:
+        status, _, err = run_cli(capsys, "tokenizer", "train", corpus, "--vocab-size", "200", "--out", tmp_path / "a",
+                                 "--threads", "1")
+        assert status == 0 and torch.get_num_threads() == 1, err
+        monkeypatch.setenv("BERTOLOGY_THREADS", "2")
+        status, _, err = run_cli(capsys, "tokenizer", "train", corpus, "--vocab-size", "200", "--out", tmp_path / "b")
+        assert status == 0 and torch.get_num_threads() == 2, err
+        monkeypatch.setenv("BERTOLOGY_THREADS", "all")
+        status, _, err = run_cli(capsys, "tokenizer", "train", corpus, "--vocab-size", "200", "--out", tmp_path / "c")
+        assert status == 2 and err == "bertology: error: $BERTOLOGY_THREADS must be a positive number of threads, " \
+                                      "got 'all'\n"
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_idle_threads_sleep_unless_the_user_says_otherwise(monkeypatch):
+    from bertology.cli import prepare_threads
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    prepare_threads()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    prepare_threads()
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_seeds_table_shows_metrics_not_the_median_seed(capsys):

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..config import setting
+from ..config import Threads, setting
 from ..errors import UserError
 from ..files import cache_root, loads_json, write_json_atomic, write_text_atomic
 from ..data.corpus import read_documents
@@ -83,7 +83,7 @@ MINI_FINETUNE_LR = 3e-4  # the mini BERTs' fine-tuning rate (bench/distill.py's 
 
 
 @dataclass
-class ReproduceConfig:
+class ReproduceConfig(Threads):
     """The claim, its scale and where its results go.
 
     The settings of `bertology reproduce`.

@@ -9,8 +9,8 @@
 4. A tiny BERT pre-trained on the text for a fixed number of steps: masked LM over full
    sentences packed into 64-token rows (RoBERTa's recipe, which drops next-sentence
    prediction and, in a budget this small, learns far faster than BERT's MLM + NSP). The
-   budget is in steps, not seconds, so the result is a function of the seed alone: a busy
-   machine gets the same numbers, later.
+   budget is in steps, not seconds, so the result is a function of the seed and the thread
+   count (--threads): a busy machine gets the same numbers, later.
 5. The same labelled task fine-tuned twice with identical settings: from the pre-trained
    weights and from random weights. The task is real: which part of the standard library
    (asyncio, email, http+urllib, importlib, unittest, xml) a docstring comes from, judged on
@@ -44,7 +44,7 @@ from sklearn.metrics import accuracy_score, matthews_corrcoef
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 
-from ..config import setting
+from ..config import Threads, setting
 from ..data.pretraining import Instance, collate
 from ..data.stdlib_docs import docstring_task, write_pretraining_corpus
 from ..data.tokenizer import Tokenizer, train_tokenizer
@@ -82,7 +82,7 @@ MEASURED_MINUTES_PER_SEED, MEASURED_STEPS_PER_SECOND = 6.3, 19
 
 
 @dataclass
-class DemoConfig:
+class DemoConfig(Threads):
     """The demo's settings. The defaults took 6.3 minutes a seed on 2 free CPU cores (see the README)."""
 
     out: str = setting("bertology-demo", metavar="DIR", output="dir",
@@ -189,16 +189,19 @@ def measure_steps_per_second(config: BertConfig, tokenizer: Tokenizer, objective
 
 
 def _announce_speed(steps_per_second: float, cfg: DemoConfig) -> None:
-    """Say before the long part how long it will take, and warn when that breaks the demo's promise."""
+    """Say before the long part how long it will take, and when that breaks the demo's promise, why
+    and what to do."""
     seconds = cfg.seeds * cfg.pretrain_steps / steps_per_second
-    print(f"this machine pre-trains the {cfg.preset} model at {rate_text(steps_per_second)}: "
+    threads = f" on {cfg.threads} thread{'s' if cfg.threads != 1 else ''}" if cfg.threads else ""
+    print(f"this machine pre-trains the {cfg.preset} model at {rate_text(steps_per_second)}{threads}: "
           f"{cfg.seeds} x {cfg.pretrain_steps:,} steps take about {seconds / 60:.1f} min", file=sys.stderr)
     if seconds / cfg.seeds > PROMISED_SECONDS:
         print(f"note: that is slower than the demo is meant to be ({PROMISED_SECONDS // 60} min a seed; the README "
               f"measured {MEASURED_STEPS_PER_SECOND} steps/s with 2 free cores). The results will be the same, only "
-              f"later: the budget is in "
-              f"steps. Other programs busy on the CPU are the usual cause; --pretrain-steps 1000 gives a quicker, "
-              f"weaker pre-trained model.", file=sys.stderr, flush=True)
+              "later: the budget is in steps. Other programs busy on the CPU are the usual cause (see `top`): pause "
+              "them if you can. When they hold every core, --threads 1 can be faster than the default of every core "
+              "(its numbers differ a little: they depend on the thread count); --pretrain-steps 1000 gives a "
+              "quicker, weaker pre-trained model.", file=sys.stderr, flush=True)
 
 
 def _metrics(run_dir: Path) -> list[dict]:

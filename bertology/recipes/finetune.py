@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import TaskConfig, setting
+from ..config import TaskConfig, Threads, setting
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
@@ -326,7 +326,7 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
 
 
 @dataclass
-class EvaluateConfig:
+class EvaluateConfig(Threads):
     """The model, the task's split, and where the results go.
 
     The settings of `bertology evaluate`.
@@ -344,7 +344,7 @@ class EvaluateConfig:
 
 
 @dataclass
-class PredictConfig:
+class PredictConfig(Threads):
     """The model, the input file and where the predictions go.
 
     The settings of `bertology predict`.

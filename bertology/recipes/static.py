@@ -47,7 +47,7 @@ from gensim.models.fasttext import load_facebook_vectors
 from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
-from ..config import check_settings, setting
+from ..config import Threads, check_settings, setting
 from ..data.cooccurrence import CooccurrenceCounter
 from ..data.corpus import DOC_FORMATS, ReadStats, read_documents, reading_notes
 from ..errors import UserError
@@ -69,7 +69,7 @@ _FASTTEXT_MAGIC = 793712314  # the first int32 of a file written by Facebook's f
 
 
 @dataclass
-class StaticTrainConfig:
+class StaticTrainConfig(Threads):
     """`bertology static train`: each field is a flag and a config-file key."""
 
     corpus: list[str] = setting([], metavar="PATH", help="text files, or folders of them (every format bertology "
@@ -158,7 +158,7 @@ class StaticTrainConfig:
 
 
 @dataclass
-class StaticEvalConfig:
+class StaticEvalConfig(Threads):
     """`bertology static evaluate`."""
 
     vectors: str = setting("", required=True, metavar="DIR", help="a vectors directory")
@@ -170,7 +170,7 @@ class StaticEvalConfig:
 
 
 @dataclass
-class StaticNeighborsConfig:
+class StaticNeighborsConfig(Threads):
     """`bertology static neighbors`."""
 
     vectors: str = setting("", required=True, metavar="DIR", help="a vectors directory")

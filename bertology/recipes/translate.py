@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import override, setting
+from ..config import Threads, override, setting
 from ..data.parallel import SentencePair, read_split
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
@@ -92,7 +92,7 @@ class TranslateTrainConfig(LoopConfig):
 
 
 @dataclass
-class TranslateEvalConfig:
+class TranslateEvalConfig(Threads):
     """The model, the split and where the translations go.
 
     The settings of `bertology translate evaluate`.
@@ -114,7 +114,7 @@ class TranslateEvalConfig:
 
 
 @dataclass
-class TranslateTextConfig:
+class TranslateTextConfig(Threads):
     """The model and the text.
 
     The settings of `bertology translate text`.

@@ -42,7 +42,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..config import check_settings, setting
+from ..config import Threads, check_settings, setting
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
 from ..ops import PRECISIONS, autocast, resolve_precision
@@ -101,7 +101,7 @@ TENSORBOARD_DIR = "tensorboard"
 
 
 @dataclass
-class LoopConfig:
+class LoopConfig(Threads):
     """The training loop: optimiser, schedule, precision, seed.
 
     Every training command's settings are composed with these (a recipe may change a default).

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.format import open_memmap
 
-from ..config import check_settings, setting
+from ..config import Threads, check_settings, setting
 from ..data.corpus import text_lines
 from ..errors import UserError
 from ..files import atomic_path
@@ -50,7 +50,7 @@ EMBED_LAYERS_HELP = (f"{', '.join(name for name in LAYER_CHOICES if name != 'mix
 
 
 @dataclass
-class EmbedConfig:
+class EmbedConfig(Threads):
     """What to embed, how, and where the vectors go.
 
     The settings of `bertology embed`.

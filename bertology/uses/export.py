@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from .. import checkpoint
-from ..config import setting
+from ..config import Threads, setting
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..inference.modeldir import (
@@ -61,7 +61,7 @@ FORMATS = ("hf", "int8", "onnx")
 
 
 @dataclass
-class ExportConfig:
+class ExportConfig(Threads):
     """The model, the format and where the export goes.
 
     The settings of `bertology export`.

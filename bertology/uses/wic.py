@@ -48,7 +48,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from torch import nn
 
-from ..config import setting
+from ..config import Threads, setting
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
@@ -70,7 +70,7 @@ FAMILIES = ("bert", "elmo", *STACKS, "cove", "static")
 
 
 @dataclass
-class WicConfig:
+class WicConfig(Threads):
     """The settings of `bertology wic`."""
 
     data: str = setting(required=True, metavar="DIR", help="WiC's folder: train.data.txt, train.gold.txt, "

@@ -97,6 +97,7 @@ def test_a_slow_machine_is_told_before_pretraining_starts(capsys):
     _announce_speed(10.0, cfg)  # 20 minutes a seed
     said = capsys.readouterr().err
     assert "take about 60.0 min" in said and "slower than the demo is meant to be" in said and "same" in said
+    assert "--threads 1 can be faster" in said  # what to do, not only why
     _announce_speed(0.04, cfg)  # a machine busy with other programs: a speed, not "0 steps/s"
     said = capsys.readouterr().err
     assert "at 0.04 steps/s (25.0 s a step): 3 x 12,000 steps take about 15000.0 min" in said
@@ -112,6 +113,7 @@ def test_the_help_and_the_slow_run_note_say_the_readmes_measured_time(capsys):
     minutes, rate = re.search(r"with both cores free one seed takes ([\d.]+) minutes \(pre-training [\d.-]+ at\s+"
                               r"(\d+) steps/s", readme).groups()
     assert (float(minutes), int(rate)) == (MEASURED_MINUTES_PER_SEED, MEASURED_STEPS_PER_SECOND)
+    assert "a function of the seed and the thread count" in " ".join(readme.split())  # what determinism holds for
     assert main(["demo", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())
     assert f"took {minutes} minutes a seed on 2 free CPU cores" in help_text and "10 minutes" not in help_text
