@@ -158,7 +158,7 @@ def reference_states(model_dir, ids):
     """Every layer's states (T, H) of one unpadded row of ids, computed by transformers' own
     classes from the saved directory (an AWD-LSTM: its language model's LSTM outputs under its
     embedding rows), independently of the probe and of bertology's output_hidden_states."""
-    transformers = pytest.importorskip("transformers", reason="transformers is the reference (a dev dependency)")
+    transformers = pytest.importorskip("transformers")  # the reference (tests/test_references.py)
     name = model_dir.name
     batch = torch.tensor([ids])
     with torch.no_grad():
