@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..config import override, setting
-from ..data.corpus import DOC_FORMATS, reading_notes
+from ..data.corpus import DOC_FORMATS, corpus_notes, reading_notes
 from ..data.pretraining import PretrainingDataset, collate, make_batches, static_mask_seeds
 from ..data.shards import TokenizedCorpus, build_corpus, continuation_table
 from ..data.token_stream import StreamBatches, TokenStream
@@ -373,15 +373,25 @@ def summed(counts: dict[str, torch.Tensor]) -> dict[str, float]:
     return {key: float(value) for key, value in counts.items()}
 
 
+def held_out_advice(cfg: PretrainConfig, documents: int, held_out: int) -> str:
+    """What gives a run held-out text when its held-out documents give none: more documents when
+    the corpus is one (none can be held out), else a larger share of them."""
+    if documents < 2:
+        return ("the corpus is one document, so none can be held out: give more files, or one file with blank lines "
+                "between its documents (read with --doc-format lines or auto)")
+    return f"raise --eval-fraction (now {cfg.eval_fraction:g}: {held_out:,} of the {documents:,} documents)"
+
+
 def make_evaluator(dataset: PretrainingDataset, objective, batch_size: int, max_batches: int, seed: int,
-                   pad_id: int, continuation: torch.Tensor | None):
-    """module -> held-out metrics over up to `max_batches` batches of the eval documents.
+                   pad_id: int, continuation: torch.Tensor | None, advice: str):
+    """module -> held-out metrics over up to `max_batches` batches of the eval documents (`advice`:
+    what to do when they give none).
 
     The instances and their masking are the same at every evaluation, so the curve is comparable.
     """
     instances = dataset.instances(0)
     if not instances:
-        raise UserError("the held-out documents give no evaluation sequences; raise --eval-fraction")
+        raise UserError(f"the held-out documents give no evaluation sequences; {advice}")
     chunks = [instances[i:i + batch_size] for i in range(0, len(instances), batch_size)][:max_batches]
 
     def evaluate(module) -> dict:
@@ -427,7 +437,8 @@ def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus
                                        tokenizer.pad_token_id, dist.rank, dist.world_size, continuation,
                                        cfg.static_masks)
     evaluate = make_evaluator(datasets[1], objective, cfg.batch_size, cfg.eval_batches, cfg.seed + 1,
-                              tokenizer.pad_token_id, continuation)
+                              tokenizer.pad_token_id, continuation,
+                              held_out_advice(cfg, corpus.num_documents, len(eval_docs)))
     return objective, train_batches, evaluate
 
 
@@ -446,7 +457,8 @@ def token_streams(cfg: PretrainConfig, corpus: TokenizedCorpus, train_docs, eval
     held_out = TokenStream(corpus, eval_docs, 1, cfg.seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False)
     if held_out.batches_per_epoch < 1:
         raise UserError(f"{', '.join(cfg.corpus)}: the held-out documents hold {held_out.num_tokens:,} tokens, fewer "
-                        f"than one --seq-len window of {cfg.seq_len + 1}; raise --eval-fraction")
+                        f"than one --seq-len window of {cfg.seq_len + 1}; "
+                        f"{held_out_advice(cfg, corpus.num_documents, len(eval_docs))}")
     rows = min(cfg.batch_size, held_out.num_tokens // (cfg.seq_len + 1))
     return stream, TokenStream(corpus, eval_docs, rows, cfg.seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False,
                                reverse=reverse)
@@ -561,8 +573,9 @@ def run_pretraining(cfg: PretrainConfig) -> str:
         print(f"corpus: {corpus.num_documents:,} documents, {corpus.num_tokens:,} tokens "
               f"({len(train_docs):,} documents for training, {len(eval_docs):,} held out)"
               f"{', reused tokenized shards' if corpus.reused else ''}", file=sys.stderr)
-        if notes := reading_notes(corpus.skipped_lines, corpus.control_characters):
-            print(notes, file=sys.stderr)
+        for notes in (corpus_notes(corpus.formats), reading_notes(corpus.skipped_lines, corpus.control_characters)):
+            if notes:
+                print(notes, file=sys.stderr)
 
     torch.manual_seed(cfg.seed)
     lr_scale = None

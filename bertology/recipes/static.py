@@ -49,7 +49,7 @@ from tqdm.auto import tqdm
 
 from ..config import Threads, check_settings, setting
 from ..data.cooccurrence import CooccurrenceCounter
-from ..data.corpus import DOC_FORMATS, ReadStats, read_documents, reading_notes
+from ..data.corpus import DOC_FORMATS, ReadStats, corpus_notes, read_documents, reading_notes
 from ..errors import UserError
 from ..files import write_json_atomic
 from ..models.static import (
@@ -338,8 +338,9 @@ def tokenize_corpus(cfg: StaticTrainConfig, work: Path) -> WordCorpus:
                 if words:
                     file.write(" ".join(words) + "\n")
                     lines += 1
-    if notes := reading_notes(stats.skipped_lines, stats.control_characters):
-        print(notes, file=sys.stderr)
+    for notes in (corpus_notes(stats.formats), reading_notes(stats.skipped_lines, stats.control_characters)):
+        if notes:
+            print(notes, file=sys.stderr)
     held_out = split_documents(len(first_lines), cfg.eval_fraction, cfg.seed)
     document_of_line = np.repeat(np.arange(len(first_lines)), np.diff([*first_lines, lines]))  # (lines,)
     corpus = WordCorpus(work / "train.tmp", Counter(), Counter(), len(first_lines), int(held_out.sum()), 0)

@@ -207,6 +207,35 @@ def test_bad_input_stops_before_training(corpus, tmp_path, capsys, problem):
         assert "bad.txt:" in err[0] and "UTF-8" in err[0]
 
 
+@pytest.mark.slow  # the README's command on one book: a vocabulary and 20 steps of the mini preset
+def test_one_book_is_a_corpus(data_dir, tmp_path, capsys):
+    book = data_dir / "gutenberg/11-alices-adventures-in-wonderland.txt"
+    assert main(["pretrain", "--corpus", str(book), "--out", str(tmp_path / "out"), "--max-steps", "20",
+                 "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"{book}: one text file, read as a document per paragraph" in err
+    documents, held_out = map(int, re.search(r"corpus: ([\d,]+) documents.*, ([\d,]+) held out\)", err).groups())
+    assert documents > 500 and held_out >= 5  # the paragraphs of the book, 1% of them held out
+    assert [row["step"] for row in rows(tmp_path / "out", "eval")] == [20]
+
+
+def test_corpus_errors_give_advice_that_works(corpus, tmp_path, capsys):
+    """The held-out text gives no evaluation: one document (none can be held out) says so; too
+    little held out says to raise --eval-fraction, and doing so fixes it."""
+    book = tmp_path / "one.txt"
+    book.write_text("One sentence. " * 200 + "\n", encoding="utf-8")
+    base = ["pretrain", "--tokenizer", str(corpus / "tokenizer"), "--cache-dir", str(tmp_path / "cache"),
+            "--arch", "awd-lstm", "--preset", "tiny", "--seq-len", "16", "--batch-size", "1", "--max-steps", "1",
+            "--precision", "fp32", "--no-progress"]
+    assert main([*base, "--corpus", str(book), "--doc-format", "file", "--out", str(tmp_path / "a")]) == 2
+    assert "the corpus is one document, so none can be held out" in capsys.readouterr().err
+    short = tmp_path / "short.txt"  # ten documents of 6 tokens: one held out is less than a window of 17
+    short.write_text("\n\n".join(f"A short text number {i}." for i in range(10)) + "\n", encoding="utf-8")
+    assert main([*base, "--corpus", str(short), "--out", str(tmp_path / "b")]) == 2
+    assert "raise --eval-fraction (now 0.01: 1 of the 10 documents)" in capsys.readouterr().err
+    assert main([*base, "--corpus", str(short), "--out", str(tmp_path / "c"), "--eval-fraction", "0.5"]) == 0
+
+
 @pytest.mark.slow
 def test_bad_lines_can_be_skipped_and_counted(corpus, tmp_path, capsys):
     text = corpus / "wiki.txt"
