@@ -1,6 +1,7 @@
 """The command line: help, version, info, tokenizer training, and one-line user errors."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -283,8 +284,16 @@ def metric_rows(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.fixture
+def estimate_at_once(monkeypatch):
+    """The training loop gives its up-front estimate after its first timed step (tiny runs are short)."""
+    import bertology.training.loop
+
+    monkeypatch.setattr(bertology.training.loop, "ESTIMATE_AFTER_SECONDS", 0.0)
+
+
 @pytest.mark.slow
-def test_pretrain_ends_with_a_summary(capsys, tmp_path, small_corpus):
+def test_pretrain_ends_with_a_summary(capsys, tmp_path, small_corpus, estimate_at_once):
     out = tmp_path / "run"
     status, stdout, err = run_cli(capsys, "pretrain", "--corpus", small_corpus / "text.txt", "--tokenizer",
                                   small_corpus / "tokenizer", "--cache-dir", tmp_path / "cache", "--out", out,
@@ -292,6 +301,7 @@ def test_pretrain_ends_with_a_summary(capsys, tmp_path, small_corpus):
                                   "--log-every", "2", "--eval-fraction", "0.2", "--eval-batches", "2",
                                   "--precision", "fp32", "--no-progress")
     assert status == 0, err
+    assert re.search(r"training at [\d.]+ steps/s.*: 4 steps take about \d+ s", err), err  # up front
     lines = stdout.splitlines()
     vocab = len((small_corpus / "tokenizer" / "vocab.txt").read_text(encoding="utf-8").splitlines())
     assert lines[0].startswith(f"pre-trained a tiny encoder (bert objective; 2 layers, 128 wide, {vocab}-token "
@@ -306,12 +316,14 @@ def test_pretrain_ends_with_a_summary(capsys, tmp_path, small_corpus):
 
 
 @pytest.mark.slow
-def test_finetune_and_distill_end_with_a_summary(capsys, tmp_path, tiny_model, keyword_task, keyword_model):
+def test_finetune_and_distill_end_with_a_summary(capsys, tmp_path, tiny_model, keyword_task, keyword_model,
+                                                estimate_at_once):
     status, stdout, err = run_cli(capsys, "finetune", "--task", "classification", "--train-file",
                                   keyword_task / "train.csv", "--dev-file", keyword_task / "dev.csv", "--model",
                                   tiny_model, "--out", tmp_path / "ft", "--epochs", "1", "--batch-size", "16",
                                   "--precision", "fp32", "--no-progress")
     assert status == 0, err
+    assert re.search(r"training at [\d.]+ steps/s.*: 15 steps take about \d+ s", err), err
     lines = stdout.splitlines()
     assert lines[0] == "classification dev:" and lines[1].split()[0] == "accuracy"
     assert f"fine-tuned {tiny_model} for classification, 240 training examples x 1 epoch: 15 steps in " in stdout
@@ -322,6 +334,7 @@ def test_finetune_and_distill_end_with_a_summary(capsys, tmp_path, tiny_model, k
                                   "tiny", "--out", tmp_path / "student", "--epochs", "1", "--precision", "fp32",
                                   "--cache-dir", tmp_path / "cache", "--no-progress")
     assert status == 0, err
+    assert re.search(r"training at [\d.]+ steps/s.*: 8 steps take about \d+ s", err), err
     assert "teacher_accuracy" in stdout and f"distilled {keyword_model} (" in stdout
     assert "into a random-weight tiny encoder (" in stdout and "240 transfer examples x 1 epoch: 8 steps in " in stdout
     assert stdout.rstrip().endswith(f"to {tmp_path / 'student'}")

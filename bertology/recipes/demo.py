@@ -35,9 +35,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-import numpy as np
-import torch
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, matthews_corrcoef
@@ -45,18 +44,16 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 
 from ..config import Threads, setting
-from ..data.pretraining import Instance, collate
 from ..data.stdlib_docs import docstring_task, write_pretraining_corpus
-from ..data.tokenizer import Tokenizer, train_tokenizer
+from ..data.tokenizer import train_tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic, write_text_atomic
 from ..inference.modeldir import save_random_weights
 from ..models import resolve_model_dir
-from ..ops import autocast, resolve_precision
-from ..models.bert import PRESETS, BertConfig
+from ..models.bert import PRESETS
 from ..plots import plot_demo
-from ..training.loop import LoopConfig, last_checkpoint_step, make_adamw, rate_text
-from ..training.objectives import OBJECTIVES, build_objective
+from ..training.loop import estimate_text, last_checkpoint_step
+from ..training.objectives import OBJECTIVES
 from .finetune import RESULTS_NAME, FinetuneConfig, run_finetuning
 from .pretrain import OBJECTIVE_HELP, PretrainConfig, run_pretraining
 
@@ -149,52 +146,14 @@ def tfidf_baseline(train: list[tuple[str, str]], dev: list[tuple[str, str]], ana
             "C": search.best_params_["logisticregression__C"]}
 
 
-def measure_steps_per_second(config: BertConfig, tokenizer: Tokenizer, objective: str, seq_len: int,
-                             seconds: float = 2.0) -> float:
-    """Pre-training steps per second of this model on this machine, timed on random tokens.
-
-    The step is the training loop's: its optimiser (fused AdamW) and its default precision
-    (bf16 autocast where the processor runs it fast); with plain AdamW in fp32 the estimate was
-    half the real speed. A few untimed steps first (the allocator's and the kernels' first calls
-    are slow), then steps until `seconds` have passed; the model is thrown away and the global
-    RNG restored.
-    """
-    rng_state = torch.get_rng_state()
-    module = build_objective(objective, config, tokenizer.mask_token_id)
-    loop_config = LoopConfig()
-    optimizer = make_adamw([{"params": list(module.parameters())}], loop_config)
-    precision = resolve_precision(loop_config.precision, torch.device("cpu"))
-    generator = torch.Generator().manual_seed(0)
-    ids = np.random.default_rng(0).integers(0, config.vocab_size, size=(BATCH_SIZE, seq_len))
-    ids[:, 0], ids[:, -1] = tokenizer.cls_token_id, tokenizer.sep_token_id  # as the instances are built
-    pair = 0 if OBJECTIVES[objective].pair_task else -1
-    batch = collate([Instance(row, np.zeros_like(row), pair) for row in ids], tokenizer.pad_token_id)
-
-    def train_step() -> None:
-        prepared = module.prepare(dict(batch), generator)
-        with autocast(precision, torch.device("cpu")):
-            loss = module(prepared).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    for _ in range(3):
-        train_step()
-    steps, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds:
-        train_step()
-        steps += 1
-    torch.set_rng_state(rng_state)
-    return steps / elapsed
-
-
 def _announce_speed(steps_per_second: float, cfg: DemoConfig) -> None:
     """Say before the long part how long it will take, and when that breaks the demo's promise, why
     and what to do."""
     seconds = cfg.seeds * cfg.pretrain_steps / steps_per_second
     threads = f" on {cfg.threads} thread{'s' if cfg.threads != 1 else ''}" if cfg.threads else ""
-    print(f"this machine pre-trains the {cfg.preset} model at {rate_text(steps_per_second)}{threads}: "
-          f"{cfg.seeds} x {cfg.pretrain_steps:,} steps take about {seconds / 60:.1f} min", file=sys.stderr)
+    print(f"this machine pre-trains the {cfg.preset} model{threads} at "
+          f"{estimate_text(steps_per_second, cfg.seeds * cfg.pretrain_steps)} ({cfg.seeds} x {cfg.pretrain_steps:,})",
+          file=sys.stderr)
     if seconds / cfg.seeds > PROMISED_SECONDS:
         print(f"note: that is slower than the demo is meant to be ({PROMISED_SECONDS // 60} min a seed; the README "
               f"measured {MEASURED_STEPS_PER_SECOND} steps/s with 2 free cores). The results will be the same, only "
@@ -216,10 +175,12 @@ def _final_dev_scores(rows: list[dict]) -> dict:
 
 
 def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path, train_file: Path,
-             dev_file: Path, folder: Path, reference: Path | None) -> tuple[dict, dict[str, list[dict]]]:
-    """Pre-train with `seed`, then fine-tune the pre-trained and a random model of the same
-    shape, and the same for `reference` when given. Returns (this seed's results, model name ->
-    fine-tuning metrics rows), the names those of `MODEL_TITLES`."""
+             dev_file: Path, folder: Path, reference: Path | None,
+             on_speed: Callable[[float], None] | None = None) -> tuple[dict, dict[str, list[dict]]]:
+    """Pre-train with `seed` (`on_speed`: told the pre-training's steps per second, once timed),
+    then fine-tune the pre-trained and a random model of the same shape, and the same for
+    `reference` when given. Returns (this seed's results, model name -> fine-tuning metrics rows),
+    the names those of `MODEL_TITLES`."""
     seconds = {}
     start = _step(f"seed {seed}: pre-training a {cfg.preset} BERT ({cfg.objective} objective), "
                   f"{cfg.pretrain_steps:,} steps")
@@ -230,7 +191,7 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
             objective=cfg.objective, seq_len=cfg.pretrain_seq_len, batch_size=BATCH_SIZE, lr=cfg.pretrain_lr,
             max_steps=cfg.pretrain_steps, eval_fraction=0.02, eval_every=max(cfg.pretrain_steps // 40, 1),
             save_every=SAVE_EVERY, seed=seed, cache_dir=str(folder.parent / "cache"), progress=cfg.progress,
-            resume=cfg.resume))
+            resume=cfg.resume), on_speed=on_speed)
         if status != "completed":  # Ctrl-C or SIGTERM: the pre-training has saved a checkpoint; stop the demo too
             print("the demo stopped; the same command with --resume continues it", file=sys.stderr)
             raise KeyboardInterrupt
@@ -308,10 +269,8 @@ def run_demo(cfg: DemoConfig) -> dict:
 
     start = _step("training a WordPiece vocabulary")
     tokenizer_dir = out / "tokenizer"
-    if cfg.resume and (tokenizer_dir / "vocab.txt").is_file():  # the one the pre-training checkpoints were made with
-        tokenizer = Tokenizer.from_pretrained(tokenizer_dir)
-    else:
-        tokenizer = train_tokenizer(corpus, vocab_size=cfg.vocab_size, out_dir=tokenizer_dir)
+    if not (cfg.resume and (tokenizer_dir / "vocab.txt").is_file()):  # resumed: the checkpoints' own vocabulary
+        train_tokenizer(corpus, vocab_size=cfg.vocab_size, out_dir=tokenizer_dir)
     seconds["tokenizer"] = time.perf_counter() - start
 
     start = _step("the baselines: majority class; TF-IDF + logistic regression (C by 5-fold CV on the training set)")
@@ -321,13 +280,17 @@ def run_demo(cfg: DemoConfig) -> dict:
     seconds["baselines"] = time.perf_counter() - start
 
     reference = _reference_model(cfg)
-    model_config = BertConfig.from_preset(cfg.preset, vocab_size=tokenizer.vocab_size)
-    _announce_speed(measure_steps_per_second(model_config, tokenizer, cfg.objective, cfg.pretrain_seq_len), cfg)
+    announced = []
+
+    def on_speed(steps_per_second: float) -> None:  # the first pre-training to run estimates them all
+        if not announced:
+            _announce_speed(steps_per_second, cfg)
+            announced.append(steps_per_second)
 
     runs, curves = [], []
     for seed in range(cfg.seed, cfg.seed + cfg.seeds):
         result, seed_curves = run_seed(cfg, seed, corpus, tokenizer_dir, train_file, dev_file, out / f"seed{seed}",
-                                       reference)
+                                       reference, on_speed)
         runs.append(result)
         curves.append(seed_curves)
     seconds["total"] = time.perf_counter() - begin

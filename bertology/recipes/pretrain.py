@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -544,8 +544,8 @@ def discriminative_rates(config: AWDLSTMConfig, decay: float):
     return scale
 
 
-def run_pretraining(cfg: PretrainConfig) -> str:
-    """Run a whole pre-training job; returns "completed" or "interrupted"."""
+def run_pretraining(cfg: PretrainConfig, on_speed: Callable[[float], None] | None = None) -> str:
+    """Run a whole pre-training job; returns "completed" or "interrupted". `on_speed`: see `Trainer`."""
     family = family_named(cfg.arch)  # the registry's one-line error names the families there are
     if family.name not in FAMILY_OBJECTIVES:  # the objectives (training/objectives.py) train these
         raise UserError(f"--arch {family.name}: pretrain trains the {', '.join(FAMILY_OBJECTIVES)} families; "
@@ -594,7 +594,7 @@ def run_pretraining(cfg: PretrainConfig) -> str:
         module.model_to_save().save_pretrained(out)
         tokenizer.save_pretrained(out)
 
-    trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist, lr_scale)
+    trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist, lr_scale, on_speed)
     status = trainer.fit()
     if dist.is_main:
         plot_training_curves({cfg.objective: trainer.log.rows()}, out / "training_curves.png",

@@ -32,6 +32,7 @@ import os
 import shutil
 import struct
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -62,7 +63,7 @@ from ..models.static import (
     tokenize_words,
 )
 from ..plots import plot_epoch_metrics
-from ..training.loop import MetricsLog, parse_duration
+from ..training.loop import ESTIMATE_AFTER_SECONDS, MetricsLog, estimate_text, parse_duration
 
 BENCHMARK_FILES = {"wordsim353": "wordsim353.tsv", "simlex999": "simlex999.txt", "analogy": "questions-words.txt"}
 _FASTTEXT_MAGIC = 793712314  # the first int32 of a file written by Facebook's fastText
@@ -424,6 +425,12 @@ def _epoch_row(log: MetricsLog, epoch: float, elapsed: float, loss: float | None
     return row
 
 
+def _announce_speed(epochs_per_second: float, epochs: int, budget: float) -> None:
+    """The up-front estimate of the training commands (training/loop.py's), in epochs."""
+    tqdm.write(f"training at {estimate_text(epochs_per_second, epochs, 'epoch', None if budget == math.inf else budget)}",
+               file=sys.stderr)
+
+
 def _train_gensim(cfg, corpus, words, counts, config, budget, log, pairs) -> tuple[StaticVectors, dict]:
     """word2vec or fastText with gensim, one epoch per `train` call (see the module docstring).
 
@@ -448,6 +455,8 @@ def _train_gensim(cfg, corpus, words, counts, config, budget, log, pairs) -> tup
                            end_alpha=end_rate, compute_loss=cfg.method == "word2vec")
         rate, done = end_rate, done + 1
         elapsed = time.perf_counter() - started
+        if done == 1 and planned > 1:  # gensim's epoch is the step it times
+            _announce_speed(1 / elapsed, planned, budget)
         loss = gensim_model.get_latest_training_loss() / total_words if cfg.method == "word2vec" else None
         in_vocabulary = StaticVectors(config, gensim_model.wv.index_to_key, gensim_model.wv.vectors)
         row = _epoch_row(log, done, elapsed, loss, in_vocabulary, pairs)
@@ -493,10 +502,21 @@ def _train_glove(cfg, corpus, words, counts, config, budget, log, pairs) -> tupl
     num_batches = math.ceil(len(values) / cfg.batch_size)
     trained, out_of_time, started = 0, False, time.perf_counter()
     bar = tqdm(total=epochs * num_batches, desc="glove", unit=" batches", disable=not cfg.progress)
+    timed, lock = {"batches": 0, "announced": False}, threading.Lock()
+
+    def on_batch() -> None:  # called by every worker thread
+        bar.update(1)
+        with lock:
+            timed["batches"] += 1
+            seconds = time.perf_counter() - started
+            if seconds >= ESTIMATE_AFTER_SECONDS and not timed["announced"]:
+                timed["announced"] = True
+                _announce_speed(timed["batches"] / num_batches / seconds, epochs, budget)
+
     for _ in range(epochs):
         order = torch.randperm(num_batches, generator=generator).tolist()
         loss, entries, done = glove.train_batches(rows, cols, values, order, cfg.batch_size, cfg.workers,
-                                                  deadline=started + budget, on_batch=lambda: bar.update(1))
+                                                  deadline=started + budget, on_batch=on_batch)
         trained += done
         out_of_time = done < num_batches
         if done:

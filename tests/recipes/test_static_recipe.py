@@ -4,6 +4,7 @@ vectors, evaluation on hand-made vectors with known answers, neighbours, and bad
 import json
 import math
 import random
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -172,6 +173,17 @@ def test_max_time_stops_training(tmp_path, corpus, method):
     assert summary["stopped_by_max_time"]
     assert summary["epochs"] == (1 if method == "word2vec" else 0)  # gensim cannot stop inside an epoch
     assert load(tmp_path / "out").vectors.shape[1] == 16
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["word2vec", "glove"])
+def test_training_says_up_front_how_long_it_takes(tmp_path, corpus, method, monkeypatch, capsys):
+    import bertology.recipes.static
+
+    monkeypatch.setattr(bertology.recipes.static, "ESTIMATE_AFTER_SECONDS", 0.0)  # glove: after its first batch
+    train(settings(corpus, tmp_path / "out", method, epochs=3, batch_size=64))
+    err = capsys.readouterr().err
+    assert err.count("training at ") == 1 and re.search(r"epochs/s.*: 3 epochs take about \d+ s", err), err
 
 
 def test_glove_threads_train_every_batch_once():
