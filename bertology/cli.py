@@ -39,6 +39,7 @@ from .config import (
     default_of,
     option_name,
     read_settings,
+    renamed_note,
     resolve_threads,
     setting,
     setting_fields,
@@ -57,7 +58,7 @@ class TokenizerTrainConfig(Threads):
     The settings of `bertology tokenizer train`.
     """
 
-    corpus: list[str] = setting(required=True, positional=True, metavar="PATH",
+    corpus: list[str] = setting(required=True, metavar="PATH", was_positional=True,
                                 help="text files, or folders of them (also JSONL, Parquet, compressed)")
     out: str = setting(required=True, metavar="DIR", output="dir",
                        help="output directory: vocab.txt, tokenizer.json, tokenizer_config.json")
@@ -127,9 +128,9 @@ class ExplainSensesConfig(ExplainConfig):
                                     help="your own sentences: one 'sense<TAB>sentence' per line, two senses with "
                                          "two sentences each at least (default: the built-in ones)")
     layer: str = setting("last", help="0 (the embeddings output) .. layers, -1 or last, or sum_last_four and the like")
-    static: str | None = setting(None, metavar="DIR",
-                                 help="static word vectors (`bertology static train`) for the static view (default: "
-                                      "the model's own input embeddings)")
+    vectors: str | None = setting(None, metavar="DIR", formerly=("static",),
+                                  help="static word vectors (`bertology static train`) for the static view (default: "
+                                       "the model's own input embeddings)")
 
 
 # ----- flags from settings ----------------------------------------------------------------------
@@ -204,6 +205,9 @@ def add_setting(group: argparse._ArgumentGroup, name: str, field: dataclasses.Fi
     if kind is bool:
         flag = option_name(f"no_{name}" if default else name)
         group.add_argument(flag, dest=name, action="store_false" if default else "store_true", **options)
+        for old in meta["formerly"]:
+            group.add_argument(option_name(old), dest=name, action=RenamedFlag, new_flag=flag, switch_to=not default,
+                               help=argparse.SUPPRESS)
         return
     if get_origin(kind) in (list, tuple):
         options["nargs"] = "+" if get_origin(kind) is list else len(get_args(kind))
@@ -216,7 +220,31 @@ def add_setting(group: argparse._ArgumentGroup, name: str, field: dataclasses.Fi
     if meta["positional"]:
         group.add_argument(name, **options, **({} if required else {"nargs": "?"}))
     else:
-        group.add_argument(option_name(name), dest=name, required=required, **options)
+        # a setting that was positional is still taken so (checked as required in `parse`)
+        group.add_argument(option_name(name), dest=name, required=required and not meta["was_positional"], **options)
+    if meta["was_positional"]:
+        group.add_argument(f"{FORMERLY_POSITIONAL}{name}", nargs="*", type=options["type"], help=argparse.SUPPRESS)
+    renamed = {"nargs": options.get("nargs"), "type": options["type"], "metavar": options.get("metavar")}
+    for old in meta["formerly"]:
+        group.add_argument(option_name(old), dest=name, action=RenamedFlag, new_flag=option_name(name),
+                           help=argparse.SUPPRESS, **renamed)
+
+
+# The dest of the positional argument a setting used to be (see `setting`'s `was_positional`).
+FORMERLY_POSITIONAL = "formerly_positional_"
+
+
+class RenamedFlag(argparse.Action):
+    """An old name of a setting (`setting`'s `formerly`): it works as the new flag does, with a
+    one-line note; for a switch, it sets what the new switch sets."""
+
+    def __init__(self, option_strings, dest, new_flag, switch_to=None, **kwargs):
+        self.new_flag, self.switch_to = new_flag, switch_to
+        super().__init__(option_strings, dest, **{**kwargs, **({"nargs": 0} if switch_to is not None else {})})
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"bertology: {renamed_note(option_string, self.new_flag)}", file=sys.stderr)
+        setattr(namespace, self.dest, self.switch_to if self.switch_to is not None else values)
 
 
 def config_file_values(cls: type, argv: list[str]) -> dict[str, Any]:
@@ -440,7 +468,7 @@ def run_explain_senses(cfg: ExplainSensesConfig) -> None:
     """Draw the word's vectors and print how well they separate by sense."""
     from .uses.explain import explain_senses
 
-    report = explain_senses(cfg.model, cfg.word, cfg.out, cfg.sentences, cfg.layer, cfg.model_name, cfg.static)
+    report = explain_senses(cfg.model, cfg.word, cfg.out, cfg.sentences, cfg.layer, cfg.model_name, cfg.vectors)
     print(report.summary())
     print(f"wrote {cfg.out}")
 
@@ -731,7 +759,7 @@ def add_command_settings(parser: argparse.ArgumentParser, command: Command, argv
     if command.config_file:
         parser.add_argument("--config", metavar="FILE", help="a TOML or JSON file with any of these settings (keys "
                             "as the flags' names with _; flags win over the file)")
-    parser.set_defaults(**given, command_to_run=command, settings_class=cls)
+    parser.set_defaults(**given, command_to_run=command, settings_class=cls, command_parser=parser)
 
 
 @contextlib.contextmanager
@@ -766,6 +794,15 @@ def parse(argv: list[str]) -> tuple[Command, Any]:
     file's values, then the flags; a model given by name becomes its installed folder. Raises
     SystemExit after --help, --version or a usage mistake, UserError for a model not found."""
     args = build_parser(argv).parse_args(argv)
+    for name, field in setting_fields(args.settings_class).items():
+        if field.metadata["was_positional"]:
+            given = vars(args).pop(FORMERLY_POSITIONAL + name)
+            if given:
+                print(f"bertology: {renamed_note(f'{name.upper()} as a positional argument', option_name(name))}",
+                      file=sys.stderr)
+                setattr(args, name, [*(getattr(args, name) or []), *given])
+            if field.metadata["required"] and not getattr(args, name):
+                args.command_parser.error(f"the following arguments are required: {option_name(name)}")
     names = {field.name for field in dataclasses.fields(args.settings_class)}
     cfg = args.settings_class(**{k: v for k, v in vars(args).items() if k in names})
     for name, field in setting_fields(cfg).items():

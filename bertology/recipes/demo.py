@@ -90,10 +90,12 @@ class DemoConfig(Threads):
     preset: str = setting("tiny", choices=PRESETS, help="the model's size")
     objective: str = setting("roberta", choices=OBJECTIVES, help=OBJECTIVE_HELP)
     vocab_size: int = setting(6000, positive=True, help="the size of the vocabulary trained on the text")
-    pretrain_seq_len: int = setting(64, minimum=8, help="pre-training sequence length in tokens")
+    pretrain_max_seq_len: int = setting(64, minimum=8, formerly=("pretrain_seq_len",),
+                                        help="pre-training tokens per sequence")
     pretrain_lr: float = setting(1e-3, positive=True, help="pre-training peak learning rate (tiny models take "
                                                            "a large one)")
-    finetune_seq_len: int = setting(128, positive=True, help="fine-tuning tokens per docstring")
+    finetune_max_seq_len: int = setting(128, positive=True, formerly=("finetune_seq_len",),
+                                        help="fine-tuning tokens per docstring, at most")
     finetune_epochs: float = setting(30.0, positive=True, help="fine-tuning passes over the labelled docstrings")
     finetune_lr: float = setting(5e-4, positive=True, help="fine-tuning peak learning rate (below the "
                                                              "pre-training one, as in BERT's recipes)")
@@ -188,7 +190,7 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
     if last_checkpoint_step(pretrained) < cfg.pretrain_steps:  # not finished by an earlier, interrupted demo
         status = run_pretraining(PretrainConfig(
             corpus=[str(p) for p in corpus], out=str(pretrained), tokenizer=str(tokenizer_dir), preset=cfg.preset,
-            objective=cfg.objective, seq_len=cfg.pretrain_seq_len, batch_size=BATCH_SIZE, lr=cfg.pretrain_lr,
+            objective=cfg.objective, max_seq_len=cfg.pretrain_max_seq_len, batch_size=BATCH_SIZE, lr=cfg.pretrain_lr,
             max_steps=cfg.pretrain_steps, eval_fraction=0.02, eval_every=max(cfg.pretrain_steps // 40, 1),
             save_every=SAVE_EVERY, seed=seed, cache_dir=str(folder.parent / "cache"), progress=cfg.progress,
             resume=cfg.resume), on_speed=on_speed)
@@ -220,7 +222,7 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
             shutil.rmtree(run_dir, ignore_errors=True)  # unfinished: seconds to a minute to run again
             run_finetuning(FinetuneConfig(task="classification", train_file=str(train_file), dev_file=str(dev_file),
                                           model=str(weights), out=str(run_dir), epochs=epochs, lr=cfg.finetune_lr,
-                                          batch_size=BATCH_SIZE, max_seq_len=cfg.finetune_seq_len, seed=seed,
+                                          batch_size=BATCH_SIZE, max_seq_len=cfg.finetune_max_seq_len, seed=seed,
                                           progress=cfg.progress))
             seconds[f"finetune_{name}"] = time.perf_counter() - start
             curves[name] = _metrics(run_dir)

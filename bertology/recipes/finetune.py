@@ -117,11 +117,11 @@ class FinetuneConfig(TaskConfig, EpochLoop):
     lm: str | None = setting(None, metavar="DIR", help="--arch taglm: the frozen biLM (an ELMo from `pretrain --arch "
                                                        "elmo`) whose top states join after the first BiLSTM "
                                                        "(default: none, the tagger without a biLM)")
-    word_vectors: str | None = setting(None, metavar="DIR",
-                                       help="the task model's own word vectors (`bertology static train`): --arch "
-                                            "taglm starts its word embeddings from them; --mode features puts each "
-                                            "token's word vector in front of its features, as ELMo's paper feeds "
-                                            "[x_k; ELMo_k] to its task models (default: none)")
+    vectors: str | None = setting(None, metavar="DIR", formerly=("word_vectors",),
+                                  help="the task model's own word vectors (`bertology static train`): --arch "
+                                       "taglm starts its word embeddings from them; --mode features puts each "
+                                       "token's word vector in front of its features, as ELMo's paper feeds "
+                                       "[x_k; ELMo_k] to its task models (default: none)")
     seeds: int = setting(1, positive=True, help="run N seeds (--seed, --seed + 1, ...) and report the median "
                                                 "and spread")
     mode: str = setting("finetune", choices=MODES,
@@ -138,7 +138,7 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                                                               "(default: $BERTOLOGY_CACHE/features)")
 
     def __post_init__(self) -> None:
-        for name in ("data", "model", "out", "train_file", "dev_file", "cache_dir", "lm", "word_vectors"):  # Paths welcome from Python
+        for name in ("data", "model", "out", "train_file", "dev_file", "cache_dir", "lm", "vectors"):  # Paths welcome from Python
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, str(value))
@@ -155,19 +155,19 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                                               ("--head-bilstm", self.head_bilstm)) if value]
             if given:
                 raise UserError(f"{given[0]} is not an option of --arch taglm, which trains its own tagger "
-                                "(--lm DIR gives it a biLM, --word-vectors DIR its starting word vectors)")
-            for flag, path in (("--lm", self.lm), ("--word-vectors", self.word_vectors)):
+                                "(--lm DIR gives it a biLM, --vectors DIR its starting word vectors)")
+            for flag, path in (("--lm", self.lm), ("--vectors", self.vectors)):
                 if path is not None and not Path(path).is_dir():
                     raise UserError(f"{flag} {path}: no such directory")
             return
         if self.lm is not None:
             raise UserError("--lm belongs to --arch taglm (TagLM's tagger); give --arch taglm, or leave it out")
-        if self.word_vectors is not None:
+        if self.vectors is not None:
             if self.mode != "features":
-                raise UserError("--word-vectors goes with --mode features (each token's word vector beside its "
+                raise UserError("--vectors goes with --mode features (each token's word vector beside its "
                                 "features) or --arch taglm (the tagger's word embeddings); fine-tuning has none")
-            if not Path(self.word_vectors).is_dir():
-                raise UserError(f"--word-vectors {self.word_vectors}: no such directory")
+            if not Path(self.vectors).is_dir():
+                raise UserError(f"--vectors {self.vectors}: no such directory")
         if not self.model:
             raise UserError("--model is required: the pre-trained model directory (only --arch taglm trains a "
                             "tagger without one)")
@@ -298,15 +298,15 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
         data = prepare_text_to_text(cfg.model, spec, train, dev, cfg.input_settings(spec))
         train_one, too_long = finetune_text_to_text, data.train_encoded.too_long
     elif family == "taglm":  # Peters et al. 2017's tagger, trained from scratch beside a frozen biLM
-        data, train_one, too_long = prepare_tagger_data(*read_task(cfg), cfg.lm, cfg.word_vectors), train_tagger, 0
+        data, train_one, too_long = prepare_tagger_data(*read_task(cfg), cfg.lm, cfg.vectors), train_tagger, 0
     elif family in ("static", "cove"):  # one vector per word (CoVe: [GloVe; CoVe], its paper's): only a head trains
         if cfg.mode != "features":
             raise UserError(f"{cfg.model}: static word vectors have no encoder to fine-tune; use --mode features"
                             if family == "static" else f"{cfg.model}: CoVe is a fixed feature source, as in its "
                             "paper; use --mode features")
-        if cfg.word_vectors is not None:
+        if cfg.vectors is not None:
             what = "word vectors already" if family == "static" else "CoVe, whose features hold GloVe's vectors already"
-            raise UserError(f"--word-vectors go beside a contextual encoder's features; {cfg.model} is {what}")
+            raise UserError(f"--vectors go beside a contextual encoder's features; {cfg.model} is {what}")
         check_task(resolve_task(cfg))
         data, train_one, too_long = prepare_static_data(*read_task(cfg), open_word_features(cfg.model)), train_static_head, 0
     else:

@@ -100,7 +100,9 @@ class PretrainConfig(TrainConfig):
     objective: str | None = setting(None, choices=OBJECTIVES, help=f"{OBJECTIVE_HELP} (default: bert; --arch gpt "
                                                                     "and awd-lstm take clm only, t5 t5, elmo bilm, "
                                                                     "xlnet plm)")
-    seq_len: int = setting(128, minimum=8, help="sequence length in tokens")
+    max_seq_len: int = setting(128, minimum=8, formerly=("seq_len",),
+                               help="tokens per sequence, at most (BERT packs sentences up to it; an LSTM's BPTT "
+                                    "length)")
     batch_size: int = setting(32, positive=True, help="sequences per micro-batch")
     short_seq_prob: float = setting(0.1, minimum=0, help="share of shorter sequences, as BERT's data has")
     whole_word_masking: bool = setting(False, help="mask all the pieces of a word together")
@@ -126,13 +128,13 @@ class PretrainConfig(TrainConfig):
     mean_span_length: float = setting(3.0, positive=True, help="t5: the mean length of a dropped span, in tokens")
     gated_gelu: bool = setting(False, help="t5: T5 v1.1's gated-GELU feed-forward and an output matrix of its own")
     # Off by default: memory changes the data (a stream, not shuffled sequences) and the held-out
-    # regime, so earlier runs stay comparable; on, --seq-len is a sensible N at the small presets.
+    # regime, so earlier runs stay comparable; on, --max-seq-len is a sensible N at the small presets.
     mem_len: int = setting(0, minimum=0, metavar="N",
                            help="xlnet: Transformer-XL's segment recurrence, as XLNet pre-trains: read the corpus as "
                                 "a token stream, each batch row continuing its text, every token also attending to "
                                 "the states of the last N positions its row read (per layer, no gradient; the model's "
                                 "mem_len); held out, the same. 0: off, independent sequences (the release: 384 at "
-                                "512 tokens; here --seq-len is a sensible N)")
+                                "512 tokens; here --max-seq-len is a sensible N)")
     eval_fraction: float = setting(0.01, positive=True, help="share of the documents held out for evaluation")
     eval_batches: int = setting(20, positive=True, help="held-out batches per evaluation")
     lr: float = override(TrainConfig, "lr", 5e-4)  # an AWD-LSTM wants fastai's order, --lr 1e-2
@@ -246,12 +248,12 @@ def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig 
     if cfg.mem_len and config.reuse_len:
         raise UserError(f"--mem-len remembers whole segments of the stream: unset the model's reuse_len "
                         f"({config.reuse_len})")
-    # No context limit: an LSTM's --seq-len is its BPTT length, and XLNet's positions are relative.
+    # No context limit: an LSTM's --max-seq-len is its BPTT length, and XLNet's positions are relative.
     if cfg.arch in STREAM_FAMILIES or cfg.arch == "xlnet":
         return config
     positions = config.n_positions if cfg.arch in ("gpt", "t5") else config.max_position_embeddings
-    if cfg.seq_len > positions:
-        raise UserError(f"--seq-len {cfg.seq_len} is larger than the model's context ({positions} positions)")
+    if cfg.max_seq_len > positions:
+        raise UserError(f"--max-seq-len {cfg.max_seq_len} is larger than the model's context ({positions} positions)")
     return config
 
 
@@ -422,7 +424,7 @@ def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus
     --static-masks, each by its own seed; the held-out batches are masked the same at every
     evaluation either way)."""
     spec = OBJECTIVES[cfg.objective]
-    datasets = [PretrainingDataset(corpus, docs, cfg.seq_len, spec.data_format, spec.pair_task, cfg.short_seq_prob,
+    datasets = [PretrainingDataset(corpus, docs, cfg.max_seq_len, spec.data_format, spec.pair_task, cfg.short_seq_prob,
                                    tokenizer.cls_token_id, tokenizer.sep_token_id, cfg.seed, cfg.sop_balance)
                 for docs in (train_docs, eval_docs)]
     electra = {"generator_size": cfg.generator_size, "temperature": cfg.generator_temperature,
@@ -445,23 +447,23 @@ def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus
 def token_streams(cfg: PretrainConfig, corpus: TokenizedCorpus, train_docs, eval_docs, tokenizer: Tokenizer,
                   dist: Distributed, reverse: bool = False) -> tuple[TokenStream, TokenStream]:
     """(training, held-out) token streams (data/token_stream.py), each document opened by [CLS]: the
-    training documents in --batch-size rows per rank, read --seq-len tokens at a time; the held-out
+    training documents in --batch-size rows per rank, read --max-seq-len tokens at a time; the held-out
     ones in order, in as many rows, fewer when their text is short (a full window each). `reverse`:
     the same streams read from their ends (ELMo's backward LM)."""
-    stream = TokenStream(corpus, train_docs, cfg.batch_size * dist.world_size, cfg.seq_len, cfg.seed,
+    stream = TokenStream(corpus, train_docs, cfg.batch_size * dist.world_size, cfg.max_seq_len, cfg.seed,
                          tokenizer.cls_token_id, reverse=reverse)
     if stream.batches_per_epoch < 1:
         raise UserError(f"{', '.join(cfg.corpus)}: {stream.num_tokens:,} training tokens, too few for one batch of "
-                        f"{stream.rows} rows x {cfg.seq_len + 1} tokens (--batch-size x (--seq-len + 1)); use more "
-                        "text, a smaller --batch-size or a shorter --seq-len")
-    held_out = TokenStream(corpus, eval_docs, 1, cfg.seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False)
+                        f"{stream.rows} rows x {cfg.max_seq_len + 1} tokens (--batch-size x (--max-seq-len + 1)); "
+                        "use more text, a smaller --batch-size or a shorter --max-seq-len")
+    held_out = TokenStream(corpus, eval_docs, 1, cfg.max_seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False)
     if held_out.batches_per_epoch < 1:
         raise UserError(f"{', '.join(cfg.corpus)}: the held-out documents hold {held_out.num_tokens:,} tokens, fewer "
-                        f"than one --seq-len window of {cfg.seq_len + 1}; "
+                        f"than one --max-seq-len window of {cfg.max_seq_len + 1}; "
                         f"{held_out_advice(cfg, corpus.num_documents, len(eval_docs))}")
-    rows = min(cfg.batch_size, held_out.num_tokens // (cfg.seq_len + 1))
-    return stream, TokenStream(corpus, eval_docs, rows, cfg.seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False,
-                               reverse=reverse)
+    rows = min(cfg.batch_size, held_out.num_tokens // (cfg.max_seq_len + 1))
+    return stream, TokenStream(corpus, eval_docs, rows, cfg.max_seq_len, cfg.seed, tokenizer.cls_token_id,
+                               shuffle=False, reverse=reverse)
 
 
 def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig | ELMoConfig, corpus: TokenizedCorpus,
@@ -559,11 +561,11 @@ def run_pretraining(cfg: PretrainConfig, on_speed: Callable[[float], None] | Non
     tokenizer = load_or_train_tokenizer(cfg, dist)
     model_config = build_model_config(cfg, tokenizer)
     if cfg.objective == "t5":
-        spans = max(round(round(cfg.seq_len * cfg.noise_density) / cfg.mean_span_length), 1)
+        spans = max(round(round(cfg.max_seq_len * cfg.noise_density) / cfg.mean_span_length), 1)
         if spans + 1 > len(tokenizer.sentinel_token_ids):  # a target may end with one more sentinel
-            raise UserError(f"--seq-len {cfg.seq_len} with --noise-density {cfg.noise_density} and --mean-span-length "
-                            f"{cfg.mean_span_length} drops {spans} spans per text: more than the tokenizer's "
-                            f"{len(tokenizer.sentinel_token_ids)} sentinels allow")
+            raise UserError(f"--max-seq-len {cfg.max_seq_len} with --noise-density {cfg.noise_density} and "
+                            f"--mean-span-length {cfg.mean_span_length} drops {spans} spans per text: more than the "
+                            f"tokenizer's {len(tokenizer.sentinel_token_ids)} sentinels allow")
     if dist.is_main:
         write_json_atomic(out / RESOLVED_CONFIG_NAME, {**dataclasses.asdict(cfg), "model_config_resolved": model_config.to_dict()})
 

@@ -48,7 +48,7 @@ from gensim.models.fasttext import load_facebook_vectors
 from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
-from ..config import Threads, check_settings, setting
+from ..config import Threads, check_settings, override, resolve_threads, setting
 from ..data.cooccurrence import CooccurrenceCounter
 from ..data.corpus import DOC_FORMATS, ReadStats, corpus_notes, read_documents, reading_notes
 from ..errors import UserError
@@ -89,8 +89,9 @@ class StaticTrainConfig(Threads):
                                    "file: one document per file; auto: decide per file")
     text_field: str = setting("text", help="JSONL / Parquet corpus files: the field that holds the text")
     skip_bad_lines: bool = setting(False, help="skip (and count) lines that are not UTF-8 instead of stopping")
-    lowercase: bool = setting(True, help="lower-case the words before training (imported vectors: lower-case when "
-                                         "no word has a capital)")
+    cased: bool = setting(False, formerly=("no_lowercase",),
+                          help="keep case instead of lower-casing the words before training (imported vectors: "
+                               "cased when a word has a capital)")
     vector_size: int = setting(100, positive=True, help="the vectors' dimension")
     window: int = setting(5, positive=True, help="the largest distance between a word and a context word "
                                                  "(on both sides)")
@@ -114,7 +115,7 @@ class StaticTrainConfig(Threads):
     chunk_tokens: int = setting(1 << 20, positive=True,
                                 help="glove: tokens counted per chunk (counting memory: about 12 bytes x this "
                                      "x window)")
-    workers: int = setting(2, positive=True, help="training threads")
+    threads: int | None = override(Threads, "threads", None, formerly=("workers",))  # gensim's and GloVe's workers
     max_time: float | str | None = setting(None, metavar="DURATION",
                                            help="training budget, e.g. 90s, 20m, 1.5h or seconds: word2vec and "
                                                 "fasttext stop after the last epoch that fits, glove after the "
@@ -335,7 +336,7 @@ def tokenize_corpus(cfg: StaticTrainConfig, work: Path) -> WordCorpus:
         for document in tqdm(documents, desc="reading", unit=" documents", disable=not cfg.progress):
             first_lines.append(lines)
             for sentence in document:
-                words = tokenize_words(sentence, cfg.lowercase)
+                words = tokenize_words(sentence, not cfg.cased)
                 if words:
                     file.write(" ".join(words) + "\n")
                     lines += 1
@@ -387,7 +388,7 @@ def _train_method(cfg: StaticTrainConfig, work: Path) -> tuple[StaticVectors, di
     counts = np.array([corpus.train_counts[w] for w in words], dtype=np.int64)
     seconds = {"reading": round(time.perf_counter() - started, 2)}
     budget = math.inf if cfg.max_time is None else parse_duration(cfg.max_time)
-    config = StaticConfig(cfg.method, cfg.vector_size, cfg.lowercase, settings=cfg.settings())
+    config = StaticConfig(cfg.method, cfg.vector_size, not cfg.cased, settings=cfg.settings())
     log = MetricsLog(work / "metrics.jsonl", enabled=True)
     pairs = read_word_pairs(benchmark_path("wordsim353"))  # for the curve: WordSim-353 after each epoch
     trainer = _train_glove if cfg.method == "glove" else _train_gensim
@@ -399,7 +400,7 @@ def _train_method(cfg: StaticTrainConfig, work: Path) -> tuple[StaticVectors, di
     plot_epoch_metrics(log.rows(), {"loss": loss_label, "wordsim353": "WordSim-353 Spearman"},
                        work / "training_curves.png", f"{cfg.method}, {cfg.vector_size} dimensions, window {cfg.window}")
     summary = {"method": cfg.method, "vector_size": cfg.vector_size, "window": cfg.window, "min_count": cfg.min_count,
-               "lowercase": cfg.lowercase, "vocab_size": len(words),
+               "lowercase": not cfg.cased, "vocab_size": len(words),
                "corpus": {"documents": corpus.documents, "held_out_documents": corpus.held_out_documents,
                           "train_sentences": corpus.train_sentences, "train_tokens": sum(corpus.train_counts.values()),
                           "held_out_tokens": sum(corpus.held_out_counts.values())},
@@ -439,7 +440,8 @@ def _train_gensim(cfg, corpus, words, counts, config, budget, log, pairs) -> tup
     time so far, and the decay is re-spread over it; an epoch is never cut short.
     """
     options = {"vector_size": cfg.vector_size, "window": cfg.window, "min_count": cfg.min_count,
-               "sg": int(cfg.skip_gram), "negative": cfg.negative, "sample": cfg.sample, "workers": cfg.workers,
+               "sg": int(cfg.skip_gram), "negative": cfg.negative, "sample": cfg.sample,
+               "workers": resolve_threads(cfg.threads),
                "seed": cfg.seed}
     if cfg.method == "fasttext":
         options.update(min_n=cfg.min_n, max_n=cfg.max_n, bucket=cfg.bucket)
@@ -515,8 +517,9 @@ def _train_glove(cfg, corpus, words, counts, config, budget, log, pairs) -> tupl
 
     for _ in range(epochs):
         order = torch.randperm(num_batches, generator=generator).tolist()
-        loss, entries, done = glove.train_batches(rows, cols, values, order, cfg.batch_size, cfg.workers,
-                                                  deadline=started + budget, on_batch=on_batch)
+        loss, entries, done = glove.train_batches(rows, cols, values, order, cfg.batch_size,
+                                                  resolve_threads(cfg.threads), deadline=started + budget,
+                                                  on_batch=on_batch)
         trained += done
         out_of_time = done < num_batches
         if done:

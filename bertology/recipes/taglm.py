@@ -1,11 +1,11 @@
-"""Training TagLM's tagger: `bertology finetune --task conll2003 --arch taglm [--lm ELMO_DIR] [--word-vectors DIR]`.
+"""Training TagLM's tagger: `bertology finetune --task conll2003 --arch taglm [--lm ELMO_DIR] [--vectors DIR]`.
 
 Peters et al. 2017 (models/taglm.py): a BiLSTM-CRF over word embeddings and a character CNN,
 with a frozen biLM's top states joined after the first BiLSTM. Without `--lm` it is the
 paper's baseline, the same tagger without the biLM; the claim is the difference.
 
 The vocabulary is the training words seen at least twice (a word seen once stays unknown, so
-the unknown-word row trains on real rare words), plus, with `--word-vectors`, every word of
+the unknown-word row trains on real rare words), plus, with `--vectors`, every word of
 those static vectors, whose rows start from their vectors (the paper starts from Senna's).
 The biLM runs once over every sentence (it is frozen, as in the paper) and its states are
 kept for all epochs and seeds. The loop, the per-epoch dev evaluation (entity F1 by seqeval,
@@ -77,7 +77,7 @@ def prepare_tagger_data(spec: TaskSpec, train: list, dev: dict[str, list], lm_di
     vectors = None
     if vectors_dir:
         if family_of(vectors_dir).name != "static":
-            raise UserError(f"{vectors_dir}: --word-vectors takes a static-vectors directory (`bertology static "
+            raise UserError(f"{vectors_dir}: --vectors takes a static-vectors directory (`bertology static "
                             f"train`), not a {family_of(vectors_dir).name} model")
         vectors = StaticVectors.from_pretrained(vectors_dir)
     lm = BiLMStates(lm_dir) if lm_dir else None

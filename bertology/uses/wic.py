@@ -78,8 +78,9 @@ class WicConfig(Threads):
     model: str = setting(required=True, metavar="MODEL", model_dir=True,
                          help="a BERT, GPT, XLNet, T5 (its encoder), ELMo, AWD-LSTM or CoVe model directory, static "
                               "vectors (bertology static train), or an installed model's name")
-    max_train_pairs: int | None = setting(None, positive=True, help="fit the regression on a reproducible random "
-                                                                    "subset of this many training pairs (default: all)")
+    max_train_examples: int | None = setting(None, positive=True, formerly=("max_train_pairs",),
+                                             help="fit the regression on a reproducible random subset of this many "
+                                                  "training pairs (default: all)")
     batch_size: int = setting(64, positive=True, help="sentences per forward pass")
     precision: str = setting("fp32", choices=PRECISIONS, help="the forward passes' precision")
     out: str | None = setting(None, metavar="FILE", output="file", help="also write the results as JSON here "
@@ -222,7 +223,7 @@ def run_wic(cfg: WicConfig) -> dict:
     """Probe every layer (view) of the model on WiC; return the results (and write them to cfg.out)."""
     data = Path(cfg.data)
     splits = {split: read_wic(data / f"{split}.data.txt", data / f"{split}.gold.txt") for split in SPLITS}
-    splits["train"] = subset(splits["train"], cfg.max_train_pairs, seed=0)
+    splits["train"] = subset(splits["train"], cfg.max_train_examples, seed=0)
     model_dir = resolve_model_dir(cfg.model)
     family = family_of(model_dir).name
     if family not in FAMILIES:

@@ -52,6 +52,9 @@ def test_pretraining_key_follows_content_not_paths(tmp_path):
     assert key != pretraining_key({"corpus": [str(corpus)], "preset": "tiny", "max_steps": 11})
     moved.write_text("one sentence.\n\nanother one!\n")
     assert key != pretraining_key({"corpus": [str(moved)], "preset": "tiny", "max_steps": 10})
+    # a renamed setting (--seq-len is now --max-seq-len) keeps the cached models' keys
+    assert pretraining_key({"corpus": [str(corpus)], "max_seq_len": 64}) == \
+        pretraining_key({"corpus": [str(corpus)], "seq_len": 64})
 
 
 def test_registry_lists_the_eleven_claims_then_the_summary_and_why_some_cannot_run():

@@ -64,7 +64,7 @@ def corpus(tmp_path_factory) -> Path:
 
 def settings(corpus: Path, out: Path, method: str, **changes) -> StaticTrainConfig:
     base = {"corpus": [str(corpus)], "out": str(out), "method": method, "vector_size": 16, "window": 3,
-            "min_count": 2, "epochs": 15, "bucket": 2000, "workers": 1, "eval_fraction": 0.1, "progress": False}
+            "min_count": 2, "epochs": 15, "bucket": 2000, "threads": 1, "eval_fraction": 0.1, "progress": False}
     return StaticTrainConfig(**{**base, **changes})
 
 
@@ -374,7 +374,7 @@ def test_cli_trains_evaluates_and_lists_neighbours(tmp_path, corpus, capsys):
     out = tmp_path / "vectors"
     status, stdout, err = run_cli(capsys, "static", "train", "--corpus", corpus, "--out", out, "--method", "fasttext",
                                   "--vector-size", "16", "--window", "3", "--min-count", "2", "--epochs", "15",
-                                  "--bucket", "2000", "--workers", "1", "--no-progress")
+                                  "--bucket", "2000", "--threads", "1", "--no-progress")
     assert status == 0, err
     assert "fasttext:" in stdout and "wordsim353" in stdout and str(out) in stdout
     status, stdout, err = run_cli(capsys, "static", "evaluate", "--vectors", out, "--benchmarks", "simlex999")
