@@ -428,8 +428,8 @@ def _epoch_row(log: MetricsLog, epoch: float, elapsed: float, loss: float | None
 
 def _announce_speed(epochs_per_second: float, epochs: int, budget: float) -> None:
     """The up-front estimate of the training commands (training/loop.py's), in epochs."""
-    tqdm.write(f"training at {estimate_text(epochs_per_second, epochs, 'epoch', None if budget == math.inf else budget)}",
-               file=sys.stderr)
+    time_budget = None if budget == math.inf else budget
+    tqdm.write(f"training at {estimate_text(epochs_per_second, epochs, 'epoch', time_budget)}", file=sys.stderr)
 
 
 def _train_gensim(cfg, corpus, words, counts, config, budget, log, pairs) -> tuple[StaticVectors, dict]:

@@ -416,7 +416,8 @@ def estimate_text(per_second: float, count: float, unit: str = "step", time_budg
     the run first, how far it gets."""
     text = f"{rate_text(per_second, unit)}: {count:,.0f} {unit}s take about {duration_text(count / per_second)}"
     if time_budget is not None and time_budget < count / per_second:
-        text += f", more than the --max-time budget of {duration_text(time_budget)}: about {per_second * time_budget:,.0f} of them fit"
+        text += (f", more than the --max-time budget of {duration_text(time_budget)}: about "
+                 f"{per_second * time_budget:,.0f} of them fit")
     return text
 
 
