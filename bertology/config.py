@@ -6,7 +6,9 @@ its own. Each field is declared once with `setting(default, help=..., choices=..
 default, help text and checks live in the field's metadata. From it the command line makes the flag
 (cli.py), `read_settings` checks a TOML or JSON `--config` file (flags win over the file),
 and `check_settings` checks a config built in Python, so a new setting is a flag, a
-config-file key and a documented default in one edit. This module imports no PyTorch.
+config-file key and a documented default in one edit. One name for one thing on every command:
+a renamed setting keeps its old names (`formerly`) for one release, as hidden flags and
+config-file keys that say so in a one-line note. This module imports no PyTorch.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ else:  # Python 3.10: the same parser, published as tomli before it joined the s
 def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], Any] | None = None,
             choices: Sequence | Callable[[], Sequence] | None = None, metavar: str | tuple[str, ...] | None = None, required: bool = False,
             positive: bool = False, minimum: float | None = None, positional: bool = False,
-            output: str | None = None, model_dir: bool = False) -> Any:
+            output: str | None = None, model_dir: bool = False, formerly: Sequence[str] = (),
+            was_positional: bool = False) -> Any:
     """A dataclass field that is also a flag and a config-file key.
 
     Args:
@@ -55,12 +58,18 @@ def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], 
             fails before writing there leaves no empty folder behind).
         model_dir: the setting names a model: a directory, or the name of a model an installed
             pip package ships (`all-MiniLM-L6-v2`), which the command line resolves to its folder.
+        formerly: the setting's old names, accepted until the next release with a note: as
+            flags (`seq_len`: --seq-len) and config-file keys. A switch that was on by default
+            and is now off (`no_lowercase` for `cased`) was the flag --no-lowercase and the key
+            `lowercase`, negated.
+        was_positional: the setting was a positional argument, still accepted so with a note.
     """
     if choices is not None and not callable(choices):
         choices = tuple(choices)
     metadata = {"help": help, "choices": choices, "metavar": metavar,
                 "required": required, "positive": positive, "minimum": minimum, "positional": positional,
-                "output": output, "model_dir": model_dir}
+                "output": output, "model_dir": model_dir, "formerly": tuple(formerly),
+                "was_positional": was_positional}
     if isinstance(default, (list, dict)):
         default_factory = functools.partial(copy.deepcopy, default)
     if default_factory is not None:
@@ -68,10 +77,25 @@ def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], 
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def override(cls: type, name: str, default: Any) -> Any:
+def override(cls: type, name: str, default: Any, **changes: Any) -> Any:
     """The setting `name` of dataclass `cls` with another default, its help and checks kept:
-    how a recipe changes a shared default (fine-tuning's lr of 5e-5 against the loop's)."""
-    return setting(default, **setting_fields(cls)[name].metadata)
+    how a recipe changes a shared default (fine-tuning's lr of 5e-5 against the loop's).
+    `changes`: other `setting` arguments for this command only (e.g. its own `formerly`)."""
+    return setting(default, **{**setting_fields(cls)[name].metadata, **changes})
+
+
+def renamed_note(old: str, new: str) -> str:
+    """The one-line note an old name of a setting gets (see `setting`'s `formerly`)."""
+    return f"note: {old} is now {new}; the old name works until the next release"
+
+
+def former_keys(field: dataclasses.Field) -> dict[str, bool]:
+    """A setting's old config-file keys -> whether the old value is the negation of the new one."""
+    keys = {}
+    for old in field.metadata["formerly"]:
+        negated = old.startswith("no_") and field.type in (bool, "bool")
+        keys[old.removeprefix("no_") if negated else old] = negated
+    return keys
 
 
 def setting_fields(cls_or_config: Any) -> dict[str, dataclasses.Field]:
@@ -189,6 +213,12 @@ def read_settings(cls: type, path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise UserError(f"{path}: expected an object of settings (key: value)")
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name, field in setting_fields(cls).items():
+        for old, negated in former_keys(field).items():
+            if old in values and old not in fields:
+                print(f"{path}: {renamed_note(f'setting {old!r}', repr(name))}", file=sys.stderr)
+                value = values.pop(old)
+                values.setdefault(name, not value if negated and isinstance(value, bool) else value)
     annotations = setting_types(cls)
     unknown = sorted(set(values) - set(fields))
     if unknown:
@@ -203,6 +233,48 @@ def read_settings(cls: type, path: str | os.PathLike) -> dict[str, Any]:
 
 
 # ----- settings that several commands share (the loop's are in training/loop.py) -----------------
+
+THREADS_ENV = "BERTOLOGY_THREADS"
+
+
+@dataclass(kw_only=True)  # keyword-only: composed before a command's own required fields
+class Threads:
+    """CPU threads.
+
+    Every command that computes is composed with this setting; the command line applies it
+    (ops.use_threads) before the command runs.
+    """
+
+    threads: int | None = setting(None, positive=True, metavar="N",
+                                  help=f"CPU threads for PyTorch (default: ${THREADS_ENV}, else every core this "
+                                       "process may use: the fastest choice on a free machine, and on a busy one "
+                                       "too, since idle threads sleep instead of spinning)")
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, e.g. under taskset or a container's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no affinity masks
+        return os.cpu_count() or 1
+
+
+def resolve_threads(requested: int | None) -> int:
+    """How many CPU threads a command runs with: `requested`, else $BERTOLOGY_THREADS, else every
+    core the process may use (see `Threads`; bench/threads.py measures the choice).
+
+    Raises:
+        UserError: $BERTOLOGY_THREADS is not a positive integer.
+    """
+    if requested is not None:
+        return requested
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if not text:
+        return available_cores()
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"${THREADS_ENV} must be a positive number of threads, got {text!r}")
+    return int(text)
+
 
 
 @dataclass

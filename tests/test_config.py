@@ -57,8 +57,8 @@ def test_python_configs_get_the_same_checks_naming_the_flag(tmp_path):
         check_settings(EmbedConfig("m", "i", "o.npy", precision="fp16"))
     with pytest.raises(UserError, match="^--out is required$"):
         check_settings(DistillConfig(teacher="t"))
-    with pytest.raises(UserError, match="^--seq-len must be at least 8, got 4$"):
-        PretrainConfig(corpus=[str(tmp_path)], out="o", max_steps=1, seq_len=4).validate()
+    with pytest.raises(UserError, match="^--max-seq-len must be at least 8, got 4$"):
+        PretrainConfig(corpus=[str(tmp_path)], out="o", max_steps=1, max_seq_len=4).validate()
 
 
 def test_config_files_are_checked_by_type_choice_and_bound(tmp_path):
@@ -125,15 +125,20 @@ def test_every_flag_comes_from_a_setting_with_help_and_its_default(command):
     each with help saying its default or that it is required, choices listed."""
     cls = command.settings_class()
     parser = command_parser(command.name)
-    arguments = [a for a in parser._actions if a.dest not in ("help", "config")]
+    shown = [a for a in parser._actions if a.dest not in ("help", "config") and a.help != argparse.SUPPRESS]
     fields = {name: field for name, field in setting_fields(cls).items()
               if getattr(setting_types(cls)[name], "__origin__", None) is not dict}
-    assert {a.dest for a in arguments} == set(fields)
-    for argument in arguments:
+    assert {a.dest for a in shown} == set(fields)
+    hidden = [a for a in parser._actions if a.help == argparse.SUPPRESS]  # a renamed setting's old names
+    assert sorted(flag for a in hidden for flag in a.option_strings) == sorted(
+        "--" + old.replace("_", "-") for field in fields.values() for old in field.metadata["formerly"])
+    for argument in shown:
         field = fields[argument.dest]
         name = argument.dest.replace("_", "-")
         assert argument.option_strings in ([f"--{name}"], [f"--no-{name}"], []), argument.option_strings
-        assert argument.required == field.metadata["required"] or field.metadata["positional"], argument.dest
+        # a setting that was positional is checked as required after parsing (`cli.parse`)
+        assert argument.required == (field.metadata["required"] and not field.metadata["was_positional"]) or \
+            field.metadata["positional"], argument.dest
         assert ("(required)" in argument.help) == field.metadata["required"], argument.dest
         assert "default" in argument.help or field.metadata["required"], (command.name, argument.dest, argument.help)
         if choices_of(field):
@@ -142,15 +147,16 @@ def test_every_flag_comes_from_a_setting_with_help_and_its_default(command):
 
 def test_flags_win_over_the_config_file_which_wins_over_the_defaults(tmp_path):
     config = tmp_path / "run.toml"
-    config.write_text(f'corpus = ["{tmp_path}"]\nout = "from-file"\nseq_len = 32\nmax_steps = 50\n'
+    config.write_text(f'corpus = ["{tmp_path}"]\nout = "from-file"\nmax_seq_len = 32\nmax_steps = 50\n'
                       "progress = false\n[model]\npre_layer_norm = true\n")
     _, cfg = parse(["pretrain", "--config", str(config), "--max-steps", "3", "--share-layers"])
-    assert (cfg.corpus, cfg.out, cfg.seq_len, cfg.max_steps, cfg.progress) == ([str(tmp_path)], "from-file", 32, 3, False)
+    assert (cfg.corpus, cfg.out, cfg.max_seq_len, cfg.max_steps, cfg.progress) == ([str(tmp_path)], "from-file", 32, 3, False)
     assert cfg.model == {"pre_layer_norm": True} and cfg.lr == 5e-4  # untouched: the recipe's default
     assert cfg.model_overrides(family_named("bert").spec) == {"pre_layer_norm": True, "share_layers": True}
-    _, cfg = parse(["pretrain", "--config", str(config), "--seq-len", "64", "--no-segment-embeddings",
+    _, cfg = parse(["pretrain", "--config", str(config), "--max-seq-len", "64", "--no-segment-embeddings",
                     "--no-progress"])  # the switch's flag is the same whatever the file says
-    assert cfg.seq_len == 64 and cfg.model_overrides(family_named("bert").spec)["type_vocab_size"] == 0 and cfg.progress is False
+    assert cfg.max_seq_len == 64 and cfg.progress is False
+    assert cfg.model_overrides(family_named("bert").spec)["type_vocab_size"] == 0
     with pytest.raises(SystemExit):  # --corpus and --out are required when no file gives them
         parse(["pretrain", "--max-steps", "3"])
 

@@ -465,7 +465,7 @@ class FamilySpec:
     finetune_options: tuple[str, ...] = ()
     # Whether `bertology.inference.modeldir.save_random_weights` builds its random twin (default_class(config)).
     random_twin: bool = False
-    # One vector per word type (static vectors): what --word-vectors, --vectors and --static take.
+    # One vector per word type (static vectors): what --vectors takes.
     word_vectors: bool = False
     # A translation model (CoVe's): what `bertology translate evaluate` and `translate text` run.
     translates: bool = False

@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from ..config import TaskConfig, default_of, setting, setting_fields
+from ..config import TaskConfig, Threads, default_of, setting, setting_fields
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
@@ -30,7 +30,7 @@ from ..inference.embedding import POOLINGS
 from ..inference.modeldir import ModelDir, describe_task, open_model_dir
 from ..inference.runners import open_runner
 from ..inference.static_heads import open_word_features
-from ..models import family_named, resolve_model_dir, trained_by_finetune
+from ..models import family_named, resolve_model_dir, trained_by
 from ..models.features import LAYER_CHOICES
 from ..ops import PRECISION_HELP, PRECISIONS
 from ..tasks.inputs import InputSettings, collate, encode
@@ -107,17 +107,17 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                                             "--gradual-unfreezing)")
     drop_mult: float = setting(1.0, positive=True, help="--model an AWD-LSTM: ULMFiT's one dropout knob, every "
                                                        "dropout of the classifier (fastai's) times this")
-    arch: str = setting("head", choices=lambda: ("head", *trained_by_finetune()),
+    arch: str = setting("head", choices=lambda: ("head", *trained_by("finetune")),
                         help="head: one small head on --model (the BERT paper); taglm: Peters et al. 2017's "
                              "BiLSTM-CRF tagger trained here, reading --lm's biLM states")
     lm: str | None = setting(None, metavar="DIR", help="--arch taglm: the frozen biLM (an ELMo from `pretrain --arch "
                                                        "elmo`) whose top states join after the first BiLSTM "
                                                        "(default: none, the tagger without a biLM)")
-    word_vectors: str | None = setting(None, metavar="DIR",
-                                       help="the task model's own word vectors (`bertology static train`): --arch "
-                                            "taglm starts its word embeddings from them; --mode features puts each "
-                                            "token's word vector in front of its features, as ELMo's paper feeds "
-                                            "[x_k; ELMo_k] to its task models (default: none)")
+    vectors: str | None = setting(None, metavar="DIR", formerly=("word_vectors",),
+                                  help="the task model's own word vectors (`bertology static train`): --arch "
+                                       "taglm starts its word embeddings from them; --mode features puts each "
+                                       "token's word vector in front of its features, as ELMo's paper feeds "
+                                       "[x_k; ELMo_k] to its task models (default: none)")
     seeds: int = setting(1, positive=True, help="run N seeds (--seed, --seed + 1, ...) and report the median "
                                                 "and spread")
     mode: str = setting("finetune", choices=MODES,
@@ -134,7 +134,7 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                                                               "(default: $BERTOLOGY_CACHE/features)")
 
     def __post_init__(self) -> None:
-        for name in ("data", "model", "out", "train_file", "dev_file", "cache_dir", "lm", "word_vectors"):  # Paths welcome from Python
+        for name in ("data", "model", "out", "train_file", "dev_file", "cache_dir", "lm", "vectors"):  # Paths welcome from Python
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, str(value))
@@ -153,19 +153,19 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                 recipe = import_module(family_named(self.arch).recipe)
                 raise UserError(f"{given[0]} is not an option of --arch {self.arch}, which trains its own model "
                                 f"({recipe.OPTIONS})")
-            for flag, path in (("--lm", self.lm), ("--word-vectors", self.word_vectors)):
+            for flag, path in (("--lm", self.lm), ("--vectors", self.vectors)):
                 if path is not None and not Path(path).is_dir():
                     raise UserError(f"{flag} {path}: no such directory")
             return
         if self.lm is not None:
-            archs = " or ".join(trained_by_finetune())
+            archs = " or ".join(trained_by("finetune"))
             raise UserError(f"--lm belongs to --arch {archs}; give --arch {archs}, or leave it out")
-        if self.word_vectors is not None:
+        if self.vectors is not None:
             if self.mode != "features":
-                raise UserError("--word-vectors goes with --mode features (each token's word vector beside its "
+                raise UserError("--vectors goes with --mode features (each token's word vector beside its "
                                 "features) or --arch taglm (the tagger's word embeddings); fine-tuning has none")
-            if not Path(self.word_vectors).is_dir():
-                raise UserError(f"--word-vectors {self.word_vectors}: no such directory")
+            if not Path(self.vectors).is_dir():
+                raise UserError(f"--vectors {self.vectors}: no such directory")
         if not self.model:
             raise UserError("--model is required: the pre-trained model directory (only --arch taglm trains a "
                             "tagger without one)")
@@ -267,8 +267,8 @@ def check_model_setup(cfg: FinetuneConfig, model_dir: ModelDir, kind: str) -> No
     if cfg.long_inputs == "window" and spec.runner == "text_to_text":
         raise UserError("--long-inputs window: a text-to-text model's inputs are cut at --max-seq-len (text to text "
                         "has no windows here; a training example whose answer is cut off is dropped and counted)")
-    if cfg.word_vectors is not None and spec.runner == "word_features":
-        raise UserError(f"--word-vectors go beside a contextual encoder's features; {name} reads word vectors already")
+    if cfg.vectors is not None and spec.runner == "word_features":
+        raise UserError(f"--vectors go beside a contextual encoder's features; {name} reads word vectors already")
     if kind == "wic":
         if "wic" not in spec.heads:
             raise UserError(f"wic needs a BERT-family encoder (its head reads the target words' tokens); {name} has "
@@ -334,7 +334,7 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
 
 
 @dataclass
-class EvaluateConfig:
+class EvaluateConfig(Threads):
     """The model, the task's split, and where the results go.
 
     The settings of `bertology evaluate`.
@@ -352,7 +352,7 @@ class EvaluateConfig:
 
 
 @dataclass
-class PredictConfig:
+class PredictConfig(Threads):
     """The model, the input file and where the predictions go.
 
     The settings of `bertology predict`.

@@ -32,6 +32,7 @@ import os
 import shutil
 import struct
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -47,9 +48,9 @@ from gensim.models.fasttext import load_facebook_vectors
 from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
-from ..config import check_settings, setting
+from ..config import Threads, check_settings, override, resolve_threads, setting
 from ..data.cooccurrence import CooccurrenceCounter
-from ..data.corpus import DOC_FORMATS, ReadStats, read_documents, reading_notes
+from ..data.corpus import DOC_FORMATS, ReadStats, corpus_notes, read_documents, reading_notes
 from ..errors import UserError
 from ..files import write_json_atomic
 from ..models.static import (
@@ -62,14 +63,14 @@ from ..models.static import (
     tokenize_words,
 )
 from ..plots import plot_epoch_metrics
-from ..training.loop import MetricsLog, parse_duration
+from ..training.loop import ESTIMATE_AFTER_SECONDS, MetricsLog, estimate_text, parse_duration
 
 BENCHMARK_FILES = {"wordsim353": "wordsim353.tsv", "simlex999": "simlex999.txt", "analogy": "questions-words.txt"}
 _FASTTEXT_MAGIC = 793712314  # the first int32 of a file written by Facebook's fastText
 
 
 @dataclass
-class StaticTrainConfig:
+class StaticTrainConfig(Threads):
     """`bertology static train`: each field is a flag and a config-file key."""
 
     corpus: list[str] = setting([], metavar="PATH", help="text files, or folders of them (every format bertology "
@@ -88,8 +89,9 @@ class StaticTrainConfig:
                                    "file: one document per file; auto: decide per file")
     text_field: str = setting("text", help="JSONL / Parquet corpus files: the field that holds the text")
     skip_bad_lines: bool = setting(False, help="skip (and count) lines that are not UTF-8 instead of stopping")
-    lowercase: bool = setting(True, help="lower-case the words before training (imported vectors: lower-case when "
-                                         "no word has a capital)")
+    cased: bool = setting(False, formerly=("no_lowercase",),
+                          help="keep case instead of lower-casing the words before training (imported vectors: "
+                               "cased when a word has a capital)")
     vector_size: int = setting(100, positive=True, help="the vectors' dimension")
     window: int = setting(5, positive=True, help="the largest distance between a word and a context word "
                                                  "(on both sides)")
@@ -113,7 +115,7 @@ class StaticTrainConfig:
     chunk_tokens: int = setting(1 << 20, positive=True,
                                 help="glove: tokens counted per chunk (counting memory: about 12 bytes x this "
                                      "x window)")
-    workers: int = setting(2, positive=True, help="training threads")
+    threads: int | None = override(Threads, "threads", None, formerly=("workers",))  # gensim's and GloVe's workers
     max_time: float | str | None = setting(None, metavar="DURATION",
                                            help="training budget, e.g. 90s, 20m, 1.5h or seconds: word2vec and "
                                                 "fasttext stop after the last epoch that fits, glove after the "
@@ -158,7 +160,7 @@ class StaticTrainConfig:
 
 
 @dataclass
-class StaticEvalConfig:
+class StaticEvalConfig(Threads):
     """`bertology static evaluate`."""
 
     vectors: str = setting("", required=True, metavar="DIR", help="a vectors directory")
@@ -170,7 +172,7 @@ class StaticEvalConfig:
 
 
 @dataclass
-class StaticNeighborsConfig:
+class StaticNeighborsConfig(Threads):
     """`bertology static neighbors`."""
 
     vectors: str = setting("", required=True, metavar="DIR", help="a vectors directory")
@@ -334,12 +336,13 @@ def tokenize_corpus(cfg: StaticTrainConfig, work: Path) -> WordCorpus:
         for document in tqdm(documents, desc="reading", unit=" documents", disable=not cfg.progress):
             first_lines.append(lines)
             for sentence in document:
-                words = tokenize_words(sentence, cfg.lowercase)
+                words = tokenize_words(sentence, not cfg.cased)
                 if words:
                     file.write(" ".join(words) + "\n")
                     lines += 1
-    if notes := reading_notes(stats.skipped_lines, stats.control_characters):
-        print(notes, file=sys.stderr)
+    for notes in (corpus_notes(stats.formats), reading_notes(stats.skipped_lines, stats.control_characters)):
+        if notes:
+            print(notes, file=sys.stderr)
     held_out = split_documents(len(first_lines), cfg.eval_fraction, cfg.seed)
     document_of_line = np.repeat(np.arange(len(first_lines)), np.diff([*first_lines, lines]))  # (lines,)
     corpus = WordCorpus(work / "train.tmp", Counter(), Counter(), len(first_lines), int(held_out.sum()), 0)
@@ -385,7 +388,7 @@ def _train_method(cfg: StaticTrainConfig, work: Path) -> tuple[StaticVectors, di
     counts = np.array([corpus.train_counts[w] for w in words], dtype=np.int64)
     seconds = {"reading": round(time.perf_counter() - started, 2)}
     budget = math.inf if cfg.max_time is None else parse_duration(cfg.max_time)
-    config = StaticConfig(cfg.method, cfg.vector_size, cfg.lowercase, settings=cfg.settings())
+    config = StaticConfig(cfg.method, cfg.vector_size, not cfg.cased, settings=cfg.settings())
     log = MetricsLog(work / "metrics.jsonl", enabled=True)
     pairs = read_word_pairs(benchmark_path("wordsim353"))  # for the curve: WordSim-353 after each epoch
     trainer = _train_glove if cfg.method == "glove" else _train_gensim
@@ -397,7 +400,7 @@ def _train_method(cfg: StaticTrainConfig, work: Path) -> tuple[StaticVectors, di
     plot_epoch_metrics(log.rows(), {"loss": loss_label, "wordsim353": "WordSim-353 Spearman"},
                        work / "training_curves.png", f"{cfg.method}, {cfg.vector_size} dimensions, window {cfg.window}")
     summary = {"method": cfg.method, "vector_size": cfg.vector_size, "window": cfg.window, "min_count": cfg.min_count,
-               "lowercase": cfg.lowercase, "vocab_size": len(words),
+               "lowercase": not cfg.cased, "vocab_size": len(words),
                "corpus": {"documents": corpus.documents, "held_out_documents": corpus.held_out_documents,
                           "train_sentences": corpus.train_sentences, "train_tokens": sum(corpus.train_counts.values()),
                           "held_out_tokens": sum(corpus.held_out_counts.values())},
@@ -423,6 +426,12 @@ def _epoch_row(log: MetricsLog, epoch: float, elapsed: float, loss: float | None
     return row
 
 
+def _announce_speed(epochs_per_second: float, epochs: int, budget: float) -> None:
+    """The up-front estimate of the training commands (training/loop.py's), in epochs."""
+    time_budget = None if budget == math.inf else budget
+    tqdm.write(f"training at {estimate_text(epochs_per_second, epochs, 'epoch', time_budget)}", file=sys.stderr)
+
+
 def _train_gensim(cfg, corpus, words, counts, config, budget, log, pairs) -> tuple[StaticVectors, dict]:
     """word2vec or fastText with gensim, one epoch per `train` call (see the module docstring).
 
@@ -431,7 +440,8 @@ def _train_gensim(cfg, corpus, words, counts, config, budget, log, pairs) -> tup
     time so far, and the decay is re-spread over it; an epoch is never cut short.
     """
     options = {"vector_size": cfg.vector_size, "window": cfg.window, "min_count": cfg.min_count,
-               "sg": int(cfg.skip_gram), "negative": cfg.negative, "sample": cfg.sample, "workers": cfg.workers,
+               "sg": int(cfg.skip_gram), "negative": cfg.negative, "sample": cfg.sample,
+               "workers": resolve_threads(cfg.threads),
                "seed": cfg.seed}
     if cfg.method == "fasttext":
         options.update(min_n=cfg.min_n, max_n=cfg.max_n, bucket=cfg.bucket)
@@ -447,6 +457,8 @@ def _train_gensim(cfg, corpus, words, counts, config, budget, log, pairs) -> tup
                            end_alpha=end_rate, compute_loss=cfg.method == "word2vec")
         rate, done = end_rate, done + 1
         elapsed = time.perf_counter() - started
+        if done == 1 and planned > 1:  # gensim's epoch is the step it times
+            _announce_speed(1 / elapsed, planned, budget)
         loss = gensim_model.get_latest_training_loss() / total_words if cfg.method == "word2vec" else None
         in_vocabulary = StaticVectors(config, gensim_model.wv.index_to_key, gensim_model.wv.vectors)
         row = _epoch_row(log, done, elapsed, loss, in_vocabulary, pairs)
@@ -492,10 +504,22 @@ def _train_glove(cfg, corpus, words, counts, config, budget, log, pairs) -> tupl
     num_batches = math.ceil(len(values) / cfg.batch_size)
     trained, out_of_time, started = 0, False, time.perf_counter()
     bar = tqdm(total=epochs * num_batches, desc="glove", unit=" batches", disable=not cfg.progress)
+    timed, lock = {"batches": 0, "announced": False}, threading.Lock()
+
+    def on_batch() -> None:  # called by every worker thread
+        bar.update(1)
+        with lock:
+            timed["batches"] += 1
+            seconds = time.perf_counter() - started
+            if seconds >= ESTIMATE_AFTER_SECONDS and not timed["announced"]:
+                timed["announced"] = True
+                _announce_speed(timed["batches"] / num_batches / seconds, epochs, budget)
+
     for _ in range(epochs):
         order = torch.randperm(num_batches, generator=generator).tolist()
-        loss, entries, done = glove.train_batches(rows, cols, values, order, cfg.batch_size, cfg.workers,
-                                                  deadline=started + budget, on_batch=lambda: bar.update(1))
+        loss, entries, done = glove.train_batches(rows, cols, values, order, cfg.batch_size,
+                                                  resolve_threads(cfg.threads), deadline=started + budget,
+                                                  on_batch=on_batch)
         trained += done
         out_of_time = done < num_batches
         if done:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import override, setting
+from ..config import Threads, override, setting
 from ..data.parallel import SentencePair, read_split
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
@@ -73,11 +73,11 @@ class TranslateTrainConfig(LoopConfig):
     valid_split: str = setting("val", help="the split whose perplexity is measured at every evaluation")
     min_count: int = setting(2, positive=True, help="German words seen fewer times in training are <unk>")
     max_words: int = setting(50, positive=True, help="training pairs with more words on either side are left out")
-    max_train_pairs: int | None = setting(None, positive=True,
-                                          help="train on the first N pairs only (default: all)")
+    max_train_examples: int | None = setting(None, positive=True, formerly=("max_train_pairs",),
+                                             help="train on the first N sentence pairs only (default: all)")
     dropout: float | None = setting(None, minimum=0, help="dropout (default: the config's, 0.3 as OpenNMT-py's)")
     epochs: float = setting(10.0, positive=True, help="passes over the training pairs")
-    max_time: str | None = setting(None, metavar="DURATION",
+    max_time: float | str | None = setting(None, metavar="DURATION",
                                    help="wall-clock budget of training, e.g. 90s, 20m, 1.5h; the schedule is "
                                         "fitted to it (default: none, --epochs only)")
     batch_size: int = setting(64, positive=True, help="sentence pairs per step")
@@ -91,7 +91,7 @@ class TranslateTrainConfig(LoopConfig):
 
 
 @dataclass
-class TranslateEvalConfig:
+class TranslateEvalConfig(Threads):
     """The model, the split and where the translations go.
 
     The settings of `bertology translate evaluate`.
@@ -113,7 +113,7 @@ class TranslateEvalConfig:
 
 
 @dataclass
-class TranslateTextConfig:
+class TranslateTextConfig(Threads):
     """The model and the text.
 
     The settings of `bertology translate text`.
@@ -226,7 +226,7 @@ def train(cfg: TranslateTrainConfig) -> dict:
     out = Path(cfg.out)
     check_output_dir(out, cfg.resume)
     vectors = open_vectors(cfg.vectors)
-    train_pairs = read_split(cfg.data, cfg.train_split, cfg.source_lang, cfg.target_lang)[: cfg.max_train_pairs]
+    train_pairs = read_split(cfg.data, cfg.train_split, cfg.source_lang, cfg.target_lang)[: cfg.max_train_examples]
     valid_pairs = read_split(cfg.data, cfg.valid_split, cfg.source_lang, cfg.target_lang)
     lowercase = vectors.config.lowercase
     train_data = tokenized(train_pairs, lowercase, cfg.max_words)

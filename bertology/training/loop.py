@@ -42,7 +42,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..config import check_settings, setting
+from ..config import Threads, check_settings, setting
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
 from ..ops import PRECISIONS, autocast, resolve_precision
@@ -74,12 +74,21 @@ def metrics_from_counts(counts: dict[str, float]) -> dict[str, float]:
             if key.endswith(suffix) and counts.get(f"{name}_total"):
                 label = name if name.endswith("_auc") and suffix == "_correct" else name + metric
                 metrics[label] = float(value) / float(counts[f"{name}_total"])
-    for name in [name for name in metrics if name.endswith("lm_loss")]:  # lm_loss, and ELMo's per direction
+    for name in [name for name in metrics if name.endswith("lm_loss")]:
         # capped: exp overflows early in training
-        metrics[name.removesuffix("lm_loss") + "perplexity"] = math.exp(min(metrics[name], 50.0))
+        metrics[perplexity_name(name)] = math.exp(min(metrics[name], 50.0))
     if "rtd_replaced_accuracy" in metrics and "rtd_original_accuracy" in metrics:
         metrics["rtd_balanced_accuracy"] = (metrics.pop("rtd_replaced_accuracy") + metrics.pop("rtd_original_accuracy")) / 2
     return metrics
+
+
+def perplexity_name(loss_name: str) -> str:
+    """The perplexity beside an LM loss: lm_loss -> perplexity, ELMo's forward_lm_loss ->
+    forward_perplexity, the masked LM's mlm_loss -> mlm_perplexity."""
+    stem = loss_name.removesuffix("lm_loss")
+    if stem == "" or stem.endswith("_"):
+        return stem + "perplexity"
+    return loss_name.removesuffix("_loss") + "_perplexity"
 
 
 Batch = dict[str, torch.Tensor]
@@ -92,7 +101,7 @@ TENSORBOARD_DIR = "tensorboard"
 
 
 @dataclass
-class LoopConfig:
+class LoopConfig(Threads):
     """The training loop: optimiser, schedule, precision, seed.
 
     Every training command's settings are composed with these (a recipe may change a default).
@@ -370,6 +379,48 @@ def run_summary(rows: list[dict]) -> dict:
             "tokens_per_second": tokens / seconds if seconds else 0.0, "eval": last_eval}
 
 
+def complete_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
+    """A run folder's complete checkpoints, oldest first (temp folders of interrupted writes are skipped)."""
+    root = Path(out_dir) / CHECKPOINTS_DIR
+    return sorted(p for p in root.glob("step-*") if (p / "state.json").is_file()) if root.exists() else []
+
+
+def last_checkpoint_step(out_dir: str | os.PathLike) -> int:
+    """The step of a run folder's newest complete checkpoint (0: none; a finished run's is its last step)."""
+    found = complete_checkpoints(out_dir)
+    return int(found[-1].name.removeprefix("step-")) if found else 0
+
+
+def rate_text(per_second: float, unit: str = "step") -> str:
+    """A training speed as a user reads it: "19.3 steps/s", or below one a step, "0.04 steps/s (25.0 s per step)"."""
+    if per_second >= 1:
+        return f"{per_second:.1f} {unit}s/s"
+    return f"{per_second:.2g} {unit}s/s ({1 / per_second:.1f} s per {unit})"
+
+
+def duration_text(seconds: float) -> str:
+    """"45 s", "3.5 min", "2.1 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+# Training time to measure before a run says how long it will take: long enough to average a few
+# steps of any size, short against any run worth estimating.
+ESTIMATE_AFTER_SECONDS = 2.0
+
+
+def estimate_text(per_second: float, count: float, unit: str = "step", time_budget: float | None = None) -> str:
+    """The up-front estimate every training command prints once it has timed a few steps (or
+    epochs): "19.3 steps/s: 4,000 steps take about 3.5 min", and when a --max-time budget ends
+    the run first, how far it gets."""
+    text = f"{rate_text(per_second, unit)}: {count:,.0f} {unit}s take about {duration_text(count / per_second)}"
+    if time_budget is not None and time_budget < count / per_second:
+        text += (f", more than the --max-time budget of {duration_text(time_budget)}: about "
+                 f"{per_second * time_budget:,.0f} of them fit")
+    return text
+
+
 def check_writable(directory: Path, needed_bytes: int) -> None:
     """Fail before training, not after an hour, if `directory` cannot hold the checkpoints."""
     try:
@@ -404,6 +455,9 @@ class Trainer:
         save_model: called with the (unwrapped) module at the end and at every checkpoint, to
             write the user-facing model (e.g. the HF-layout encoder) into out_dir.
         lr_scale: parameter name -> learning-rate multiplier (see `parameter_groups`).
+        on_speed: called once with the steps per second, when the run has timed its first steps
+            (after `ESTIMATE_AFTER_SECONDS`), beside the estimate the loop prints: a recipe's own
+            estimate of a longer job (the demo's).
     """
 
     def __init__(self, module: nn.Module, config: TrainConfig, out_dir: str | os.PathLike,
@@ -411,7 +465,8 @@ class Trainer:
                  evaluate: Callable[[nn.Module], dict] | None = None,
                  save_model: Callable[[nn.Module], None] | None = None,
                  dist: Distributed | None = None,
-                 lr_scale: Callable[[str], float] | None = None):
+                 lr_scale: Callable[[str], float] | None = None,
+                 on_speed: Callable[[float], None] | None = None):
         config.validate()
         self.config = config
         self.out_dir = Path(out_dir)
@@ -422,6 +477,7 @@ class Trainer:
         self.micro_batches = micro_batches
         self.evaluate_fn = evaluate
         self.save_model_fn = save_model
+        self.on_speed = on_speed
         self.optimizer = make_optimizer(parameter_groups(module, config.weight_decay, config.lr, lr_scale), config)
         for group in self.optimizer.param_groups:
             group["peak_lr"] = group["lr"]
@@ -551,9 +607,8 @@ class Trainer:
             shutil.rmtree(old, ignore_errors=True)
 
     def checkpoints(self) -> list[Path]:
-        """Complete checkpoints, oldest first (temp folders of interrupted writes are skipped)."""
-        root = self.out_dir / CHECKPOINTS_DIR
-        return sorted(p for p in root.glob("step-*") if (p / "state.json").is_file()) if root.exists() else []
+        """Complete checkpoints, oldest first (see `complete_checkpoints`)."""
+        return complete_checkpoints(self.out_dir)
 
     def resume(self) -> bool:
         """Load the newest complete checkpoint, if any; return whether one was loaded."""
@@ -592,6 +647,18 @@ class Trainer:
         """Whether the step or time budget is used up."""
         return self.progress() >= 1.0
 
+    def announce_speed(self, steps_per_second: float, first_step: int, first_elapsed: float) -> None:
+        """Say up front (rank 0) how fast the run trains and how long its steps from `first_step`
+        (0, or where it resumed, `first_elapsed` seconds into its time budget) take."""
+        if not self.dist.is_main:
+            return
+        budget = None if self.time_budget is None else self.time_budget - first_elapsed
+        steps = self.config.max_steps - first_step if self.config.max_steps else steps_per_second * budget
+        tqdm.write(f"training at {estimate_text(steps_per_second, steps, time_budget=budget)} "
+                   f"({f'resumed at step {first_step:,}; ' if first_step else ''}evaluations aside)", file=sys.stderr)
+        if self.on_speed is not None:
+            self.on_speed(steps_per_second)
+
     def fit(self) -> str:
         """Train until the budget is used or a stop signal arrives (first loading the last
         checkpoint when `config.resume`).
@@ -605,16 +672,23 @@ class Trainer:
         if self.config.resume and self.resume() and self.dist.is_main:
             print(f"resumed from step {self.step}", file=sys.stderr)
         self.log.open(self.step)
+        first_step, first_elapsed = self.step, self.elapsed
         bar = tqdm(total=self.config.max_steps, initial=self.step, disable=not (self.config.progress and self.dist.is_main),
                    unit="step", dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 30)
         window = self._new_window()
         status = "completed"
+        timed_steps, timed_seconds, announced = 0, 0.0, False  # the steps that give the up-front estimate
         with StopSignal() as stop:
             while not self.finished():
                 start = time.perf_counter()
                 loss, counts, tokens = self.train_step()
                 seconds = time.perf_counter() - start
                 self.elapsed += seconds
+                if self.step > first_step + 1 and not announced:  # not the first: its allocations are slow
+                    timed_steps, timed_seconds = timed_steps + 1, timed_seconds + seconds
+                    if timed_seconds >= ESTIMATE_AFTER_SECONDS and not self.finished():
+                        self.announce_speed(timed_steps / timed_seconds, first_step, first_elapsed)
+                        announced = True
                 if not math.isfinite(loss):
                     raise UserError(f"the loss became {loss} at step {self.step}; lower the learning rate "
                                     "(--lr) or use more warmup")

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .. import __version__
-from ..config import setting
+from ..config import Threads, setting
 from ..data.corpus import text_lines
 from ..data.padding import pad_rows
 from ..data.tokenizer import Tokenizer
@@ -34,7 +34,7 @@ from ..text import is_invisible
 
 
 @dataclass
-class GenerateConfig:
+class GenerateConfig(Threads):
     """What to continue and how: the settings of `bertology generate` (transformers' names)."""
 
     model: str = setting(required=True, metavar="MODEL", model_dir=True,

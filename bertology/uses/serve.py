@@ -35,7 +35,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from .. import __version__
-from ..config import check_settings, setting
+from ..config import Threads, check_settings, setting
 from ..errors import UserError
 from ..inference.generation import GenerationConfig
 from ..inference.modeldir import open_model_dir
@@ -50,7 +50,7 @@ GRACEFUL_SHUTDOWN_S = 30  # requests still running after this long are cancelled
 
 
 @dataclass
-class ServeConfig:
+class ServeConfig(Threads):
     """Where to listen, how to batch, and what a request may hold.
 
     The settings of `bertology serve`.
@@ -69,7 +69,6 @@ class ServeConfig:
     max_body_bytes: int = setting(1_000_000, positive=True, help="the largest request body")
     max_new_tokens: int = setting(256, positive=True, help="/generate: the most new tokens a request may ask for")
     max_beams: int = setting(8, positive=True, help="/generate: the most beams a request may ask for")
-    threads: int | None = setting(None, positive=True, help="PyTorch threads (default: PyTorch's choice)")
     # /embed's vectors are compared with vectors made elsewhere: bf16 would make them depend on the processor.
     precision: str = setting("fp32", choices=PRECISIONS,
                              help="fp32: the same answers and vectors on every machine; bf16 is faster, but vectors "
@@ -545,12 +544,9 @@ def quiet_stop_signals():
 
 def run_server(config: ServeConfig) -> None:
     """Load the model, bind, print the URL, serve until SIGINT or SIGTERM, then drain and return."""
-    import torch
     import uvicorn
 
     config.validate()
-    if config.threads:
-        torch.set_num_threads(config.threads)
     served = load_served(config.model, config.precision)
     sock = bind(config.host, config.port)
     host, port = sock.getsockname()[:2]

@@ -46,3 +46,11 @@ def test_installed_models_resolve_by_name(minilm_dir, tmp_path):
     (tmp_path / "file.txt").write_text("x")
     with pytest.raises(UserError, match="not a directory"):
         resolve_model_dir(tmp_path / "file.txt")
+
+
+def test_the_registry_says_which_command_trains_each_family_as_its_spec_does():
+    from bertology.models import FAMILIES
+
+    for family in FAMILIES.values():
+        assert (family.trained_by == "pretrain") == bool(family.spec.objectives), family.name
+        assert (family.trained_by == "finetune") == bool(family.recipe), family.name

@@ -4,6 +4,7 @@ vectors, evaluation on hand-made vectors with known answers, neighbours, and bad
 import json
 import math
 import random
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -63,7 +64,7 @@ def corpus(tmp_path_factory) -> Path:
 
 def settings(corpus: Path, out: Path, method: str, **changes) -> StaticTrainConfig:
     base = {"corpus": [str(corpus)], "out": str(out), "method": method, "vector_size": 16, "window": 3,
-            "min_count": 2, "epochs": 15, "bucket": 2000, "workers": 1, "eval_fraction": 0.1, "progress": False}
+            "min_count": 2, "epochs": 15, "bucket": 2000, "threads": 1, "eval_fraction": 0.1, "progress": False}
     return StaticTrainConfig(**{**base, **changes})
 
 
@@ -172,6 +173,17 @@ def test_max_time_stops_training(tmp_path, corpus, method):
     assert summary["stopped_by_max_time"]
     assert summary["epochs"] == (1 if method == "word2vec" else 0)  # gensim cannot stop inside an epoch
     assert load(tmp_path / "out").vectors.shape[1] == 16
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["word2vec", "glove"])
+def test_training_says_up_front_how_long_it_takes(tmp_path, corpus, method, monkeypatch, capsys):
+    import bertology.recipes.static_vectors
+
+    monkeypatch.setattr(bertology.recipes.static_vectors, "ESTIMATE_AFTER_SECONDS", 0.0)  # glove: after its first batch
+    train(settings(corpus, tmp_path / "out", method, epochs=3, batch_size=64))
+    err = capsys.readouterr().err
+    assert err.count("training at ") == 1 and re.search(r"epochs/s.*: 3 epochs take about \d+ s", err), err
 
 
 def test_glove_threads_train_every_batch_once():
@@ -362,7 +374,7 @@ def test_cli_trains_evaluates_and_lists_neighbours(tmp_path, corpus, capsys):
     out = tmp_path / "vectors"
     status, stdout, err = run_cli(capsys, "static", "train", "--corpus", corpus, "--out", out, "--method", "fasttext",
                                   "--vector-size", "16", "--window", "3", "--min-count", "2", "--epochs", "15",
-                                  "--bucket", "2000", "--workers", "1", "--no-progress")
+                                  "--bucket", "2000", "--threads", "1", "--no-progress")
     assert status == 0, err
     assert "fasttext:" in stdout and "wordsim353" in stdout and str(out) in stdout
     status, stdout, err = run_cli(capsys, "static", "evaluate", "--vectors", out, "--benchmarks", "simlex999")

@@ -1,6 +1,7 @@
 """The shared training loop: schedules, budgets, parameter groups, checkpoints, metrics and TensorBoard."""
 
 import json
+import re
 import sys
 
 import pytest
@@ -13,6 +14,7 @@ from bertology.training.loop import (
     TrainConfig,
     Trainer,
     lr_factor,
+    metrics_from_counts,
     parameter_groups,
     parse_duration,
     run_summary,
@@ -31,6 +33,13 @@ class Regression(nn.Module):
         error = self.linear(self.norm(batch["x"])).squeeze(-1) - batch["y"]
         return StepOutput(error.square().mean(), {"fit_correct": (error.abs() < 0.5).sum(),
                                                    "fit_total": torch.tensor(error.numel())})
+
+
+def test_each_language_model_loss_gets_its_own_perplexity_name():
+    counts = {f"{name}_loss_sum": 2.0 for name in ("mlm", "lm", "forward_lm", "permutation_lm")}
+    counts.update({f"{name}_total": 1.0 for name in ("mlm", "lm", "forward_lm", "permutation_lm")})
+    names = {name for name in metrics_from_counts(counts) if name.endswith("perplexity")}
+    assert names == {"mlm_perplexity", "perplexity", "forward_perplexity", "permutation_perplexity"}
 
 
 def batches(step):
@@ -82,6 +91,25 @@ def test_step_budget_logs_and_keeps_the_last_checkpoints(tmp_path):
     assert rows[-1]["loss"] < rows[0]["loss"] / 2 and rows[-1]["fit_accuracy"] > rows[0]["fit_accuracy"]
     assert rows[-1]["lr"] < rows[1]["lr"]  # decaying
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000020", "step-00000030"]
+
+
+def test_a_run_says_up_front_how_fast_it_trains_and_how_long_it_takes(tmp_path, monkeypatch, capsys):
+    """After its first timed steps (not the first, whose allocations are slow), every training
+    command's loop prints its speed and the whole run's time once, and tells the recipe's hook."""
+    import bertology.training.loop
+
+    monkeypatch.setattr(bertology.training.loop, "ESTIMATE_AFTER_SECONDS", 0.0)
+    speeds = []
+    config = TrainConfig(max_steps=30, save_every=15, progress=False, precision="fp32")
+    Trainer(Regression(), config, tmp_path / "run", batches, on_speed=speeds.append).fit()
+    err = capsys.readouterr().err
+    assert err.count("training at ") == 1 and len(speeds) == 1 and speeds[0] > 0
+    assert re.search(r"training at [\d.]+ steps/s: 30 steps take about \d+ s \(evaluations aside\)", err), err
+    (tmp_path / "run" / "checkpoints" / "step-00000030").rename(tmp_path / "run" / "kept")  # as if stopped at 15
+    config = TrainConfig(max_steps=30, progress=False, precision="fp32", resume=True, max_time=3600)
+    Trainer(Regression(), config, tmp_path / "run", batches).fit()
+    err = capsys.readouterr().err
+    assert "steps/s: 15 steps take about" in err and "(resumed at step 15; evaluations aside)" in err, err
 
 
 @pytest.mark.slow
