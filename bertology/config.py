@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import functools
 import json
+import math
 import os
 import sys
 import types
@@ -33,8 +34,9 @@ else:  # Python 3.10: the same parser, published as tomli before it joined the s
 
 def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], Any] | None = None,
             choices: Sequence | None = None, metavar: str | tuple[str, ...] | None = None, required: bool = False,
-            positive: bool = False, minimum: float | None = None, positional: bool = False,
-            output: str | None = None, model_dir: bool = False) -> Any:
+            positive: bool = False, minimum: float | None = None, maximum: float | None = None,
+            below: float | None = None, positional: bool = False, output: str | None = None,
+            model_dir: bool = False) -> Any:
     """A dataclass field that is also a flag and a config-file key.
 
     Args:
@@ -48,7 +50,10 @@ def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], 
         metavar: the value's name in `--help` (e.g. DIR, FILE).
         required: `--help` shows the flag as required; the command line asks for it unless
             the config file has it, and `check_settings` refuses an empty value.
-        positive: the value must be > 0; minimum: the value must be >= this.
+        positive: the value must be > 0; minimum: >= this; maximum: <= this; below: < this.
+            Every number, and each number of a list, must be finite as well, an integer must
+            fit in 64 bits, and a setting named `seed` (or `..._seed`) must be in the random
+            generators' range, 0 .. MAX_SEED.
         positional: a positional argument instead of a --flag.
         output: "dir" or "file" when the setting is where the command writes (a run that
             fails before writing there leaves no empty folder behind).
@@ -56,7 +61,8 @@ def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], 
             pip package ships (`all-MiniLM-L6-v2`), which the command line resolves to its folder.
     """
     metadata = {"help": help, "choices": tuple(choices) if choices is not None else None, "metavar": metavar,
-                "required": required, "positive": positive, "minimum": minimum, "positional": positional,
+                "required": required, "positive": positive, "minimum": minimum, "maximum": maximum, "below": below,
+                "positional": positional,
                 "output": output, "model_dir": model_dir}
     if isinstance(default, (list, dict)):
         default_factory = functools.partial(copy.deepcopy, default)
@@ -136,15 +142,34 @@ def value_problem(field: dataclasses.Field, value: Any) -> str | None:
     return bounds_problem(field, value)
 
 
+MAX_SEED = 2**32 - 1  # every generator takes it: numpy's legacy RandomState (and what uses it) stops here
+_INT64 = 2**63  # what a tensor, numpy and the C libraries below them hold
+
+
 def bounds_problem(field: dataclasses.Field, value: Any) -> str | None:
-    """What is wrong with a number by the setting's bounds, or None."""
-    meta = field.metadata
-    if value is None:
+    """What is wrong with a number (or each number of a list) by the setting's bounds, or None.
+
+    `nan <= 0` is False, so a bound alone lets NaN through: every number must be finite first.
+    """
+    if isinstance(value, (list, tuple)):
+        return next(filter(None, (bounds_problem(field, item) for item in value)), None)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
+    meta = field.metadata
+    if not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if isinstance(value, int) and not -_INT64 <= value < _INT64:
+        return f"must fit in 64 bits (at most {_INT64 - 1:,}), got {value}"
+    if (field.name == "seed" or field.name.endswith("_seed")) and not 0 <= value <= MAX_SEED:
+        return f"must be a seed from 0 to {MAX_SEED:,} (the random generators' range), got {value}"
     if meta["positive"] and value <= 0:
         return f"must be positive, got {value}"
     if meta["minimum"] is not None and value < meta["minimum"]:
         return f"must be at least {meta['minimum']:g}, got {value}"
+    if meta.get("maximum") is not None and value > meta["maximum"]:
+        return f"must be at most {meta['maximum']:g}, got {value}"
+    if meta.get("below") is not None and value >= meta["below"]:
+        return f"must be below {meta['below']:g}, got {value}"
     return None
 
 

@@ -102,7 +102,7 @@ class PretrainConfig(TrainConfig):
                                                                     "xlnet plm)")
     seq_len: int = setting(128, minimum=8, help="sequence length in tokens")
     batch_size: int = setting(32, positive=True, help="sequences per micro-batch")
-    short_seq_prob: float = setting(0.1, minimum=0, help="share of shorter sequences, as BERT's data has")
+    short_seq_prob: float = setting(0.1, minimum=0, maximum=1, help="share of shorter sequences, as BERT's data has")
     whole_word_masking: bool = setting(False, help="mask all the pieces of a word together")
     # Off by default: RoBERTa's dynamic masking, a fresh mask every time a sequence is seen.
     static_masks: int | None = setting(None, positive=True, metavar="N",
@@ -133,7 +133,7 @@ class PretrainConfig(TrainConfig):
                                 "the states of the last N positions its row read (per layer, no gradient; the model's "
                                 "mem_len); held out, the same. 0: off, independent sequences (the release: 384 at "
                                 "512 tokens; here --seq-len is a sensible N)")
-    eval_fraction: float = setting(0.01, positive=True, help="share of the documents held out for evaluation")
+    eval_fraction: float = setting(0.01, positive=True, below=1, help="share of the documents held out for evaluation")
     eval_batches: int = setting(20, positive=True, help="held-out batches per evaluation")
     lr: float = override(TrainConfig, "lr", 5e-4)  # an AWD-LSTM wants fastai's order, --lr 1e-2
     eval_every: int = override(TrainConfig, "eval_every", 200)
@@ -196,8 +196,6 @@ class PretrainConfig(TrainConfig):
                             f"the {self.objective} objective masks no tokens")
         if self.sop_balance and self.objective != "albert":
             raise UserError(f"--sop-balance balances ALBERT's sentence order, not the {self.objective} objective")
-        if self.eval_fraction >= 1:
-            raise UserError(f"--eval-fraction must be below 1, got {self.eval_fraction}")
 
     def model_overrides(self) -> dict[str, Any]:
         """The BertConfig fields to set over the preset or --model-config: the `model` table, then

@@ -118,7 +118,7 @@ class StaticTrainConfig:
                                            help="training budget, e.g. 90s, 20m, 1.5h or seconds: word2vec and "
                                                 "fasttext stop after the last epoch that fits, glove after the "
                                                 "last batch (reading and counting not included; default: none)")
-    eval_fraction: float = setting(0.01, positive=True, help="share of the documents held out (pretrain's rule)")
+    eval_fraction: float = setting(0.01, positive=True, below=1, help="share of the documents held out (pretrain's rule)")
     seed: int = setting(0, help="random seed (vectors' initial values, held-out documents, shuffling)")
     text_format: bool = setting(False, help="also write vectors.txt in word2vec's text format (about 3x the "
                                             "binary's size)")
@@ -138,8 +138,9 @@ class StaticTrainConfig:
                 raise UserError(f"{path}: no such file or directory")
         if self.max_n < self.min_n:
             raise UserError(f"--max-n ({self.max_n}) must be at least --min-n ({self.min_n})")
-        if self.eval_fraction >= 1:
-            raise UserError(f"--eval-fraction must be below 1, got {self.eval_fraction}")
+        if self.method != "glove" and self.min_lr > self.method_defaults()["lr"]:
+            raise UserError(f"--min-lr ({self.min_lr:g}) must be at most --lr ({self.method_defaults()['lr']:g}): "
+                            "the learning rate decays to it")
         if self.max_time is not None and parse_duration(self.max_time) <= 0:
             raise UserError(f"--max-time must be positive, got {self.max_time!r}")
 

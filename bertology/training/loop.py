@@ -103,7 +103,8 @@ class LoopConfig:
                              help="adamw (BERT's, and most models') or adafactor (T5's: factored second moments, no "
                                   "first moment, at its lr 1e-2)")
     weight_decay: float = setting(0.01, minimum=0, help="decoupled weight decay (none on biases and LayerNorm weights)")
-    adam_betas: tuple[float, float] = setting((0.9, 0.999), metavar=("BETA1", "BETA2"), help="AdamW's betas")
+    adam_betas: tuple[float, float] = setting((0.9, 0.999), metavar=("BETA1", "BETA2"), minimum=0, below=1,
+                                              help="AdamW's betas")
     adam_eps: float = setting(1e-6, positive=True, help="AdamW's epsilon (BERT's value)")
     warmup: float = setting(0.06, minimum=0, help="learning-rate warmup: a fraction of the budget (< 1) or steps")
     schedule: str = setting("linear", choices=SCHEDULES,
@@ -167,11 +168,12 @@ def parse_duration(text: str | float) -> float:
     units = {"s": 1, "m": 60, "h": 3600}
     text = str(text).strip().lower()
     try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
+        seconds = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
     except ValueError:
         raise UserError(f"cannot read {text!r} as a duration (examples: 90s, 20m, 1.5h)") from None
+    if not math.isfinite(seconds):  # nan <= 0 is False: every later check would let it through
+        raise UserError(f"a duration must be a finite number of seconds, got {text!r}")
+    return seconds
 
 
 def lr_factor(schedule: str, progress: float, warmup: float) -> float:

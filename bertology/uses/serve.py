@@ -63,7 +63,7 @@ class ServeConfig:
     host: str = setting("127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
     port: int = setting(8000, minimum=0, help="the port (0: a free one)")
     max_batch: int = setting(64, positive=True, help="texts per forward pass (1: no batching)")
-    max_wait_ms: float = setting(5.0, minimum=0, help="how long a batch's first text waits for more")
+    max_wait_ms: float = setting(5.0, minimum=0, maximum=60_000, help="how long a batch's first text waits for more")
     max_queue: int = setting(1024, positive=True, help="texts waiting for the model; more are refused with 503")
     max_texts: int = setting(64, positive=True, help="texts per request")
     max_text_chars: int = setting(10_000, positive=True, help="characters per text (tokens beyond the model's "
