@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ from . import __version__
 from .config import (
     alternatives,
     bounds_problem,
+    check_settings,
     default_of,
     option_name,
     read_settings,
@@ -755,6 +757,7 @@ def parse(argv: list[str]) -> tuple[Command, Any]:
     for name, field in setting_fields(cfg).items():
         if field.metadata["model_dir"] and getattr(cfg, name):
             setattr(cfg, name, str(resolve_model_dir(getattr(cfg, name))))
+    check_settings(cfg)  # flags and file alike, and where the outputs go, before any work
     return args.command_to_run, cfg
 
 
@@ -780,6 +783,13 @@ def main(argv: list[str] | None = None) -> int:
         # with stdout pointed at /dev/null so that Python's own flush at exit does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # A full disk is the machine's state, not a bug: say where, in one line (writes through
+        # files.py name their file already; this is every other write).
+        print(f"bertology: error: {err.filename or 'a write'}: {err.strerror}", file=sys.stderr)
+        return 2
     return 0
 
 

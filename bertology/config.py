@@ -173,13 +173,30 @@ def bounds_problem(field: dataclasses.Field, value: Any) -> str | None:
     return None
 
 
+def output_problem(field: dataclasses.Field, value: Any) -> str | None:
+    """What stops a command from writing where an output setting says, seen before any work: a
+    folder where a file goes, a file where a folder goes, a file on the way to either; or None."""
+    if not field.metadata["output"] or not value:
+        return None
+    path = Path(value)
+    if field.metadata["output"] == "file" and path.is_dir():
+        return f"{value}: is a folder; give a file name"
+    if field.metadata["output"] == "dir" and path.exists() and not path.is_dir():
+        return f"{value}: is a file, not a folder"
+    parent = next((folder for folder in path.parents if folder.exists()), None)
+    if parent is not None and not parent.is_dir():
+        return f"{value}: cannot be made, {parent} is a file, not a folder"
+    return None
+
+
 def check_settings(config: Any) -> None:
-    """Raise a one-line UserError naming the flag of the first setting that is missing or out of bounds."""
+    """Raise a one-line UserError naming the flag of the first setting that is missing, out of
+    bounds, or an output that cannot be written where it says."""
     for name, field in setting_fields(config).items():
         value = getattr(config, name)
         if field.metadata["required"] and value in (None, "", []):
             raise UserError(f"{option_name(name)} is required")
-        problem = value_problem(field, value)
+        problem = value_problem(field, value) or output_problem(field, value)
         if problem:
             raise UserError(f"{option_name(name)} {problem}")
 

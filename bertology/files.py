@@ -12,6 +12,7 @@ reaches the reader's one-line error.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -19,26 +20,59 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from .errors import UserError
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it over `path` on success.
 
-    The temporary file is removed if the body raises, so nothing half-written is left.
+    The temporary file is removed if the body raises, so nothing half-written is left. Only a
+    regular file (or a new name) is replaced: a symbolic link is followed to the file it names,
+    and a device or a pipe the user gives (`--out /dev/stdout`) is written in place, since a
+    rename would put a regular file where the device was. A folder is refused, and a write that
+    fails for want of space or permission is a one-line UserError naming the file.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder; give a file name")
+    if path.exists() and not path.is_file():  # a device, a pipe, a socket: nothing to rename over
+        with _write_errors(path):
+            yield path
+        return
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    with _write_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
-        yield tmp_path
-        if tmp_path.exists():  # mkstemp creates 0600 files; give the usual permissions instead
-            os.chmod(tmp_path, _new_file_mode())
-        os.replace(tmp_path, path)
+        with _write_errors(path):
+            yield tmp_path
+            if tmp_path.exists():  # mkstemp creates 0600 files; give the usual permissions instead
+                os.chmod(tmp_path, _new_file_mode())
+            os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+# Failures of a write that the user fixes, not bertology: a full disk or quota, a read-only or
+# unwritable place, a path through a file.
+WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR,
+                errno.EEXIST, errno.EISDIR)
+
+
+@contextlib.contextmanager
+def _write_errors(path: Path) -> Iterator[None]:
+    """Turn the OSErrors of WRITE_ERRORS raised in the body into one-line UserErrors naming `path`."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in WRITE_ERRORS:
+            raise
+        raise UserError(f"{path}: cannot write ({err.strerror or err})") from None
 
 
 def _new_file_mode() -> int:

@@ -117,7 +117,7 @@ def test_a_bad_value_is_one_line_naming_its_flag(capsys, tmp_path):
         assert status == 2 and message in err and len(err.strip().splitlines()) == 1, (flags, err)
     status, _, err = run_cli(capsys, "pretrain", "--arch", "mamba", "--corpus", str(tmp_path), "--out",
                              str(tmp_path / "out"), "--max-steps", "1")
-    assert status == 2 and f"unknown architecture 'mamba'; choose one of {', '.join(ARCHITECTURES)}" in err
+    assert status == 2 and f"--arch must be one of {', '.join(ARCHITECTURES)}, got 'mamba'" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -288,3 +288,37 @@ def test_an_installed_model_is_found_by_name(minilm_dir, tmp_path, capsys):
     assert status == 2 and err == ("bertology: error: no-such-model: no such model directory, and no installed "
                                    "package ships a model of that name\n")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command, message", [
+    (["generate", "--model", "MODEL", "--prompt", "hi", "--out", "DIR"], "--out DIR: is a folder; give a file name"),
+    (["reproduce", "model-size", "--quick", "--out", "FILE"], "--out FILE: is a file, not a folder"),
+    (["static", "train", "--corpus", "FILE", "--out", "FILE/sub"], "cannot be made, FILE is a file, not a folder"),
+    (["pretrain", "--corpus", "FILE", "--out", "DIR/run", "--max-steps", "1", "--cache-dir", "FILE/cache"],
+     "--cache-dir FILE/cache: cannot be made, FILE is a file"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(capsys, tmp_path, command, message):
+    (tmp_path / "FILE").write_text("the user's file\n")
+    (tmp_path / "DIR").mkdir()
+    args = [str(tmp_path / a) if a.split("/")[0] in ("FILE", "DIR") else a for a in command]
+    args = [str(tmp_path / "MODEL") if a == "MODEL" else a for a in args]
+    (tmp_path / "MODEL").mkdir()
+    status, out, err = run_cli(capsys, *args)
+    assert status == 2 and not out and len(err.strip().splitlines()) == 1
+    assert message.replace("FILE", str(tmp_path / "FILE")).replace("DIR", str(tmp_path / "DIR")) in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR", "FILE", "MODEL"]
+    assert (tmp_path / "FILE").read_text() == "the user's file\n" and not any((tmp_path / "DIR").iterdir())
+
+
+def test_a_full_disk_anywhere_is_one_line(capsys, tmp_path, monkeypatch):
+    import errno
+
+    import bertology.recipes.static
+
+    def full(cfg):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out" / "train.tmp"))
+
+    monkeypatch.setattr(bertology.recipes.static, "train", full)
+    (tmp_path / "corpus.txt").write_text("a b c\n")
+    status, out, err = run_cli(capsys, "static", "train", "--corpus", tmp_path / "corpus.txt", "--out", tmp_path / "out")
+    assert status == 2 and err.strip() == f"bertology: error: {tmp_path / 'out' / 'train.tmp'}: No space left on device"

@@ -114,7 +114,7 @@ class DistillConfig(TaskFiles, EpochLoop):
                                                         "layer and its teacher layer (0: off)")
     lr: float = override(EpochLoop, "lr", 1e-4)  # a small student learns faster than fine-tuning's 5e-5
     max_seq_len: int | None = setting(None, positive=True, help="tokens per row (default: the teacher's)")
-    cache_dir: str | None = setting(None, metavar="DIR", help="where the teacher's targets are kept "
+    cache_dir: str | None = setting(None, metavar="DIR", output="dir", help="where the teacher's targets are kept "
                                                               "(default: $BERTOLOGY_CACHE/distill)")
 
     def __post_init__(self) -> None:

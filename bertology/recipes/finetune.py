@@ -134,8 +134,9 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                                 help="features mode: the head (bilstm: the paper's two-layer BiLSTM)")
     feature_pooling: str = setting("mean", choices=POOLINGS,
                                    help="features mode, sentence tasks: how the token features become one vector")
-    cache_dir: str | None = setting(None, metavar="DIR", help="features mode: where computed features are kept "
-                                                              "(default: $BERTOLOGY_CACHE/features)")
+    cache_dir: str | None = setting(None, metavar="DIR", output="dir",
+                                    help="features mode: where computed features are kept (default: "
+                                         "$BERTOLOGY_CACHE/features)")
 
     def __post_init__(self) -> None:
         for name in ("data", "model", "out", "train_file", "dev_file", "cache_dir", "lm", "word_vectors"):  # Paths welcome from Python

@@ -73,7 +73,7 @@ class PretrainConfig(TrainConfig):
     tokenizer: str | None = setting(None, metavar="DIR", help="a tokenizer directory (default: train one on the corpus)")
     vocab_size: int = setting(30522, positive=True, help="the size of a vocabulary trained on the corpus")
     cased: bool = setting(False, help="train a cased vocabulary (case and accents kept)")
-    cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR",
+    cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR", output="dir",
                              help="where the tokenized corpus is kept for later runs ($BERTOLOGY_CACHE)")
     arch: str = setting("bert", choices=ARCHITECTURES, help="the model family")
     preset: str = setting("mini", choices=PRESETS, help="the model's size")

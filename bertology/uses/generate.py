@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from .. import __version__
-from ..config import setting
+from ..config import check_settings, setting
 from ..data.corpus import text_lines
 from ..data.padding import pad_rows
 from ..data.tokenizer import Tokenizer
@@ -203,6 +203,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict]:
     """Continue (GPT) or transform (T5) every prompt of --prompt and --input; print each prompt
     with its continuation, or each output, and with --out write them as JSON lines ({prompt,
     continuation} or {prompt, output}). Returns the records."""
+    check_settings(cfg)  # --out among them: a folder there fails now, not after generating
     prompts = list(cfg.prompt)
     if cfg.input:
         if not Path(cfg.input).is_file():
