@@ -1,5 +1,6 @@
 """The command line: help, version, info, tokenizer training, and one-line user errors."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -322,3 +323,42 @@ def test_a_full_disk_anywhere_is_one_line(capsys, tmp_path, monkeypatch):
     (tmp_path / "corpus.txt").write_text("a b c\n")
     status, out, err = run_cli(capsys, "static", "train", "--corpus", tmp_path / "corpus.txt", "--out", tmp_path / "out")
     assert status == 2 and err.strip() == f"bertology: error: {tmp_path / 'out' / 'train.tmp'}: No space left on device"
+
+
+# ----- a training run never writes over what a user owns ------------------------------------------
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune", "translate train"])
+def test_a_training_run_refuses_a_folder_of_the_users_files(capsys, tmp_path, small_corpus, command):
+    out = tmp_path / "mine"
+    out.mkdir()
+    owned = {"model.safetensors": b"an export copy", "vocab.txt": b"my\nvocabulary\n", "config.json": b"{}"}
+    for name, data in owned.items():
+        (out / name).write_bytes(data)
+    flags = {"pretrain": ["--corpus", small_corpus / "text.txt", "--max-steps", "1", "--vocab-size", "200"],
+             "finetune": ["--task", "sst2", "--model", tmp_path],
+             "translate train": ["--data", tmp_path, "--vectors", tmp_path]}[command]
+    status, _, err = run_cli(capsys, *command.split(), *flags, "--out", out, "--no-progress")
+    assert status == 2 and f"{out} is not empty (config.json, model.safetensors, vocab.txt)" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == owned
+
+
+@pytest.mark.slow
+def test_pretrain_records_its_settings_only_once_it_runs_and_a_resume_keeps_them(capsys, tmp_path, small_corpus):
+    out = tmp_path / "run"
+    base = ["pretrain", "--corpus", small_corpus / "text.txt", "--tokenizer", small_corpus / "tokenizer",
+            "--cache-dir", tmp_path / "cache", "--arch", "gpt", "--preset", "tiny", "--seq-len", "32",
+            "--batch-size", "4", "--max-steps", "2", "--eval-batches", "1", "--out", out, "--no-progress"]
+    # A run that fails before it starts leaves nothing: not even its record.
+    status, _, err = run_cli(capsys, *base[:-3], "--seq-len", "4096", "--out", tmp_path / "failed")
+    assert status == 2 and "--seq-len 4096 is larger than the model's context" in err
+    assert not (tmp_path / "failed").exists()
+    assert run_cli(capsys, *base)[0] == 0
+    record = (out / "pretrain_config.json").read_bytes()
+    assert json.loads(record)["seq_len"] == 32
+    status, _, err = run_cli(capsys, *base, "--seed", "1")  # a second run into the same folder
+    assert status == 2 and "already holds a training run" in err
+    status, _, err = run_cli(capsys, *base, "--resume", "--seq-len", "64", "--preset", "mini")
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert '(--preset "tiny" -> "mini"; --seq-len 32 -> 64)' in err, err
+    assert (out / "pretrain_config.json").read_bytes() == record
+    assert run_cli(capsys, *base, "--resume", "--max-steps", "3")[0] == 0  # a longer budget is no other run

@@ -52,6 +52,7 @@ from ..training.loop import (
     Trainer,
     accuracy_counts,
     autocast,
+    check_resumed_record,
     resolve_precision,
 )
 from ..training.tasks import (
@@ -405,6 +406,8 @@ def run_distillation(cfg: DistillConfig) -> dict:
                               cfg.eval_batch_size, cfg.precision)
     encoded = encode(spec, transfer, tokenizer, settings, training=True)
     teacher_scores = evaluate_splits(teacher, RunData(spec, teacher_tokenizer, settings, [], dev, encoded), cfg) if dev else {}
+    if cfg.resume:  # before the record is written again: the earlier run's settings, or a one-line refusal
+        check_resumed_record(out / CONFIG_NAME, dataclasses.asdict(cfg))
     write_json_atomic(out / CONFIG_NAME, {**dataclasses.asdict(cfg), "task_spec": dataclasses.asdict(spec),
                                           "transfer_examples": len(transfer), "student_parameters": student.num_parameters(),
                                           "teacher_parameters": teacher.num_parameters(),

@@ -42,7 +42,7 @@ from ..tasks.readers import (
     write_squad_predictions,
     write_wic_predictions,
 )
-from ..training.loop import Trainer
+from ..training.loop import Trainer, check_resumed_record
 from ..training.tasks import (
     RESULTS_NAME,
     BestModel,
@@ -314,6 +314,8 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
         data = prepare_data(cfg)
         train_one = train_feature_head if cfg.mode == "features" else finetune_once
         too_long = data.train_encoded.too_long
+    if cfg.resume:  # before the record is written again: the earlier run's settings, or a one-line refusal
+        check_resumed_record(out / CONFIG_NAME, dataclasses.asdict(cfg))
     write_json_atomic(out / CONFIG_NAME, {**dataclasses.asdict(cfg), "task_spec": dataclasses.asdict(data.spec),
                                           "train_examples": len(data.train),
                                           "train_examples_longer_than_max_seq_len": too_long})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from ..training.loop import (
     TrainConfig,
     Trainer,
     check_no_earlier_run,
+    check_resumed_record,
     check_writable,
     metrics_from_counts,
 )
@@ -542,6 +544,21 @@ def run_pretraining(cfg: PretrainConfig) -> str:
     check_writable(out, needed_bytes=0)  # the Trainer checks the space once the model's size is known
     if not cfg.resume:
         check_no_earlier_run(out)
+    else:  # other settings than the run's are refused before any work
+        check_resumed_record(out / RESOLVED_CONFIG_NAME, dataclasses.asdict(cfg))
+    fresh, started = not any(out.iterdir()), []
+    try:
+        return _pretrain(cfg, dist, out, on_start=lambda: started.append(True))
+    except BaseException:
+        if fresh and not started and dist.is_main:  # all there is this run's, and it never began: leave nothing
+            for path in out.iterdir():
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        raise
+
+
+def _pretrain(cfg: PretrainConfig, dist: Distributed, out: Path, on_start) -> str:
+    """The run, once `run_pretraining` has checked its output folder: its record of the settings
+    (pretrain_config.json) is written once the Trainer starts, after which `on_start` is called."""
     tokenizer = load_or_train_tokenizer(cfg, dist)
     model_config = build_model_config(cfg, tokenizer)
     if cfg.objective == "t5":
@@ -550,8 +567,10 @@ def run_pretraining(cfg: PretrainConfig) -> str:
             raise UserError(f"--seq-len {cfg.seq_len} with --noise-density {cfg.noise_density} and --mean-span-length "
                             f"{cfg.mean_span_length} drops {spans} spans per text: more than the tokenizer's "
                             f"{len(tokenizer.sentinel_token_ids)} sentinels allow")
-    if dist.is_main:
+
+    def record_run() -> None:
         write_json_atomic(out / RESOLVED_CONFIG_NAME, {**dataclasses.asdict(cfg), "model_config_resolved": model_config.to_dict()})
+        on_start()
 
     corpus = load_corpus(cfg, tokenizer, dist)
     train_docs, eval_docs = corpus.split(cfg.eval_fraction, cfg.seed)
@@ -579,7 +598,7 @@ def run_pretraining(cfg: PretrainConfig) -> str:
         module.model_to_save().save_pretrained(out)
         tokenizer.save_pretrained(out)
 
-    trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist, lr_scale)
+    trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist, lr_scale, on_start=record_run)
     status = trainer.fit()
     if dist.is_main:
         plot_training_curves({cfg.objective: trainer.log.rows()}, out / "training_curves.png",

@@ -42,7 +42,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..config import check_settings, setting
+from ..config import check_settings, option_name, setting
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
 from ..ops import PRECISIONS, autocast, resolve_precision
@@ -387,11 +387,75 @@ def check_writable(directory: Path, needed_bytes: int) -> None:
                         f"{needed_bytes / 2**20:.0f} MiB")
 
 
+def holds_training_run(directory: Path) -> bool:
+    """Whether `directory` holds a run of the loop: its checkpoints or its metrics."""
+    return (directory / CHECKPOINTS_DIR).exists() or (directory / "metrics.jsonl").exists()
+
+
 def check_no_earlier_run(directory: Path) -> None:
-    """Refuse to start a fresh run over an earlier one's checkpoints and metrics (nothing written is lost)."""
-    if (directory / CHECKPOINTS_DIR).exists() or (directory / "metrics.jsonl").exists():
+    """Before a fresh run writes anything: `directory` must be new or empty. An earlier run is
+    continued with --resume; anything else there (a model copied in, the user's own vocab.txt)
+    is the user's, and the run would write over it."""
+    entries = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+    if holds_training_run(directory):
         raise UserError(f"{directory} already holds a training run; continue it with --resume "
                         "or choose another output directory")
+    if entries:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise UserError(f"{directory} is not empty ({shown}): a training run writes only into a new or empty "
+                        "folder, so that nothing of yours is overwritten; choose another output directory")
+
+
+# What a resumed run may change: its budget, where it is, and its bookkeeping. Any other setting would
+# make the rest of the run train something else than its first part did (and its record say so wrongly).
+CHANGEABLE_ON_RESUME = ("resume", "progress", "tensorboard", "compile", "precision", "out", "cache_dir",
+                        "max_steps", "max_time", "epochs", "log_every", "eval_every", "save_every", "keep_last",
+                        "eval_batches")
+
+
+def check_resumed_settings(previous: dict, current: dict, source: Path) -> None:
+    """On --resume: refuse, listing them, the settings (`current`, a config as a dict) that differ from
+    those the run was started with (`previous`, as its record or checkpoint holds them)."""
+    current = loads_json(json.dumps(current))  # tuples as lists, as a record holds them
+    changed = [f"{option_name(name)} {json.dumps(previous[name])} -> {json.dumps(value)}"
+               for name, value in current.items()
+               if name not in CHANGEABLE_ON_RESUME and name in previous and previous[name] != value]
+    if changed:
+        raise UserError(f"{source}: --resume with other settings than the run was started with "
+                        f"({'; '.join(changed)}); resume with the run's settings, or start a new run elsewhere")
+
+
+def check_resumed_record(record: Path, current: dict) -> None:
+    """On --resume, before any work: when `record` (a recipe's JSON record of the run's settings,
+    e.g. pretrain_config.json) exists, refuse settings that differ from it (check_resumed_settings)."""
+    if not record.is_file():
+        return
+    try:
+        previous = loads_json(record.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{record}: cannot read the earlier run's settings ({err})") from None
+    if not isinstance(previous, dict):
+        raise UserError(f"{record}: not a record of a run's settings")
+    check_resumed_settings(previous, current, record)
+
+
+def read_checkpoint_state(folder: Path) -> dict:
+    """A checkpoint's state.json, checked: the step its folder is named after (at most its run's
+    budget), a finite elapsed time, and the settings it was made with. A one-line error otherwise."""
+    path = folder / "state.json"
+    try:
+        state = loads_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{path}: cannot read this checkpoint's state ({err})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
+        raise UserError(f"{path}: not a checkpoint's state (step, elapsed, config)")
+    step, elapsed, budget = state.get("step"), state.get("elapsed"), state["config"].get("max_steps")
+    if type(step) is not int or f"step-{step:08d}" != folder.name or (type(budget) is int and step > budget):
+        raise UserError(f"{path}: step {step!r} is not the step of this checkpoint ({folder.name}"
+                        f"{f', of a run of {budget} steps' if type(budget) is int else ''}); the checkpoint is damaged")
+    if type(elapsed) not in (int, float) or not 0 <= elapsed < math.inf:
+        raise UserError(f"{path}: elapsed time {elapsed!r} is not a number of seconds; the checkpoint is damaged")
+    return state
 
 
 class Trainer:
@@ -406,6 +470,8 @@ class Trainer:
         save_model: called with the (unwrapped) module at the end and at every checkpoint, to
             write the user-facing model (e.g. the HF-layout encoder) into out_dir.
         lr_scale: parameter name -> learning-rate multiplier (see `parameter_groups`).
+        on_start: called on rank 0 once the run starts (its output checked, a resume's checkpoint
+            and settings accepted): where a recipe writes its record of the run.
     """
 
     def __init__(self, module: nn.Module, config: TrainConfig, out_dir: str | os.PathLike,
@@ -413,7 +479,8 @@ class Trainer:
                  evaluate: Callable[[nn.Module], dict] | None = None,
                  save_model: Callable[[nn.Module], None] | None = None,
                  dist: Distributed | None = None,
-                 lr_scale: Callable[[str], float] | None = None):
+                 lr_scale: Callable[[str], float] | None = None,
+                 on_start: Callable[[], None] | None = None):
         config.validate()
         self.config = config
         self.out_dir = Path(out_dir)
@@ -424,6 +491,7 @@ class Trainer:
         self.micro_batches = micro_batches
         self.evaluate_fn = evaluate
         self.save_model_fn = save_model
+        self.on_start = on_start
         self.optimizer = make_optimizer(parameter_groups(module, config.weight_decay, config.lr, lr_scale), config)
         for group in self.optimizer.param_groups:
             group["peak_lr"] = group["lr"]
@@ -563,16 +631,20 @@ class Trainer:
         if not found:
             return False
         latest = found[-1]
+        state = read_checkpoint_state(latest)
+        check_resumed_settings(state["config"], asdict(self.config), latest / "state.json")
         try:
             load_model(self.module, str(latest / "module.safetensors"), device=str(self.device))
             self.optimizer.load_state_dict(torch.load(latest / "optimizer.pt", map_location=self.device,
                                                       weights_only=True))
             rng = torch.load(latest / "rng.pt", weights_only=True)
-            state = loads_json((latest / "state.json").read_text(encoding="utf-8"))
+            torch.set_rng_state(rng["torch"])
         except Exception as err:  # a damaged checkpoint is the user's to fix or delete
-            raise UserError(f"{latest}: cannot resume from this checkpoint ({err})") from None
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] and torch.cuda.is_available():
+            # The first line only: torch's state-dict and weights_only messages run to dozens of lines.
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UserError(f"{latest}: cannot resume from this checkpoint: it does not fit this model and "
+                            f"optimizer, or is damaged ({reason})") from None
+        if rng.get("cuda") and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
         self.step, self.elapsed = state["step"], state["elapsed"]
         self.log.truncate_after(self.step)
@@ -601,11 +673,13 @@ class Trainer:
         Returns "completed" or "interrupted"; either way the last state is checkpointed.
         """
         check_writable(self.out_dir, self.estimated_checkpoint_bytes())
-        if not self.config.resume:
+        if not self.config.resume and holds_training_run(self.out_dir):  # the recipe may have written its files
             check_no_earlier_run(self.out_dir)
         torch.manual_seed(self.config.seed + self.dist.rank)
         if self.config.resume and self.resume() and self.dist.is_main:
             print(f"resumed from step {self.step}", file=sys.stderr)
+        if self.on_start is not None and self.dist.is_main:
+            self.on_start()
         self.log.open(self.step)
         bar = tqdm(total=self.config.max_steps, initial=self.step, disable=not (self.config.progress and self.dist.is_main),
                    unit="step", dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 30)
