@@ -247,9 +247,10 @@ def run_info(cfg: InfoConfig) -> None:
     """Load the model (which validates every tensor) and print what it is; with --check, list
     every problem of the directory instead (exit status 2 when there is one)."""
     from .inference.modeldir import check_model_dir, load_model
+    from .training.loop import run_problems
 
     if cfg.check:
-        problems = check_model_dir(cfg.model)
+        problems = check_model_dir(cfg.model) + run_problems(Path(cfg.model))
         for problem in problems:
             print(problem)
         if problems:

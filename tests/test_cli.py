@@ -362,3 +362,13 @@ def test_pretrain_records_its_settings_only_once_it_runs_and_a_resume_keeps_them
     assert '(--preset "tiny" -> "mini"; --seq-len 32 -> 64)' in err, err
     assert (out / "pretrain_config.json").read_bytes() == record
     assert run_cli(capsys, *base, "--resume", "--max-steps", "3")[0] == 0  # a longer budget is no other run
+
+
+def test_info_check_flags_a_run_that_diverged(capsys, tmp_path):
+    from helpers import save_tiny_gpt
+
+    model = save_tiny_gpt(tmp_path)
+    (model / "metrics.jsonl").write_text('{"step": 2, "loss": 5.1}\n{"step": 2, "split": "eval", "loss": NaN}\n')
+    status, out, err = run_cli(capsys, "info", "--check", model)
+    assert status == 2 and out.strip() == f"{model / 'metrics.jsonl'}: the last evaluation (step 2) has loss nan: " \
+                                          "the run diverged", out

@@ -391,6 +391,9 @@ def _train_method(cfg: StaticTrainConfig, work: Path) -> tuple[StaticVectors, di
     pairs = read_word_pairs(benchmark_path("wordsim353"))  # for the curve: WordSim-353 after each epoch
     trainer = _train_glove if cfg.method == "glove" else _train_gensim
     model, report = trainer(cfg, corpus, words, counts, config, budget, log, pairs)
+    if not bool(torch.isfinite(model.vectors).all()):
+        raise UserError(f"the trained vectors hold NaN or infinite values: training diverged (the learning rate "
+                        f"--lr {cfg.method_defaults()['lr']:g} is most likely too high); lower --lr and start again")
     seconds.update(report.pop("seconds"))
     seconds["total"] = round(time.perf_counter() - started, 2)
     corpus.train_file.unlink()

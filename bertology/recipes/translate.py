@@ -47,7 +47,7 @@ from ..models.cove import (
 from ..models.static import StaticVectors
 from ..plots import plot_training_curves
 from ..tasks.readers import read_text_lines
-from ..training.loop import LoopConfig, StepOutput, TrainConfig, Trainer, loop_settings
+from ..training.loop import LoopConfig, StepOutput, TrainConfig, Trainer, check_finite_metrics, loop_settings
 from ..training.tasks import RESULTS_NAME, EpochBatches, check_output_dir
 
 
@@ -257,6 +257,7 @@ def train(cfg: TranslateTrainConfig) -> dict:
 
     def evaluate(module: TranslationModule) -> dict:
         values = perplexity(module.model, valid_data, cfg.eval_batch_size)
+        check_finite_metrics(values, trainer.step)  # before a diverged model could be kept as the best
         if not best or values["perplexity"] < best["perplexity"]:
             best.clear()
             best.update({"split": cfg.valid_split, **values, "step": trainer.step})

@@ -372,6 +372,37 @@ def run_summary(rows: list[dict]) -> dict:
             "tokens_per_second": tokens / seconds if seconds else 0.0, "eval": last_eval}
 
 
+def check_finite_metrics(metrics: dict, step: int) -> None:
+    """Refuse an evaluation with a NaN or infinite number: the weights have diverged, and no command
+    reports such a metric as a result (nor writes the model that gave it)."""
+    bad = next((name for name, value in metrics.items() if isinstance(value, float) and not math.isfinite(value)), None)
+    if bad is not None:
+        raise UserError(f"the held-out {bad} became {metrics[bad]} at step {step}: the model's weights have diverged "
+                        "(most likely the learning rate is too high); lower --lr and start again")
+
+
+def run_problems(directory: Path) -> list[str]:
+    """What is wrong with a training run's record (`info --check`): its metrics.jsonl's last training
+    row or last evaluation holding a NaN or infinite number (the run diverged). Empty otherwise."""
+    path = directory / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    try:
+        rows = [loads_json(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return [f"{path}: cannot read the run's metrics ({err})"]
+    rows = [row for row in rows if isinstance(row, dict)]
+    last = {split: next((r for r in reversed(rows) if (r.get("split") == "eval") == (split == "eval")), None)
+            for split in ("train", "eval")}
+    problems = []
+    for split, row in last.items():
+        bad = [k for k, v in (row or {}).items() if isinstance(v, float) and not math.isfinite(v)]
+        if bad:
+            problems.append(f"{path}: the last {'evaluation' if split == 'eval' else 'training row'} (step "
+                            f"{row.get('step')}) has {bad[0]} {row[bad[0]]}: the run diverged")
+    return problems
+
+
 def check_writable(directory: Path, needed_bytes: int) -> None:
     """Fail before training, not after an hour, if `directory` cannot hold the checkpoints."""
     try:
@@ -562,17 +593,32 @@ class Trainer:
                 (out.loss / len(batches)).backward()
             for key, value in {"loss": out.loss.detach(), "tokens": batch["attention_mask"].sum(), **out.counts}.items():
                 sums[key] = sums.get(key, 0.0) + value
+        norm = torch.zeros(())
         if self.config.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.config.max_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.config.max_grad_norm)
+        # The step's one host sync, before the optimizer steps: a NaN or infinite loss (or gradient)
+        # stops the run with the model as it was before this step.
+        values = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in sums.values()]
+                             + [norm.to(self.device, torch.float64)]).tolist()
+        totals, grad_norm = dict(zip(sums, values)), values[-1]
+        if not (math.isfinite(totals["loss"]) and math.isfinite(grad_norm)):
+            raise UserError(self.divergence(totals["loss"], grad_norm, lr))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        values = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in sums.values()])
-        totals = dict(zip(sums, values.tolist()))
         totals = self.dist.sum({**totals, "micro_batches": len(batches)})
         loss = totals.pop("loss") / totals.pop("micro_batches")
         tokens = int(totals.pop("tokens"))
         return loss, {**totals, "lr": lr}, tokens
+
+    def divergence(self, loss: float, grad_norm: float, lr: float) -> str:
+        """The one-line error of a step whose loss or gradient norm is NaN or infinite."""
+        what = f"the loss became {loss}" if not math.isfinite(loss) else f"the gradients' norm became {grad_norm}"
+        kept = self.checkpoints()
+        where = f"its last good checkpoint is {kept[-1]}" if kept else "no checkpoint had been written yet"
+        return (f"{what} at step {self.step + 1} (learning rate {lr:.3g}): the learning rate is most likely too "
+                f"high, or its warmup too short; lower --lr and start again. The run stopped before that step "
+                f"changed the model; {where}")
 
     # ----- evaluation, checkpoints ----------------------------------------------------------
 
@@ -585,6 +631,7 @@ class Trainer:
             self.module.eval()
             with torch.no_grad(), autocast(self.precision, self.device):
                 metrics = self.evaluate_fn(self.module)
+            check_finite_metrics(metrics, self.step)
             self.log.write({"step": self.step, "split": "eval", "elapsed": round(self.elapsed, 2), **metrics})
         self.dist.barrier()
         return metrics
@@ -691,9 +738,6 @@ class Trainer:
                 loss, counts, tokens = self.train_step()
                 seconds = time.perf_counter() - start
                 self.elapsed += seconds
-                if not math.isfinite(loss):
-                    raise UserError(f"the loss became {loss} at step {self.step}; lower the learning rate "
-                                    "(--lr) or use more warmup")
                 lr = counts.pop("lr")
                 window["loss"] += loss
                 window["steps"] += 1

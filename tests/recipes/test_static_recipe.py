@@ -229,6 +229,12 @@ def test_unknown_method_and_bad_settings(tmp_path, corpus):
     check_fails(StaticTrainConfig(out=str(tmp_path / "out")), r"--corpus is required \(or --import-vectors\)")
 
 
+def test_glove_that_diverges_writes_no_vectors(tmp_path, corpus):
+    """--lr 1e30 (finite, so within its bounds): the vectors overflow; 634 of 634 NaN vectors were written."""
+    check_fails(settings(corpus, tmp_path / "out", "glove", lr=1e30, epochs=2),
+                r"the trained vectors hold NaN or infinite values: training diverged \(the learning rate --lr 1e\+30")
+
+
 def test_existing_output_is_refused(tmp_path, corpus):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("mine")

@@ -136,3 +136,16 @@ def test_wic_probe_reads_cove_and_its_glove_half(trained, tmp_path):
     np.testing.assert_allclose(views["[GloVe; CoVe]"][0], features[0, 0].numpy(), rtol=1e-6)
     width = model.config.input_size
     np.testing.assert_allclose(views["CoVe"][0], features[0, 0, width:].numpy(), rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_validation_perplexity_that_is_not_finite_stops_the_run_and_keeps_no_model(toy, tmp_path, capsys,
+                                                                                   monkeypatch):
+    import bertology.recipes.translate
+
+    monkeypatch.setattr(bertology.recipes.translate, "perplexity", lambda *args: {"loss": float("nan"),
+                                                                                  "perplexity": float("nan")})
+    status, _, err = run_cli(capsys, "translate", "train", "--data", toy["data"], "--vectors", toy["vectors"],
+                             "--out", tmp_path / "m", "--preset", "tiny", "--epochs", "0.1", "--no-progress")
+    assert status == 2 and err.strip().splitlines()[-1].startswith("bertology: error: the held-out loss became nan at")
+    assert not (tmp_path / "m" / "model.safetensors").exists() and not (tmp_path / "m" / "eval_results.json").exists()

@@ -4,6 +4,7 @@ import json
 import shutil
 import sys
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -246,3 +247,41 @@ def test_a_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
     with pytest.raises(UserError, match="cannot resume from this checkpoint: it does not fit this model") as error:
         Trainer(Wider(), config, tmp_path, batches).fit()
     assert "\n" not in str(error.value) and "weights_only" not in str(error.value)
+
+
+def test_a_diverging_run_stops_at_that_step_keeping_its_last_good_checkpoint(tmp_path):
+    config = TrainConfig(lr=1e30, warmup=0, schedule="constant", max_steps=20, save_every=1, log_every=1, keep_last=2, progress=False, precision="fp32",
+                         max_grad_norm=0)
+    trainer = Trainer(Regression(), config, tmp_path, batches)
+    with pytest.raises(UserError, match=r"^the loss became (inf|nan) at step (\d+) \(learning rate 1e\+30\): the "
+                                        r"learning rate is most likely too high") as error:
+        trainer.fit()
+    message = str(error.value)
+    assert "\n" not in message and f"its last good checkpoint is {trainer.checkpoint_dir(trainer.step)}" in message
+    kept = torch.load(trainer.checkpoint_dir(trainer.step) / "optimizer.pt", weights_only=True)  # readable
+    assert kept["state"] and all(torch.isfinite(p).all() for p in trainer.module.parameters())
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(np.isfinite(row["loss"]) for row in rows)
+
+
+def test_a_nan_evaluation_is_refused_and_nothing_reports_it(tmp_path):
+    saved = []
+    trainer = Trainer(Regression(), TrainConfig(max_steps=2, progress=False, precision="fp32"), tmp_path, batches,
+                      evaluate=lambda module: {"loss": float("nan"), "fit_accuracy": 0.5},
+                      save_model=lambda module: saved.append(True))
+    with pytest.raises(UserError, match="^the held-out loss became nan at step 2: the model's weights have diverged"):
+        trainer.fit()
+    assert not saved and "nan" not in (tmp_path / "metrics.jsonl").read_text().lower()
+
+
+def test_run_problems_flag_a_run_whose_last_metrics_are_not_finite(tmp_path):
+    from bertology.training.loop import run_problems
+
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"step": 10, "loss": 2.5}\n{"step": 10, "split": "eval", "loss": 2.4}\n')
+    assert run_problems(tmp_path) == []
+    log.write_text(log.read_text() + '{"step": 20, "loss": 2.1}\n{"step": 20, "split": "eval", "loss": NaN, '
+                                     '"perplexity": NaN}\n')
+    assert run_problems(tmp_path) == [f"{log}: the last evaluation (step 20) has loss nan: the run diverged"]
+    log.write_text("{not json\n")
+    assert run_problems(tmp_path)[0].startswith(f"{log}: cannot read the run's metrics")
