@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from .. import __version__
-from ..config import check_settings, setting
+from ..config import MAX_SEED, check_settings, setting
 from ..data.corpus import text_lines
 from ..data.padding import pad_rows
 from ..data.tokenizer import Tokenizer
@@ -31,7 +31,7 @@ from ..inference.modeldir import load_model
 from ..models import family_of
 from ..models.gpt import GPTLMHeadModel
 from ..models.t5 import T5ForConditionalGeneration
-from ..text import is_invisible
+from ..text import is_invisible, normalize_text
 
 
 @dataclass
@@ -147,10 +147,13 @@ def generate_text(model: Generator, tokenizer: Tokenizer, prompts: list[str], co
     a `stop` string (left out of the text) or config.max_new_tokens. A prompt that is empty or
     does not fit the model's context is a one-line error naming it.
     """
-    stop = [s for s in stop or [] if s]
+    prompts = [normalize_text(prompt) for prompt in prompts]  # the readers' rules, lone surrogates included
+    stop = [normalize_text(s) for s in stop or [] if s]
     # A copy: the caller's settings are not changed by this tokenizer's ids.
     config = dataclasses.replace(config, eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id)
     config.validate()
+    if type(seed) is not int or not 0 <= seed <= MAX_SEED:
+        raise UserError(f"seed (--seed) must be an integer from 0 to {MAX_SEED:,}, got {seed!r}")
     encoded = _encode_prompts(model, tokenizer, prompts, config.max_new_tokens)
     generator = torch.Generator().manual_seed(seed)
     if is_encoder_decoder(model):
@@ -209,6 +212,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict]:
         if not Path(cfg.input).is_file():
             raise UserError(f"{cfg.input}: no such file")
         prompts += [line for _, line in text_lines(Path(cfg.input)) if not is_invisible(line)]
+    prompts = [normalize_text(prompt) for prompt in prompts]  # printed and written as generated from
     if not prompts:
         raise UserError("nothing to continue: give --prompt TEXT or --input FILE")
     model, tokenizer = load_generator(cfg.model)

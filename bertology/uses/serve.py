@@ -31,10 +31,10 @@ from typing import Annotated, Literal
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from .. import __version__
-from ..config import check_settings, setting
+from ..config import MAX_SEED, check_settings, setting
 from ..errors import UserError
 from ..inference.generation import GenerationConfig
 from ..inference.modeldir import is_finetuned
@@ -43,7 +43,7 @@ from ..models import family_of, resolve_model_dir
 from ..models.gpt import GPTConfig
 from ..models.t5 import T5Config
 from ..ops import PRECISIONS
-from ..text import is_invisible
+from ..text import is_invisible, replace_surrogates
 from .batching import MicroBatcher, Overloaded
 from .generate import TextGenerator
 
@@ -88,6 +88,9 @@ class ServeConfig:
         self.model = str(resolve_model_dir(self.model))  # a name becomes the installed model's folder
 
 
+# A JSON string may hold a lone surrogate ("\ud800"), which the tokenizers refuse outright: it
+# becomes U+FFFD, as an undecodable byte of a file would (text.py).
+Text = Annotated[str, AfterValidator(lambda text: replace_surrogates(text)[0])]
 # A list, not a tuple: strict validation takes a tuple only from Python, never from a JSON array.
 TargetIndices = Annotated[list[int], Field(min_length=2, max_length=2)]
 
@@ -97,9 +100,9 @@ class PredictRequest(BaseModel):
     for WiC, the target word's place in each sentence of a pair)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
-    texts: list[str] = Field(description="the texts; for question answering, the questions; for WiC, each pair's "
+    texts: list[Text] = Field(description="the texts; for question answering, the questions; for WiC, each pair's "
                                          "first sentence")
-    text_pairs: list[str] | None = Field(None, description="pair tasks: the second text of each text; "
+    text_pairs: list[Text] | None = Field(None, description="pair tasks: the second text of each text; "
                                          "question answering: the context of each question; WiC: each pair's "
                                          "second sentence")
     target_indices: list[TargetIndices] | None = Field(
@@ -112,7 +115,7 @@ class EmbedRequest(BaseModel):
     """Texts to embed, and how."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
-    texts: list[str]
+    texts: list[Text]
     pooling: Literal["mean", "cls", "max"] = Field("mean", description="how token vectors become one vector")
     normalize: bool = Field(True, description="scale to unit length (a dot product is then the cosine similarity)")
 
@@ -121,7 +124,7 @@ class GenerateRequest(BaseModel):
     """Prompts to continue, and how (the settings of `bertology generate`, transformers' names)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
-    prompts: list[str] = Field(description="the texts to continue")
+    prompts: list[Text] = Field(description="the texts to continue")
     max_new_tokens: int | None = Field(None, description="the most tokens added to each prompt (default: 50, or "
                                                          "the server's limit if that is lower)")
     do_sample: bool = Field(False, description="sample each token instead of taking the most probable one")
@@ -129,8 +132,9 @@ class GenerateRequest(BaseModel):
     top_k: int | None = Field(None, description="sampling: only the k most probable tokens")
     top_p: float | None = Field(None, description="sampling: the most probable tokens up to this probability mass")
     num_beams: int = Field(1, description="beam search over this many continuations (1: none)")
-    stop: list[str] = Field([], description="end a continuation before the first of these strings")
-    seed: int = Field(0, description="the random seed of sampling (the same request gives the same answer)")
+    stop: list[Text] = Field([], description="end a continuation before the first of these strings")
+    seed: int = Field(0, ge=0, le=MAX_SEED,
+                      description="the random seed of sampling (the same request gives the same answer)")
 
 
 class GenerateResponse(BaseModel):
@@ -471,8 +475,8 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
         def run() -> list[str]:
             try:
                 return generator.generate(request.prompts, settings, request.stop, config.max_batch, request.seed)
-            except UserError as err:  # a prompt too long for the context
-                raise HTTPException(422, f"prompts: {err}") from None
+            except UserError as err:  # a prompt too long for the context, more beams than tokens
+                raise HTTPException(422, f"prompts: {err}" if str(err).startswith("prompt") else str(err)) from None
 
         app.state.generating += len(request.prompts)
         try:
