@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import UserError
+from ..memory import FP32_BYTES, check_fits
 from ..models.gpt import position_ids_for
 
 
@@ -133,7 +134,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
     config.validate()
     if input_ids.shape[1] == 0:
         raise UserError("the prompt is empty: give at least one token")
-    check_fits_model(model, input_ids.shape[1], config)
+    check_fits_model(model, input_ids.shape, config)
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(input_ids.dtype)
     model.eval()
     encoded = None
@@ -164,12 +165,17 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
     return ids
 
 
-def check_fits_model(model, prompt_length: int, config: GenerationConfig) -> None:
-    """One-line errors, before any work, for settings the model cannot run: more beams than its
-    vocabulary has tokens, or (a decoder-only model) a prompt and its new tokens beyond its positions."""
+def check_fits_model(model, prompts: tuple[int, int], config: GenerationConfig) -> None:
+    """One-line errors, before any work, for settings the model cannot run on `prompts` (B, T):
+    more beams than its vocabulary has tokens or the memory holds (each step's B x beams rows of
+    logits, their log-probabilities and the candidates), or (a decoder-only model) a prompt and
+    its new tokens beyond its positions."""
+    batch, prompt_length = prompts
     vocab_size = model.config.vocab_size
     if config.num_beams > vocab_size:
         raise UserError(f"num_beams (--num-beams) {config.num_beams} is more than the model's {vocab_size:,} tokens")
+    check_fits(3 * FP32_BYTES * batch * config.num_beams * vocab_size,
+               f"num_beams (--num-beams) {config.num_beams} for {batch} prompt(s) over {vocab_size:,} tokens")
     positions = getattr(model.config, "n_positions", None)
     if not is_encoder_decoder(model) and positions and prompt_length + config.max_new_tokens > positions:
         raise UserError(f"max_new_tokens (--max-new-tokens) {config.max_new_tokens} after a prompt of {prompt_length} "

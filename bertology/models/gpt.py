@@ -32,7 +32,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +40,7 @@ from torch import nn
 
 from .. import checkpoint
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy, last_token_states, span_loss
 from . import ConfigFile
 from .bert import PRESETS, ModelOutput, activation
@@ -53,6 +54,17 @@ OPENAI_GPT_AFN = {"gelu": "gelu_new", "relu": "relu"}
 CACHE = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each (B, heads, S, head size)
 
 
+GPT_SIZE_FIELDS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_inner")
+
+
+def gpt_parameters(values: dict[str, Any]) -> int:
+    """A GPT's parameter count from its config's fields: embeddings, then per block the attention
+    (4 E^2), the feed-forward (2 E I) and their biases and LayerNorms."""
+    width = values["n_embd"]
+    inner = values["n_inner"] or 4 * width
+    return (values["vocab_size"] + values["n_positions"]) * width + values["n_layer"] * (
+        4 * width * width + 2 * width * inner + 9 * width + inner) + 2 * width
+
 @dataclass
 class GPTConfig(ConfigFile):
     """Hyper-parameters of a GPT language model (transformers' GPT-2 field names).
@@ -61,6 +73,9 @@ class GPTConfig(ConfigFile):
     with GPT-1's post-LN blocks; `pre_layer_norm=True` gives GPT-2's.
     """
 
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(gpt_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = GPT_SIZE_FIELDS
     vocab_size: int = 40478
     n_positions: int = 512  # the context length
     n_embd: int = 768
@@ -108,6 +123,7 @@ class GPTConfig(ConfigFile):
             # Not checked against vocab_size: transformers' GPT-2 config keeps 50256 at any size.
             if getattr(self, name) is not None and (type(getattr(self, name)) is not int or getattr(self, name) < 0):
                 raise UserError(f"config field {name!r} must be a token id or null, got {getattr(self, name)!r}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @property
     def model_type(self) -> str:

@@ -38,7 +38,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +46,7 @@ from torch import nn
 
 from .. import checkpoint
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import IGNORE_INDEX, Dropout, Linear, cross_entropy_with_accuracy, dropout, relative_position_bucket
 from . import ConfigFile
 from .bert import PRESETS, ModelOutput, activation
@@ -56,6 +57,22 @@ FEED_FORWARD_PROJ = {"relu": "relu", "gated-gelu": "gelu_new"}  # transformers' 
 CACHE = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
+T5_SIZE_FIELDS = ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
+                  "relative_attention_num_buckets")
+
+
+def t5_parameters(values: dict[str, Any]) -> int:
+    """A T5's parameter count from its config's fields: the embedding (and an untied output layer),
+    encoder blocks (attention, feed-forward, 2 norms), decoder blocks (two attentions, 3 norms)."""
+    width, inner = values["d_model"], values["num_heads"] * values["d_kv"]
+    gated = str(values["feed_forward_proj"]).startswith("gated")
+    feed_forward = (3 if gated else 2) * width * values["d_ff"]
+    decoder_layers = values["num_decoder_layers"] or values["num_layers"]
+    embeddings = values["vocab_size"] * width * (1 if values["tie_word_embeddings"] else 2)
+    return (embeddings + values["num_layers"] * (4 * width * inner + feed_forward + 2 * width)
+            + decoder_layers * (8 * width * inner + feed_forward + 3 * width) + 2 * width
+            + 2 * values["relative_attention_num_buckets"] * values["num_heads"])
+
 @dataclass
 class T5Config(ConfigFile):
     """Hyper-parameters of a T5 encoder-decoder (transformers' field names and defaults: t5-small).
@@ -64,6 +81,9 @@ class T5Config(ConfigFile):
     model; `feed_forward_proj="gated-gelu", tie_word_embeddings=False` gives v1.1's.
     """
 
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(t5_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = T5_SIZE_FIELDS
     vocab_size: int = 32128
     d_model: int = 512
     d_kv: int = 64  # the width of each head (heads x d_kv need not be d_model)
@@ -105,6 +125,7 @@ class T5Config(ConfigFile):
             if type(value) is not int or not 0 <= value < self.vocab_size:
                 raise UserError(f"config field {name!r} must be a token id below vocab_size ({self.vocab_size}), "
                                 f"got {value!r}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @property
     def model_type(self) -> str:

@@ -43,7 +43,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +51,7 @@ from torch import nn
 
 from .. import checkpoint
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy, span_loss
 from . import ConfigFile
 from .bert import PRESETS, ModelOutput, activation
@@ -60,6 +61,15 @@ ATTENTION_TYPES = ("bi", "uni")  # XLNet's bidirectional attention, or Transform
 SUMMARY_ACTIVATIONS = ("tanh", "linear", None)
 
 
+XLNET_SIZE_FIELDS = ("vocab_size", "d_model", "n_layer", "d_inner")
+
+
+def xlnet_parameters(values: dict[str, Any]) -> int:
+    """An XLNet's parameter count from its config's fields: the embedding, then per layer the query,
+    key, value, output and position projections (5 D^2), the feed-forward (2 D I) and the small rest."""
+    width, inner = values["d_model"], values["d_inner"]
+    return values["vocab_size"] * width + values["n_layer"] * (5 * width * width + 2 * width * inner + 12 * width + inner)
+
 @dataclass
 class XLNetConfig(ConfigFile):
     """Hyper-parameters of an XLNet (transformers' XLNetConfig field names and defaults: xlnet-large).
@@ -68,6 +78,9 @@ class XLNetConfig(ConfigFile):
     (12 layers, 768 wide, 12 heads, 3072 feed-forward); "tiny" is 2 layers, 128 wide.
     """
 
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(xlnet_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = XLNET_SIZE_FIELDS
     vocab_size: int = 32000
     d_model: int = 1024
     n_layer: int = 24
@@ -136,6 +149,7 @@ class XLNetConfig(ConfigFile):
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             if getattr(self, name) is not None and (type(getattr(self, name)) is not int or getattr(self, name) < 0):
                 raise UserError(f"config field {name!r} must be a token id or null, got {getattr(self, name)!r}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @property
     def model_type(self) -> str:

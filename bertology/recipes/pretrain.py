@@ -27,6 +27,7 @@ from ..data.token_stream import StreamBatches, TokenStream
 from ..data.tokenizer import Tokenizer, train_tokenizer
 from ..errors import UserError
 from ..files import cache_root, write_json_atomic
+from ..memory import FP32_BYTES, check_fits, parameters_of
 from ..models import ARCHITECTURES, family_named, family_of
 from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
 from ..models.bert import POSITION_TYPES, PRESETS, BertConfig
@@ -253,6 +254,18 @@ def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig 
     if cfg.seq_len > positions:
         raise UserError(f"--seq-len {cfg.seq_len} is larger than the model's context ({positions} positions)")
     return config
+
+
+def check_training_memory(cfg: PretrainConfig, model_config) -> None:
+    """Refuse, before anything is allocated, a run the machine cannot hold: each parameter four
+    times in fp32 (the weights, their gradients, AdamW's two moments), and a micro-batch's logits
+    over the vocabulary three times (the logits, their softmax, its gradient), the largest
+    activations of the small models here."""
+    parameters = parameters_of(model_config)
+    logits = cfg.batch_size * cfg.seq_len * model_config.vocab_size
+    check_fits(FP32_BYTES * (4 * parameters + 3 * logits),
+               f"--batch-size {cfg.batch_size:,} x --seq-len {cfg.seq_len:,} over {model_config.vocab_size:,} tokens, "
+               f"with a model of {parameters:,} parameters,")
 
 
 T5_SENTINELS = 100
@@ -561,6 +574,7 @@ def _pretrain(cfg: PretrainConfig, dist: Distributed, out: Path, on_start) -> st
     (pretrain_config.json) is written once the Trainer starts, after which `on_start` is called."""
     tokenizer = load_or_train_tokenizer(cfg, dist)
     model_config = build_model_config(cfg, tokenizer)
+    check_training_memory(cfg, model_config)
     if cfg.objective == "t5":
         spans = max(round(round(cfg.seq_len * cfg.noise_density) / cfg.mean_span_length), 1)
         if spans + 1 > len(tokenizer.sentinel_token_ids):  # a target may end with one more sentinel

@@ -52,6 +52,7 @@ from ..data.cooccurrence import CooccurrenceCounter
 from ..data.corpus import DOC_FORMATS, ReadStats, read_documents, reading_notes
 from ..errors import UserError
 from ..files import write_json_atomic
+from ..memory import FP32_BYTES, check_fits
 from ..models.static import (
     IMPORTED,
     METHODS,
@@ -91,8 +92,9 @@ class StaticTrainConfig:
     lowercase: bool = setting(True, help="lower-case the words before training (imported vectors: lower-case when "
                                          "no word has a capital)")
     vector_size: int = setting(100, positive=True, help="the vectors' dimension")
-    window: int = setting(5, positive=True, help="the largest distance between a word and a context word "
-                                                 "(on both sides)")
+    window: int = setting(5, positive=True, maximum=10_000,
+                          help="the largest distance between a word and a context word (on both sides; gensim cuts "
+                               "sentences at 10,000 words)")
     min_count: int = setting(5, positive=True, help="words seen fewer times in the training documents get no vector")
     epochs: int | None = setting(None, positive=True, help="passes over the corpus (default: 5 for word2vec and "
                                                            "fasttext, 25 for glove, as their reference tools)")
@@ -100,7 +102,8 @@ class StaticTrainConfig:
                                                          "fasttext, 0.05 for glove's AdaGrad)")
     min_lr: float = setting(0.0001, minimum=0, help="word2vec, fasttext: the learning rate decays linearly to this")
     skip_gram: bool = setting(False, help="word2vec, fasttext: skip-gram instead of CBOW")
-    negative: int = setting(5, minimum=0, help="word2vec, fasttext: negative samples per context word")
+    negative: int = setting(5, minimum=0, maximum=100, help="word2vec, fasttext: negative samples per context word "
+                                                           "(the papers: 5-20; each one costs as much as the word)")
     sample: float = setting(1e-3, minimum=0, help="word2vec, fasttext: down-sampling threshold of frequent words")
     min_n: int = setting(3, positive=True, help="fasttext: the shortest character n-gram")
     max_n: int = setting(6, positive=True, help="fasttext: the longest character n-gram")
@@ -113,7 +116,7 @@ class StaticTrainConfig:
     chunk_tokens: int = setting(1 << 20, positive=True,
                                 help="glove: tokens counted per chunk (counting memory: about 12 bytes x this "
                                      "x window)")
-    workers: int = setting(2, positive=True, help="training threads")
+    workers: int = setting(2, positive=True, maximum=256, help="training threads")
     max_time: float | str | None = setting(None, metavar="DURATION",
                                            help="training budget, e.g. 90s, 20m, 1.5h or seconds: word2vec and "
                                                 "fasttext stop after the last epoch that fits, glove after the "
@@ -143,6 +146,12 @@ class StaticTrainConfig:
                             "the learning rate decays to it")
         if self.max_time is not None and parse_duration(self.max_time) <= 0:
             raise UserError(f"--max-time must be positive, got {self.max_time!r}")
+        if self.method == "fasttext":  # the n-gram matrix and its gradient's
+            check_fits(2 * FP32_BYTES * self.bucket * self.vector_size, f"--bucket {self.bucket:,} x --vector-size "
+                                                                        f"{self.vector_size:,}")
+        if self.method == "glove":  # a chunk's pairs: 12 bytes each, a chunk's tokens x the window of them
+            check_fits(12 * self.chunk_tokens * self.window, f"--chunk-tokens {self.chunk_tokens:,} x --window "
+                                                               f"{self.window:,}")
 
     def settings(self) -> dict:
         """The training settings that config.json records, with the method's defaults filled in."""
@@ -383,6 +392,10 @@ def _train_method(cfg: StaticTrainConfig, work: Path) -> tuple[StaticVectors, di
     started = time.perf_counter()
     corpus = tokenize_corpus(cfg, work)
     words = vocabulary(cfg, corpus.train_counts)
+    # Each method keeps about four V x D matrices: word2vec's input and output vectors and their
+    # copies, GloVe's W and W~ and their AdaGrad sums.
+    check_fits(4 * FP32_BYTES * len(words) * cfg.vector_size, f"--vector-size {cfg.vector_size:,} over "
+                                                               f"{len(words):,} words")
     counts = np.array([corpus.train_counts[w] for w in words], dtype=np.int64)
     seconds = {"reading": round(time.perf_counter() - started, 2)}
     budget = math.inf if cfg.max_time is None else parse_duration(cfg.max_time)

@@ -51,6 +51,10 @@ from ..training.loop import LoopConfig, StepOutput, TrainConfig, Trainer, check_
 from ..training.tasks import RESULTS_NAME, EpochBatches, check_output_dir
 
 
+# An LSTM decoder has no positions to run out of: a translation that never ends stops here.
+MAX_TRANSLATION_LENGTH = 1024
+
+
 @dataclass
 class TranslateTrainConfig(LoopConfig):
     """The parallel corpus, the English vectors, the model and the budget.
@@ -107,8 +111,8 @@ class TranslateEvalConfig:
     target_lang: str = setting("de", help="the target side's file suffix")
     beam_size: int = setting(5, positive=True, help="beam search's width, scored beside greedy decoding (1: greedy "
                                                     "only)")
-    max_length: int | None = setting(None, positive=True, help="the longest translation in tokens (default: the "
-                                                               "model's max_length)")
+    max_length: int | None = setting(None, positive=True, maximum=MAX_TRANSLATION_LENGTH,
+                                     help="the longest translation in tokens (default: the model's max_length)")
     batch_size: int = setting(64, positive=True, help="sentences decoded together")
     max_sentences: int | None = setting(None, positive=True, help="score the first N pairs only (default: all)")
 
@@ -125,8 +129,8 @@ class TranslateTextConfig:
     out: str | None = setting(None, metavar="FILE", output="file", help="write the translations here (default: "
                                                                        "print them)")
     beam_size: int = setting(5, positive=True, help="beam width (1: greedy decoding)")
-    max_length: int | None = setting(None, positive=True, help="the longest translation in tokens (default: the "
-                                                               "model's max_length)")
+    max_length: int | None = setting(None, positive=True, maximum=MAX_TRANSLATION_LENGTH,
+                                     help="the longest translation in tokens (default: the model's max_length)")
     batch_size: int = setting(64, positive=True, help="sentences decoded together")
 
 

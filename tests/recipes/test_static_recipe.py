@@ -235,6 +235,20 @@ def test_glove_that_diverges_writes_no_vectors(tmp_path, corpus):
                 r"the trained vectors hold NaN or infinite values: training diverged \(the learning rate --lr 1e\+30")
 
 
+@pytest.mark.parametrize("method, changes, message", [
+    ("glove", {"window": 10**9}, r"--window must be at most 10000, got 1000000000"),
+    ("word2vec", {"negative": 10**6}, r"--negative must be at most 100, got 1000000"),
+    ("word2vec", {"workers": 10**5}, r"--workers must be at most 256, got 100000"),
+    ("glove", {"window": 10_000, "chunk_tokens": 2**30}, r"--chunk-tokens 1,073,741,824 x --window 10,000 needs about"),
+    ("fasttext", {"bucket": 2**40}, r"--bucket 1,099,511,627,776 x --vector-size 16 needs about [\d,.]+ GiB"),
+    ("glove", {"vector_size": 2**40}, r"--vector-size 1,099,511,627,776 over \d+ words needs about"),
+])
+def test_sizes_and_loops_are_bounded_before_they_start(tmp_path, corpus, method, changes, message):
+    """GloVe's --window 1e9, word2vec's --negative 1000000 and --workers 100000 hung; the sizes
+    below would have allocated terabytes."""
+    check_fails(settings(corpus, tmp_path / "out", method, **changes), message)
+
+
 def test_existing_output_is_refused(tmp_path, corpus):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("mine")
