@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import mmap
 import os
 import shutil
 import struct
@@ -291,15 +292,69 @@ def import_vectors(path: str | os.PathLike, binary: bool | None = None) -> Stati
         head = file.read(4)
     settings = {"source": str(path.resolve())}
     if len(head) == 4 and struct.unpack("<i", head)[0] == _FASTTEXT_MAGIC:
+        check_fasttext_bin(path)
         try:
             kv = load_facebook_vectors(str(path))
-        except (ValueError, struct.error, OSError, UnicodeDecodeError) as err:
-            raise UserError(f"{path}: not a readable fastText .bin file ({err})") from None
+        except Exception as err:  # gensim's parser of an untrusted file: AssertionError, NotImplementedError, ...
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UserError(f"{path}: not a readable fastText .bin file ({reason})") from None
+        if not np.isfinite(kv.vectors_vocab).all() or not np.isfinite(kv.vectors_ngrams).all():
+            raise UserError(f"{path}: the fastText vectors hold inf or nan")
         config = StaticConfig(IMPORTED, kv.vector_size, _all_lower(kv.index_to_key), settings=settings)
         counts = np.array([kv.get_vecattr(w, "count") for w in kv.index_to_key], dtype=np.int64)
         return StaticVectors.from_gensim(kv, config, counts)
     words, vectors = read_word2vec_format(path, binary)
     return StaticVectors(StaticConfig(IMPORTED, vectors.shape[1], _all_lower(words), settings=settings), words, vectors)
+
+
+# Facebook fastText's .bin (fasttext.cc's saveModel; gensim's models/_fasttext_bin.py reads it):
+# magic and version, the arguments (12 int32, one float64), the dictionary (its sizes, then each
+# word NUL-terminated with an int64 count and an int8 type), then two matrices (a quantisation
+# flag, rows and columns as int64, float32 values).
+_FASTTEXT_HEADER = struct.Struct("<2i12id")
+_FASTTEXT_DICTIONARY = struct.Struct("<3i2q")  # words + labels, words, labels, tokens, prune index size
+_FASTTEXT_ENTRY_TAIL = 9  # int64 count, int8 type
+_FASTTEXT_MATRIX = struct.Struct("<?2q")
+
+
+def check_fasttext_bin(path: Path) -> None:
+    """Check a fastText .bin's structure against the file's size before gensim reads it: every size
+    it states (words, pruned index, matrix rows and columns) must fit in the bytes there are, and
+    every word must end. gensim's reader trusts them: one changed byte in the vocabulary's size sent
+    it reading words past the end of the file for ever. A one-line error names what is wrong."""
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        def fail(what: str) -> None:
+            raise UserError(f"{path}: not a readable fastText .bin file ({what})")
+
+        if len(data) < _FASTTEXT_HEADER.size + _FASTTEXT_DICTIONARY.size:
+            fail("shorter than its header")
+        fields = _FASTTEXT_HEADER.unpack_from(data, 0)
+        dim, bucket = fields[2], fields[10]
+        entries, words, labels, _, pruned = _FASTTEXT_DICTIONARY.unpack_from(data, _FASTTEXT_HEADER.size)
+        position = _FASTTEXT_HEADER.size + _FASTTEXT_DICTIONARY.size
+        if labels:
+            fail("a supervised model (labels), which has no word vectors to import")
+        if not 0 < words <= entries or entries * (1 + _FASTTEXT_ENTRY_TAIL) > len(data) - position:
+            fail(f"its dictionary claims {entries:,} entries and {words:,} words, more than its {len(data):,} bytes hold")
+        for number in range(entries):
+            end = data.find(b"\0", position)
+            if end < 0 or end + 1 + _FASTTEXT_ENTRY_TAIL > len(data):
+                fail(f"the file ends inside word {number + 1} of {entries:,}")
+            position = end + 1 + _FASTTEXT_ENTRY_TAIL
+        if pruned > 0:
+            position += 8 * pruned
+        for name, rows in (("input", words + bucket), ("output", None)):
+            if position + _FASTTEXT_MATRIX.size > len(data):
+                fail(f"the file ends before its {name} matrix")
+            _, count, columns = _FASTTEXT_MATRIX.unpack_from(data, position)
+            position += _FASTTEXT_MATRIX.size
+            if columns != dim or (rows is not None and count != rows) or count < 0 \
+                    or count * columns * 4 > len(data) - position:
+                fail(f"its {name} matrix claims {count:,} x {columns:,} values, which do not fit its header "
+                     f"({dim} dimensions, {words:,} words, {bucket:,} buckets) or its {len(data):,} bytes")
+            position += count * columns * 4
+        if position != len(data):
+            fail(f"{len(data) - position:,} bytes after the last matrix")
 
 
 def _all_lower(words: list[str]) -> bool:

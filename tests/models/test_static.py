@@ -109,7 +109,11 @@ def test_bad_binary_files(tmp_path):
     row = np.array([1, 2], dtype="<f4").tobytes()
     path = tmp_path / "bad.bin"
     path.write_bytes(b"3 2\na " + row + b"b " + row)
-    with pytest.raises(UserError, match=r"bad.bin: the header says 3 words but the file ends after 2$"):
+    with pytest.raises(UserError, match=r"bad.bin:1: the header says 3 words of 2 dimensions, more than the file's "
+                                        r"24 bytes can hold$"):
+        read_word2vec_format(path, binary=True)
+    path.write_bytes(b"2 2\na " + row + b"bcdefghijkl")  # room enough by size, but the second word never ends
+    with pytest.raises(UserError, match=r"bad.bin: the header says 2 words but the file ends after 1$"):
         read_word2vec_format(path, binary=True)
     path.write_bytes(b"1 2\na " + row + b"b " + row)
     with pytest.raises(UserError, match=r"bad.bin: the header says 1 words but more data follows \(byte 14\)$"):

@@ -4,6 +4,8 @@ vectors, evaluation on hand-made vectors with known answers, neighbours, and bad
 import json
 import math
 import random
+import struct
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -294,6 +296,110 @@ def test_import_a_facebook_fasttext_bin(tmp_path):
     model = load(tmp_path / "out")
     assert model.has_subwords() and model.config.bucket == 300
     assert np.allclose(model.vector("walkable").numpy(), ft.wv["walkable"], atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def fasttext_bin(tmp_path_factory) -> Path:
+    sentences = [["walking", "walked", "walks", "slowly"], ["talking", "talked", "talks", "loudly"]] * 20
+    ft = FastText(sentences, vector_size=8, min_count=1, epochs=3, bucket=300, workers=1, seed=1)
+    path = tmp_path_factory.mktemp("fasttext") / "ft.bin"
+    save_facebook_model(ft, str(path))
+    return path
+
+
+def damaged(data: bytes, where: int, value: bytes) -> bytes:
+    return data[:where] + value + data[where + len(value):]
+
+
+DICTIONARY = 8 + 48 + 8  # magic, version, 12 int32 arguments, a float64: the vocabulary's sizes follow
+FASTTEXT_DAMAGE = {
+    "vocabulary size": (lambda d: damaged(d, DICTIONARY, struct.pack("<i", 1_000_000)), "its dictionary claims"),
+    "vocabulary size, one byte": (lambda d: damaged(d, DICTIONARY + 2, b"\x01"), "its dictionary claims"),
+    "word count": (lambda d: damaged(d, DICTIONARY + 4, struct.pack("<i", -3)), "its dictionary claims"),
+    "labels": (lambda d: damaged(d, DICTIONARY + 8, struct.pack("<i", 2)), "a supervised model"),
+    "dimension": (lambda d: damaged(d, 8, struct.pack("<i", 9)), "matrix claims"),
+    "buckets": (lambda d: damaged(d, 8 + 32, struct.pack("<i", 10**9)), "matrix claims"),
+    "truncated": (lambda d: d[: len(d) // 2], "matrix claims"),
+    "cut in the vocabulary": (lambda d: d[: DICTIONARY + 24 + 100], "the file ends inside word"),
+    "trailing bytes": (lambda d: d + b"\0" * 12, "12 bytes after the last matrix"),
+    "header only": (lambda d: d[:30], "shorter than its header"),
+}
+
+
+@pytest.mark.parametrize("damage", list(FASTTEXT_DAMAGE))
+def test_a_damaged_fasttext_bin_is_one_line_at_once(tmp_path, fasttext_bin, damage):
+    """One changed byte in the vocabulary's size hung gensim's reader for over 600 s (it reads words
+    past the end of the file); other damage escaped as AssertionError, NotImplementedError, OverflowError."""
+    change, message = FASTTEXT_DAMAGE[damage]
+    (tmp_path / "ft.bin").write_bytes(change(fasttext_bin.read_bytes()))
+    start = time.perf_counter()
+    check_fails(StaticTrainConfig(import_vectors=str(tmp_path / "ft.bin"), out=str(tmp_path / "out")),
+                f"ft.bin: not a readable fastText .bin file \\(.*{message}")
+    assert time.perf_counter() - start < 5
+
+
+def test_a_binary_header_bigger_than_its_file_is_refused_before_allocating(tmp_path):
+    """A header of 100,000,000 x 100 in a small file allocated 37 GiB before reading any data."""
+    (tmp_path / "big.bin").write_bytes(b"100000000 100\nthe " + np.ones(100, dtype="<f4").tobytes())
+    check_fails(StaticTrainConfig(import_vectors=str(tmp_path / "big.bin"), out=str(tmp_path / "out")),
+                r"big.bin:1: the header says 100,000,000 words of 100 dimensions, more than the file's 418 bytes")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("the 1 2\ncat 3 nan\n".encode(), r"vectors.txt:2: the vector of 'cat' holds inf or nan"),
+    (b"the 1 2\ncaf\xe9 3 4\n", r"vectors.txt:2: not UTF-8 text"),  # a Latin-1 word, no header: GloVe's text
+    (b"2 2\nthe 1 2\ncaf\xe9 3 4\n", r"vectors.txt:3: not UTF-8 text"),  # with word2vec's header
+])
+def test_a_bad_vectors_file_names_its_line_and_word(tmp_path, content, message):
+    (tmp_path / "vectors.txt").write_bytes(content)
+    check_fails(StaticTrainConfig(import_vectors=str(tmp_path / "vectors.txt"), out=str(tmp_path / "out")), message)
+
+
+def test_a_byte_order_mark_is_no_part_of_the_first_word(tmp_path):
+    for encoding, text in (("utf-8-sig", "the 1 2\ncat 3 4\n"), ("utf-16", "the 1 2\ncat 3 4\n")):
+        (tmp_path / "glove.txt").write_bytes(text.encode(encoding))
+        train(StaticTrainConfig(import_vectors=str(tmp_path / "glove.txt"), out=str(tmp_path / encoding)))
+        assert load(tmp_path / encoding).words == ["the", "cat"]
+
+
+@pytest.fixture(scope="module")
+def fasttext_dir(tmp_path_factory, fasttext_bin) -> Path:
+    out = tmp_path_factory.mktemp("ftdir") / "vectors"
+    train(StaticTrainConfig(import_vectors=str(fasttext_bin), out=str(out)))
+    return out
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("truncated", r"subwords.safetensors: cannot read safetensors file"),
+    ("renamed", r"subwords.safetensors: no tensor named ngram_vectors \(it holds ngrams, vocab_vectors\)"),
+    ("nan", r"subwords.safetensors: ngram_vectors: the vector of bucket 7 holds inf or nan"),
+    ("nan word", r"subwords.safetensors: vocab_vectors: the vector of the word '\w+' \(row 2\) holds inf or nan"),
+    ("vocab", r"vocab.txt: not UTF-8 text"),
+])
+def test_a_damaged_vectors_directory_is_one_line(tmp_path, fasttext_dir, damage, message):
+    """A truncated subwords.safetensors, wrong tensor names or a non-UTF-8 vocab.txt gave tracebacks,
+    and NaN sub-word vectors were served (`neighbors` printed nan)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "vectors"
+    shutil.copytree(fasttext_dir, folder)
+    subwords = folder / "subwords.safetensors"
+    tensors = load_file(str(subwords))
+    if damage == "truncated":
+        subwords.write_bytes(subwords.read_bytes()[:100])
+    elif damage == "renamed":
+        save_file({"vocab_vectors": tensors["vocab_vectors"], "ngrams": tensors["ngram_vectors"]}, str(subwords))
+    elif damage.startswith("nan"):
+        name, row = ("vocab_vectors", 1) if damage == "nan word" else ("ngram_vectors", 7)
+        tensors[name][row, 3] = float("nan")
+        save_file(tensors, str(subwords))
+    else:
+        (folder / "vocab.txt").write_bytes(b"\xff" + (folder / "vocab.txt").read_bytes())
+    with pytest.raises(UserError, match=message) as error:
+        neighbors(StaticNeighborsConfig(vectors=str(folder), words=["walking"]))
+    assert "\n" not in str(error.value)
 
 
 # --- evaluation ---
