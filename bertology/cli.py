@@ -25,6 +25,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import sys
 from dataclasses import dataclass
 from importlib import import_module
@@ -738,6 +739,26 @@ def no_empty_folder_left(paths: list[Path]) -> Iterator[None]:
         raise
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (`kill`, a job's end) stops a command as Ctrl-C does, so that its temporary files and
+    staging folders are removed on the way out (the training loop and the server handle both signals
+    their own way while they run)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def output_folders(cfg: Any) -> list[Path]:
     """Where the settings say the command writes: its output folders, and the folders of its output files."""
     folders = []
@@ -770,7 +791,7 @@ def main(argv: list[str] | None = None) -> int:
             command, cfg = parse(argv)
         except SystemExit as exit_:  # argparse has printed the help, the version or the usage mistake
             return exit_.code or 0
-        with no_empty_folder_left(output_folders(cfg)):
+        with no_empty_folder_left(output_folders(cfg)), sigterm_interrupts():
             command.run(cfg)
         sys.stdout.flush()  # a closed pipe shows up here, inside these handlers, not at exit
     except UserError as err:

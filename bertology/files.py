@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -73,6 +75,50 @@ def _write_errors(path: Path) -> Iterator[None]:
         if err.errno not in WRITE_ERRORS:
             raise
         raise UserError(f"{path}: cannot write ({err.strerror or err})") from None
+
+
+@contextlib.contextmanager
+def staging_directory(out: str | os.PathLike) -> Iterator[Path]:
+    """Yield the hidden folder `.NAME.partial` beside `out` (NAME: its name), renamed to `out`
+    when the body succeeds; `out` must be new or an empty folder.
+
+    On an error (or Ctrl-C) the folder is removed, so no half-written directory is left. The
+    folder is locked while the body runs (flock, which the system releases when a process dies,
+    however it dies): a second run into the same `out` is refused at once instead of both writing
+    it, and a folder left by a killed run (SIGKILL can't be caught) is found unlocked, emptied and
+    reused by the next run, so they never pile up.
+    """
+    out = Path(out)
+    work = out.parent / f".{out.name}.partial"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work.mkdir(exist_ok=True)
+    handle, locked = os.open(work, os.O_RDONLY), False
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"{out} is being written by another run (its {work.name} is locked); wait for it to "
+                            "finish, or choose another --out") from None
+        if not work.exists() or os.stat(work).st_ino != os.fstat(handle).st_ino:
+            # the run that held it renamed it to `out` meanwhile: that one won
+            raise UserError(f"{out} was written by another run meanwhile; choose another --out")
+        locked = True
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise UserError(f"{out} already exists and is not empty; choose another --out")
+        for leftover in work.iterdir():  # a killed run's
+            shutil.rmtree(leftover) if leftover.is_dir() and not leftover.is_symlink() else leftover.unlink()
+        try:
+            yield work
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        if out.exists():
+            out.rmdir()
+        os.replace(work, out)
+    finally:
+        if locked and work.is_dir() and not any(work.iterdir()):
+            work.rmdir()  # refused before writing: no trace (only while holding it: another run may be in it)
+        os.close(handle)
 
 
 def _new_file_mode() -> int:

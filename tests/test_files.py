@@ -5,7 +5,7 @@ import os
 import pytest
 
 from bertology.errors import UserError
-from bertology.files import atomic_path, write_json_atomic
+from bertology.files import atomic_path, staging_directory, write_json_atomic
 
 
 def test_atomic_write_replaces_whole_and_uses_the_umask(tmp_path):
@@ -77,3 +77,21 @@ def test_an_unwritable_place_is_a_one_line_error(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match="cannot write"):
         write_json_atomic(tmp_path / "file" / "sub" / "out.json", {})
+
+
+def test_a_staging_folder_is_locked_while_in_use_and_a_killed_runs_is_reused(tmp_path):
+    out = tmp_path / "out"
+    stale = tmp_path / ".out.partial"  # what a killed run leaves
+    stale.mkdir()
+    (stale / "half.bin").write_bytes(b"x")
+    with staging_directory(out) as work:
+        assert work == stale and not any(work.iterdir())
+        with pytest.raises(UserError, match=r"out is being written by another run \(its .out.partial is locked\)"):
+            with staging_directory(out):
+                pass
+        (work / "done.txt").write_text("ok")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (out / "done.txt").read_text() == "ok"
+    with pytest.raises(UserError, match="out already exists and is not empty"):
+        with staging_directory(out):
+            pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -12,8 +12,10 @@ whole documents (the rule of `pretrain`'s split), and keeps the words seen at le
 - GloVe (Pennington et al. 2014): co-occurrences counted by data/cooccurrence.py, then
   models/static.py's `GloVe` (AdaGrad on the weighted least-squares loss).
 
-The output directory is built in a hidden folder beside it and renamed into place at the end,
-so a failed or interrupted run leaves nothing that looks like a finished model. It holds the
+The output directory is built in a hidden folder beside it and renamed into place at the end
+(files.py's `staging_directory`), so a failed or interrupted run leaves nothing that looks like a
+finished model, a second run into the same --out is refused while the first writes, and a
+killed run's folder is reused by the next. It holds the
 vectors directory of models/static.py plus `metrics.jsonl` (one row per epoch),
 `training_curves.png` and `results.json` (held-out OOV rates, timings, the evaluation).
 
@@ -25,18 +27,14 @@ to b - a + c, the three question words excluded; Mikolov et al. 2013).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import mmap
 import os
-import shutil
 import struct
 import sys
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +50,7 @@ from ..config import check_settings, setting
 from ..data.cooccurrence import CooccurrenceCounter
 from ..data.corpus import DOC_FORMATS, ReadStats, read_documents, reading_notes
 from ..errors import UserError
-from ..files import write_json_atomic
+from ..files import staging_directory, write_json_atomic
 from ..memory import FP32_BYTES, check_fits
 from ..models.static import (
     IMPORTED,
@@ -253,28 +251,6 @@ def neighbors(cfg: StaticNeighborsConfig) -> list[dict]:
 
 
 # --- the output directory ---
-
-
-@contextlib.contextmanager
-def staging_directory(out: Path) -> Iterator[Path]:
-    """Yield a new hidden folder beside `out`, renamed to `out` when the body succeeds.
-
-    On an error (or Ctrl-C) the folder is removed, so no half-written directory is left.
-    `out` must not exist, or be an empty directory.
-    """
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out} already exists and is not empty; choose another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
-    work.mkdir()
-    try:
-        yield work
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    if out.exists():
-        out.rmdir()
-    os.replace(work, out)
 
 
 # --- importing ---

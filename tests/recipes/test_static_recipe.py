@@ -3,8 +3,11 @@ vectors, evaluation on hand-made vectors with known answers, neighbours, and bad
 
 import json
 import math
+import os
 import random
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +20,7 @@ from gensim.models import FastText
 from gensim.models.fasttext import save_facebook_model
 from gensim.models.keyedvectors import KeyedVectors
 
+import bertology
 from bertology.data.shards import TokenizedCorpus
 from bertology.errors import UserError
 from bertology.models.static import GloVe, StaticConfig, StaticVectors, tokenize_words
@@ -510,3 +514,76 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
     status, _, err = run_cli(capsys, "static", "train", "--corpus", tmp_path, "--out", tmp_path / "v",
                              "--method", "bow")
     assert status == 2 and "bow" in err and "word2vec" in err
+
+
+# --- kill, SIGTERM, two runs at once: each one a process, as a user's would be ---
+
+
+def start_training(corpus: Path, out: Path, *flags: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(Path(bertology.__file__).parents[1]), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "bertology", "static", "train", "--corpus", str(corpus), "--out",
+                             str(out), "--method", "glove", "--vector-size", "16", "--min-count", "1", "--workers", "1",
+                             "--no-progress", *flags], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def wait_for_staging(out: Path, process: subprocess.Popen) -> None:
+    """Until the run writes into its hidden folder beside `out` (a file there newer than the
+    process: a killed run's folder may be there already), and a second more."""
+    started, deadline = time.time() - 1, time.monotonic() + 60
+
+    def writing() -> bool:
+        for folder in (p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.partial")):
+            try:
+                if any(f.stat().st_mtime >= started for f in folder.iterdir()):
+                    return True
+            except FileNotFoundError:  # being emptied
+                pass
+        return False
+
+    while not writing():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    time.sleep(1.0)  # reading and counting done: GloVe's epochs are running
+
+
+@pytest.fixture(scope="module")
+def long_corpus(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("long") / "verbs.txt", documents=60)
+
+
+@pytest.mark.slow
+def test_killed_and_terminated_runs_leave_nothing_and_the_next_run_succeeds(tmp_path, long_corpus):
+    """A killed static train left a hidden .NAME.partial-* folder each time."""
+    out = tmp_path / "vectors"
+    for _ in range(2):  # killed twice: nothing piles up
+        run = start_training(long_corpus, out, "--epochs", "500")
+        wait_for_staging(out, run)
+        run.kill()
+        run.wait()
+    run = start_training(long_corpus, out, "--epochs", "500")
+    wait_for_staging(out, run)
+    run.terminate()  # SIGTERM: cleaned up on the way out, as Ctrl-C
+    assert run.wait(30) == 130 and "interrupted" in run.communicate()[1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    train(settings(long_corpus, out, "glove", epochs=1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vectors"] and (out / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_two_runs_into_one_out_one_wins_the_other_is_refused_in_one_line(tmp_path, long_corpus):
+    """Two static train into one --out ended in OSError: [Errno 39] Directory not empty."""
+    out = tmp_path / "vectors"
+    first = start_training(long_corpus, out, "--epochs", "100000", "--max-time", "5")
+    wait_for_staging(out, first)
+    second = start_training(long_corpus, out, "--epochs", "20")
+    _, err = second.communicate(timeout=120)
+    assert second.returncode == 2 and err.strip() == (f"bertology: error: {out} is being written by another run (its "
+                                                      f".vectors.partial is locked); wait for it to finish, or choose "
+                                                      "another --out"), err
+    assert first.wait(300) == 0, first.communicate()
+    assert load(out).words and sorted(p.name for p in tmp_path.iterdir()) == ["vectors"]
+    third = start_training(long_corpus, out, "--epochs", "1")
+    _, err = third.communicate(timeout=120)
+    assert third.returncode == 2 and f"{out} already exists and is not empty" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vectors"]
