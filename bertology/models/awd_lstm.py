@@ -132,8 +132,8 @@ class AWDLSTMConfig(ConfigFile):
             if type(getattr(self, name)) not in (int, float) or not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"config field {name!r} must be a number in [0, 1), got {getattr(self, name)!r}")
         for name in ("ar_alpha", "tar_beta", "init_range"):
-            if type(getattr(self, name)) not in (int, float) or getattr(self, name) < 0:
-                raise UserError(f"config field {name!r} must be a number >= 0, got {getattr(self, name)!r}")
+            if type(getattr(self, name)) not in (int, float) or not 0 <= getattr(self, name) < float("inf"):
+                raise UserError(f"config field {name!r} must be a finite number >= 0, got {getattr(self, name)!r}")
         if not isinstance(self.lin_ftrs, list) or not all(type(n) is int and n > 0 for n in self.lin_ftrs):
             raise UserError(f"config field 'lin_ftrs' must be a list of positive integers, got {self.lin_ftrs!r}")
         if type(self.pad_token_id) is not int or not 0 <= self.pad_token_id < self.vocab_size:

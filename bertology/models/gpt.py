@@ -117,8 +117,9 @@ class GPTConfig(ConfigFile):
             raise UserError(f"config field 'activation_function' {self.activation_function!r} is not known") from None
         if type(self.num_labels) is not int or self.num_labels < 1:
             raise UserError(f"config field 'num_labels' must be a positive integer, got {self.num_labels!r}")
-        if type(self.lm_coef) not in (int, float) or self.lm_coef < 0:
-            raise UserError(f"config field 'lm_coef' must be a number >= 0, got {self.lm_coef!r}")
+        for name in ("lm_coef", "initializer_range"):  # `nan < 0` is False: the range is written to fail on NaN
+            if type(getattr(self, name)) not in (int, float) or not 0 <= getattr(self, name) < math.inf:
+                raise UserError(f"config field {name!r} must be a finite number >= 0, got {getattr(self, name)!r}")
         for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
             # Not checked against vocab_size: transformers' GPT-2 config keeps 50256 at any size.
             if getattr(self, name) is not None and (type(getattr(self, name)) is not int or getattr(self, name) < 0):

@@ -120,6 +120,9 @@ class T5Config(ConfigFile):
                             f"{', '.join(FEED_FORWARD_PROJ)}")
         if type(self.dropout_rate) not in (int, float) or not 0.0 <= self.dropout_rate < 1.0:
             raise UserError(f"config field 'dropout_rate' must be a number in [0, 1), got {self.dropout_rate!r}")
+        if type(self.initializer_factor) not in (int, float) or not 0 <= self.initializer_factor < float("inf"):
+            raise UserError(f"config field 'initializer_factor' must be a finite number >= 0, got "
+                            f"{self.initializer_factor!r}")
         for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
             if type(value) is not int or not 0 <= value < self.vocab_size:

@@ -126,6 +126,9 @@ class XLNetConfig(ConfigFile):
                 raise UserError(f"config field {name!r} must be a non-negative integer or null, got {value!r}")
         if type(self.clamp_len) is not int:
             raise UserError(f"config field 'clamp_len' must be an integer, got {self.clamp_len!r}")
+        if type(self.initializer_range) not in (int, float) or not 0 <= self.initializer_range < float("inf"):
+            raise UserError(f"config field 'initializer_range' must be a finite number >= 0, got "
+                            f"{self.initializer_range!r}")
         for name in ("dropout", "summary_last_dropout"):
             if type(getattr(self, name)) not in (int, float) or not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"config field {name!r} must be a number in [0, 1), got {getattr(self, name)!r}")
