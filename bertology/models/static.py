@@ -429,6 +429,8 @@ def _header(path: Path, line: bytes) -> tuple[int, int] | None:
     fields = line.split()
     if len(fields) != 2 or not all(f.isdigit() for f in fields):
         return None
+    if any(len(f) > 18 for f in fields):  # beyond int64 (and beyond Python's 4,300 digits a ValueError)
+        raise UserError(f"{path}:1: the header's numbers are too large for a vocabulary and a dimension")
     count, size = int(fields[0]), int(fields[1])
     if size == 0:
         raise UserError(f"{path}:1: the header says the vectors have 0 dimensions")

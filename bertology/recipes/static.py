@@ -66,6 +66,9 @@ from ..training.loop import MetricsLog, parse_duration
 
 BENCHMARK_FILES = {"wordsim353": "wordsim353.tsv", "simlex999": "simlex999.txt", "analogy": "questions-words.txt"}
 _FASTTEXT_MAGIC = 793712314  # the first int32 of a file written by Facebook's fastText
+# word2vec's and fastText's rates are 0.025-0.05; gensim's fastText crashed (SIGSEGV) from --lr 100
+# on a small corpus, its word2vec at 1e308 (its float32 arithmetic overflows)
+GENSIM_MAX_LR = 1.0
 
 
 @dataclass
@@ -101,9 +104,11 @@ class StaticTrainConfig:
                                                          "fasttext, 0.05 for glove's AdaGrad)")
     min_lr: float = setting(0.0001, minimum=0, help="word2vec, fasttext: the learning rate decays linearly to this")
     skip_gram: bool = setting(False, help="word2vec, fasttext: skip-gram instead of CBOW")
-    negative: int = setting(5, minimum=0, maximum=100, help="word2vec, fasttext: negative samples per context word "
+    negative: int = setting(5, positive=True, maximum=100, help="word2vec, fasttext: negative samples per context word "
                                                            "(the papers: 5-20; each one costs as much as the word)")
-    sample: float = setting(1e-3, minimum=0, help="word2vec, fasttext: down-sampling threshold of frequent words")
+    sample: float = setting(1e-3, minimum=0, maximum=1e9,
+                            help="word2vec, fasttext: down-sampling threshold of frequent words (a share; gensim reads "
+                                 "1 and above as a count)")
     min_n: int = setting(3, positive=True, help="fasttext: the shortest character n-gram")
     max_n: int = setting(6, positive=True, help="fasttext: the longest character n-gram")
     bucket: int = setting(2_000_000, positive=True,
@@ -140,6 +145,9 @@ class StaticTrainConfig:
                 raise UserError(f"{path}: no such file or directory")
         if self.max_n < self.min_n:
             raise UserError(f"--max-n ({self.max_n}) must be at least --min-n ({self.min_n})")
+        if self.method != "glove" and self.method_defaults()["lr"] > GENSIM_MAX_LR:
+            raise UserError(f"--lr must be at most {GENSIM_MAX_LR:g} for {self.method}, got {self.lr:g} (above it "
+                            "gensim's training diverges, and its fastText crashes)")
         if self.method != "glove" and self.min_lr > self.method_defaults()["lr"]:
             raise UserError(f"--min-lr ({self.min_lr:g}) must be at most --lr ({self.method_defaults()['lr']:g}): "
                             "the learning rate decays to it")
@@ -499,7 +507,7 @@ def _train_gensim(cfg, corpus, words, counts, config, budget, log, pairs) -> tup
         in_vocabulary = StaticVectors(config, gensim_model.wv.index_to_key, gensim_model.wv.vectors)
         row = _epoch_row(log, done, elapsed, loss, in_vocabulary, pairs)
         if budget < math.inf:
-            planned = min(planned, max(done, int(budget / (elapsed / done))))
+            planned = min(planned, max(done, int(min(budget / (elapsed / done), planned))))  # min: inf fits no int
         bar.total = planned
         bar.update(1)
         bar.set_postfix(wordsim353=row["wordsim353"])

@@ -245,6 +245,11 @@ def test_glove_that_diverges_writes_no_vectors(tmp_path, corpus):
     ("glove", {"window": 10**9}, r"--window must be at most 10000, got 1000000000"),
     ("word2vec", {"negative": 10**6}, r"--negative must be at most 100, got 1000000"),
     ("word2vec", {"workers": 10**5}, r"--workers must be at most 256, got 100000"),
+    # found by the fuzz tier: gensim's own ValueError, a SIGSEGV, an OverflowError of its and one of ours
+    ("word2vec", {"negative": 0}, r"--negative must be positive, got 0"),
+    ("fasttext", {"lr": 100.0}, r"--lr must be at most 1 for fasttext, got 100 \(above it gensim's"),
+    ("word2vec", {"lr": 1e308}, r"--lr must be at most 1 for word2vec"),
+    ("word2vec", {"sample": 1e308}, r"--sample must be at most 1e\+09, got 1e\+308"),
     ("glove", {"window": 10_000, "chunk_tokens": 2**30}, r"--chunk-tokens 1,073,741,824 x --window 10,000 needs about"),
     ("fasttext", {"bucket": 2**40}, r"--bucket 1,099,511,627,776 x --vector-size 16 needs about [\d,.]+ GiB"),
     ("glove", {"vector_size": 2**40}, r"--vector-size 1,099,511,627,776 over \d+ words needs about"),
@@ -253,6 +258,13 @@ def test_sizes_and_loops_are_bounded_before_they_start(tmp_path, corpus, method,
     """GloVe's --window 1e9, word2vec's --negative 1000000 and --workers 100000 hung; the sizes
     below would have allocated terabytes."""
     check_fails(settings(corpus, tmp_path / "out", method, **changes), message)
+
+
+@pytest.mark.slow
+def test_a_time_budget_of_1e308_seconds_trains_the_planned_epochs(tmp_path, corpus):
+    """Found by the fuzz tier: the epochs that fit 1e308 s, inf, were made an int (OverflowError)."""
+    summary = train(settings(corpus, tmp_path / "out", "word2vec", max_time=1e308, epochs=2))
+    assert summary["epochs"] == 2 and not summary["stopped_by_max_time"]
 
 
 def test_existing_output_is_refused(tmp_path, corpus):
