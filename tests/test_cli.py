@@ -321,7 +321,8 @@ def test_a_full_disk_anywhere_is_one_line(capsys, tmp_path, monkeypatch):
 
     monkeypatch.setattr(bertology.recipes.static, "train", full)
     (tmp_path / "corpus.txt").write_text("a b c\n")
-    status, out, err = run_cli(capsys, "static", "train", "--corpus", tmp_path / "corpus.txt", "--out", tmp_path / "out")
+    status, out, err = run_cli(capsys, "static", "train", "--corpus", tmp_path / "corpus.txt", "--out",
+                               tmp_path / "out")
     assert status == 2 and err.strip() == f"bertology: error: {tmp_path / 'out' / 'train.tmp'}: No space left on device"
 
 

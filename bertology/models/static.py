@@ -345,11 +345,12 @@ def read_subwords(path: Path, words: list[str], vocab_shape: tuple[int, int],
         raise UserError(f"{path}: cannot read safetensors file, it may be truncated or corrupt ({err})") from None
     missing = sorted({"vocab_vectors", "ngram_vectors"} - set(tensors))
     if missing:
-        raise UserError(f"{path}: no tensor named {', '.join(missing)} (it holds {', '.join(sorted(tensors)) or 'none'})")
+        held = ", ".join(sorted(tensors)) or "none"
+        raise UserError(f"{path}: no tensor named {', '.join(missing)} (it holds {held})")
     vocab_vectors, ngram_vectors = tensors["vocab_vectors"], tensors["ngram_vectors"]
     if tuple(vocab_vectors.shape) != vocab_shape or tuple(ngram_vectors.shape) != ngram_shape:
-        raise UserError(f"{path}: matrix shapes {tuple(vocab_vectors.shape)}, {tuple(ngram_vectors.shape)} do not match "
-                        f"config.json ({vocab_shape[0]} words, {ngram_shape[0]} buckets, {vocab_shape[1]} dims)")
+        raise UserError(f"{path}: matrix shapes {tuple(vocab_vectors.shape)}, {tuple(ngram_vectors.shape)} do not "
+                        f"match config.json ({vocab_shape[0]} words, {ngram_shape[0]} buckets, {vocab_shape[1]} dims)")
     for name, matrix in (("vocab_vectors", vocab_vectors), ("ngram_vectors", ngram_vectors)):
         if not matrix.is_floating_point():
             raise UserError(f"{path}: {name} is stored as {str(matrix.dtype).removeprefix('torch.')}, not as vectors")
@@ -396,7 +397,8 @@ def read_word2vec_format(path: str | os.PathLike, binary: bool | None = None) ->
         try:
             data = data[mark:].decode(encoding).encode("utf-8")
         except UnicodeDecodeError:
-            raise UserError(f"{path}: not {encoding.upper()} text, though it starts with that byte order mark") from None
+            raise UserError(f"{path}: not {encoding.upper()} text, though it starts with that byte order "
+                            "mark") from None
     else:
         data = data[mark:]  # a UTF-8 byte order mark is no part of the first word
     first_end = data.find(b"\n") + 1 or len(data)

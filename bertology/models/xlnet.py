@@ -68,7 +68,8 @@ def xlnet_parameters(values: dict[str, Any]) -> int:
     """An XLNet's parameter count from its config's fields: the embedding, then per layer the query,
     key, value, output and position projections (5 D^2), the feed-forward (2 D I) and the small rest."""
     width, inner = values["d_model"], values["d_inner"]
-    return values["vocab_size"] * width + values["n_layer"] * (5 * width * width + 2 * width * inner + 12 * width + inner)
+    per_layer = 5 * width * width + 2 * width * inner + 12 * width + inner
+    return values["vocab_size"] * width + values["n_layer"] * per_layer
 
 @dataclass
 class XLNetConfig(ConfigFile):

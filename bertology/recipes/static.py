@@ -125,7 +125,8 @@ class StaticTrainConfig:
                                            help="training budget, e.g. 90s, 20m, 1.5h or seconds: word2vec and "
                                                 "fasttext stop after the last epoch that fits, glove after the "
                                                 "last batch (reading and counting not included; default: none)")
-    eval_fraction: float = setting(0.01, positive=True, below=1, help="share of the documents held out (pretrain's rule)")
+    eval_fraction: float = setting(0.01, positive=True, below=1,
+                                   help="share of the documents held out (pretrain's rule)")
     seed: int = setting(0, help="random seed (vectors' initial values, held-out documents, shuffling)")
     text_format: bool = setting(False, help="also write vectors.txt in word2vec's text format (about 3x the "
                                             "binary's size)")
@@ -319,7 +320,8 @@ def check_fasttext_bin(path: Path) -> None:
         if labels:
             fail("a supervised model (labels), which has no word vectors to import")
         if not 0 < words <= entries or entries * (1 + _FASTTEXT_ENTRY_TAIL) > len(data) - position:
-            fail(f"its dictionary claims {entries:,} entries and {words:,} words, more than its {len(data):,} bytes hold")
+            fail(f"its dictionary claims {entries:,} entries and {words:,} words, more than its {len(data):,} bytes "
+                 "hold")
         for number in range(entries):
             end = data.find(b"\0", position)
             if end < 0 or end + 1 + _FASTTEXT_ENTRY_TAIL > len(data):

@@ -250,8 +250,8 @@ def test_a_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
 
 
 def test_a_diverging_run_stops_at_that_step_keeping_its_last_good_checkpoint(tmp_path):
-    config = TrainConfig(lr=1e30, warmup=0, schedule="constant", max_steps=20, save_every=1, log_every=1, keep_last=2, progress=False, precision="fp32",
-                         max_grad_norm=0)
+    config = TrainConfig(lr=1e30, warmup=0, schedule="constant", max_steps=20, save_every=1, log_every=1, keep_last=2,
+                         progress=False, precision="fp32", max_grad_norm=0)
     trainer = Trainer(Regression(), config, tmp_path, batches)
     with pytest.raises(UserError, match=r"^the loss became (inf|nan) at step (\d+) \(learning rate 1e\+30\): the "
                                         r"learning rate is most likely too high") as error:

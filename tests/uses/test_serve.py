@@ -414,6 +414,7 @@ def test_a_lone_surrogate_in_any_text_is_answered_not_a_500(gpt, sst2):
                                headers={"content-type": "application/json"})
         assert response.status_code == 200 and len(response.json()[answer]) == 1, response.text
     for route, answer in (("/predict", "predictions"), ("/embed", "embeddings")):
-        response = sst2.post(route, content='{"texts": ["good \\udc80 film"]}', headers={"content-type": "application/json"})
+        response = sst2.post(route, content='{"texts": ["good \\udc80 film"]}',
+                             headers={"content-type": "application/json"})
         assert response.status_code == 200 and response.json()[answer] == sst2.post(route, json={"texts": [
             "good \ufffd film"]}).json()[answer], response.text
