@@ -806,7 +806,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as err:
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise
         # A full disk is the machine's state, not a bug: say where, in one line (writes through
         # files.py name their file already; this is every other write).
