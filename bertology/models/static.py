@@ -51,7 +51,7 @@ from torch import nn
 
 from ..errors import UserError
 from ..files import atomic_path, loads_json, write_json_atomic, write_text_atomic
-from ..text import SNIFF_BYTES, sniff_encoding
+from ..text import sniff_encoding
 
 MODEL_TYPE = "static"
 CONFIG_NAME = "config.json"
@@ -389,10 +389,10 @@ def read_word2vec_format(path: str | os.PathLike, binary: bool | None = None) ->
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     data = path.read_bytes()
-    try:
-        encoding, mark = sniff_encoding(data[:SNIFF_BYTES])
-    except ValueError as err:
-        raise UserError(f"{path}: {err}") from None
+    try:  # a byte order mark only: binary vectors hold NULs that read like UTF-16's
+        encoding, mark = sniff_encoding(data[:4])
+    except ValueError:
+        encoding, mark = "utf-8", 0
     if encoding != "utf-8":  # a text file saved as UTF-16 or UTF-32 with its byte order mark
         try:
             data = data[mark:].decode(encoding).encode("utf-8")
