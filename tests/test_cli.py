@@ -513,5 +513,5 @@ def test_pretrain_refuses_a_batch_the_machine_cannot_hold_before_building_it(cap
     status, _, err = run_cli(capsys, "pretrain", "--corpus", small_corpus / "text.txt", "--tokenizer",
                              small_corpus / "tokenizer", "--cache-dir", tmp_path / "cache", "--batch-size", str(10**9),
                              "--max-steps", "1", "--out", tmp_path / "run")
-    assert status == 2 and "--batch-size 1,000,000,000 x --seq-len 128 over 93 tokens, with a model of" in err, err
+    assert status == 2 and "--batch-size 1,000,000,000 x --max-seq-len 128 over 93 tokens, with a model of" in err, err
     assert "needs about" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()

@@ -10,10 +10,10 @@ import torch
 
 from bertology.errors import UserError
 from bertology.memory import check_fits, machine_memory, parameters_of
-from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
+from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLMHeadModel
 from bertology.models.bert import BertConfig, BertModel
 from bertology.models.cove import CoVeConfig, CoVeForTranslation
-from bertology.models.elmo import ELMoConfig, ELMoLanguageModel
+from bertology.models.elmo import ELMoConfig, ELMoLMHeadModel
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.models.xlnet import XLNetConfig, XLNetLMHeadModel
@@ -27,7 +27,7 @@ TINY = {
     "t5 v1.1": (T5Config(vocab_size=300, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=3, num_heads=4,
                          feed_forward_proj="gated-gelu", tie_word_embeddings=False), T5ForConditionalGeneration),
     "xlnet": (XLNetConfig(vocab_size=300, d_model=32, n_layer=2, n_head=4, d_inner=64), XLNetLMHeadModel),
-    "awd-lstm": (AWDLSTMConfig(vocab_size=300, emb_sz=32, n_hid=48), AWDLSTMLanguageModel),
+    "awd-lstm": (AWDLSTMConfig(vocab_size=300, emb_sz=32, n_hid=48), AWDLSTMLMHeadModel),
     "bert": (BertConfig(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=64), BertModel),
     "albert": (BertConfig(vocab_size=300, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
@@ -46,7 +46,7 @@ def test_each_family_counts_its_parameters_from_its_config(family):
 
 def test_lstm_families_with_buffers_count_their_parameters_too():
     elmo = ELMoConfig(vocab_size=300, filters=[[1, 8], [2, 8], [3, 16]], n_highway=1, projection_dim=16, lstm_dim=32)
-    parameters = sum(p.numel() for p in ELMoLanguageModel(elmo).parameters())
+    parameters = sum(p.numel() for p in ELMoLMHeadModel(elmo).parameters())
     assert parameters <= parameters_of(elmo) <= parameters + 2 * 300 * elmo.max_characters_per_token  # + char ids
     cove = CoVeConfig(input_size=16, hidden_size=16, source_vocab_size=50, decoder_vocab_size=30,
                       target_embedding_size=12)

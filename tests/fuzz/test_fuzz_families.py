@@ -46,7 +46,7 @@ from bertology.inference.embedding import embed_texts, load_encoder
 from bertology.inference.generation import GenerationConfig
 from bertology.inference.modeldir import load_model
 from bertology.memory import machine_memory, parameters_of
-from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
+from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLMHeadModel
 from bertology.models.cove import SOURCE_SPECIALS, TARGET_SPECIALS, CoVeConfig, CoVeForTranslation
 from bertology.models.xlnet import XLNetConfig, XLNetLMHeadModel
 from bertology.recipes.pretrain import build_model_config, check_training_memory
@@ -102,7 +102,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
     torch.manual_seed(0)
     for name, model in (("xlnet", XLNetLMHeadModel(XLNetConfig(vocab_size=tokenizer.vocab_size, d_model=32, n_layer=2,
                                                                 n_head=4, d_inner=64))),
-                        ("awd-lstm", AWDLSTMLanguageModel(AWDLSTMConfig(vocab_size=tokenizer.vocab_size, emb_sz=16,
+                        ("awd-lstm", AWDLSTMLMHeadModel(AWDLSTMConfig(vocab_size=tokenizer.vocab_size, emb_sz=16,
                                                                         n_hid=24)))):
         model.save_pretrained(root / name)
         tokenizer.save_pretrained(root / name)

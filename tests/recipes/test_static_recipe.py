@@ -256,7 +256,7 @@ def test_glove_that_diverges_writes_no_vectors(tmp_path, corpus):
 @pytest.mark.parametrize("method, changes, message", [
     ("glove", {"window": 10**9}, r"--window must be at most 10000, got 1000000000"),
     ("word2vec", {"negative": 10**6}, r"--negative must be at most 100, got 1000000"),
-    ("word2vec", {"workers": 10**5}, r"--workers must be at most 256, got 100000"),
+    ("word2vec", {"threads": 10**5}, r"--threads must be at most 256, got 100000"),
     # found by the fuzz tier: gensim's own ValueError, a SIGSEGV, an OverflowError of its and one of ours
     ("word2vec", {"negative": 0}, r"--negative must be positive, got 0"),
     ("fasttext", {"lr": 100.0}, r"--lr must be at most 1 for fasttext, got 100 \(above it gensim's"),
