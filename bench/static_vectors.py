@@ -55,7 +55,7 @@ def train_methods(args, out: Path) -> list[dict]:
         print(f"\n== {method} (load average before: {os.getloadavg()[0]:.1f})", flush=True)
         summary = train(StaticTrainConfig(corpus=[str(p) for p in CORPUS], out=str(target), method=method,
                                           vector_size=args.dim, window=args.window, max_time=args.max_time,
-                                          workers=2, progress=False))
+                                          threads=2, progress=False))
         summary["load_average_after"] = round(os.getloadavg()[0], 1)
         print(json.dumps({k: summary[k] for k in ("seconds", "epochs", "throughput", "held_out")}), flush=True)
         summaries.append(summary)

@@ -48,7 +48,7 @@ def language_model(out: Path, **settings) -> Path:
         return out
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
-    cfg = PretrainConfig(arch="awd-lstm", out=str(out), seq_len=70, batch_size=32, lr=1e-2, eval_every=500,
+    cfg = PretrainConfig(arch="awd-lstm", out=str(out), max_seq_len=70, batch_size=32, lr=1e-2, eval_every=500,
                          save_every=1000, **settings)
     run_pretraining(cfg)
     held_out = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()

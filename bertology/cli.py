@@ -21,9 +21,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
+import itertools
 import json
 import os
 import shutil
+import signal
 import sys
 from dataclasses import dataclass
 from importlib import import_module
@@ -32,12 +35,16 @@ from typing import Any, Callable, Iterator, get_args, get_origin
 
 from . import __version__
 from .config import (
+    Threads,
     alternatives,
     bounds_problem,
+    check_settings,
     choices_of,
     default_of,
     option_name,
     read_settings,
+    renamed_note,
+    resolve_threads,
     setting,
     setting_fields,
     setting_types,
@@ -49,13 +56,13 @@ from .models import family_named, resolve_model_dir
 
 
 @dataclass
-class TokenizerTrainConfig:
+class TokenizerTrainConfig(Threads):
     """The corpus, the vocabulary and where it goes.
 
     The settings of `bertology tokenizer train`.
     """
 
-    corpus: list[str] = setting(required=True, positional=True, metavar="PATH",
+    corpus: list[str] = setting(required=True, metavar="PATH", was_positional=True,
                                 help="text files, or folders of them (also JSONL, Parquet, compressed)")
     out: str = setting(required=True, metavar="DIR", output="dir",
                        help="output directory: tokenizer.json, tokenizer_config.json and vocab.txt (bpe: vocab.json, "
@@ -89,7 +96,7 @@ class InfoConfig:
 
 
 @dataclass
-class ExplainConfig:
+class ExplainConfig(Threads):
     """The model and the picture.
 
     What both `bertology explain` commands take.
@@ -127,9 +134,9 @@ class ExplainSensesConfig(ExplainConfig):
                                     help="your own sentences: one 'sense<TAB>sentence' per line, two senses with "
                                          "two sentences each at least (default: the built-in ones)")
     layer: str = setting("last", help="0 (the embeddings output) .. layers, -1 or last, or sum_last_four and the like")
-    static: str | None = setting(None, metavar="DIR",
-                                 help="static word vectors (`bertology static train`) for the static view (default: "
-                                      "the model's own input embeddings)")
+    vectors: str | None = setting(None, metavar="DIR", formerly=("static",),
+                                  help="static word vectors (`bertology static train`) for the static view (default: "
+                                       "the model's own input embeddings)")
 
 
 # ----- flags from settings ----------------------------------------------------------------------
@@ -204,6 +211,9 @@ def add_setting(group: argparse._ArgumentGroup, name: str, field: dataclasses.Fi
     if kind is bool:
         flag = option_name(f"no_{name}" if default else name)
         group.add_argument(flag, dest=name, action="store_false" if default else "store_true", **options)
+        for old in meta["formerly"]:
+            group.add_argument(option_name(old), dest=name, action=RenamedFlag, new_flag=flag, switch_to=not default,
+                               help=argparse.SUPPRESS)
         return
     if get_origin(kind) in (list, tuple):
         options["nargs"] = "+" if get_origin(kind) is list else len(get_args(kind))
@@ -216,12 +226,36 @@ def add_setting(group: argparse._ArgumentGroup, name: str, field: dataclasses.Fi
     if meta["positional"]:
         group.add_argument(name, **options, **({} if required else {"nargs": "?"}))
     else:
-        group.add_argument(option_name(name), dest=name, required=required, **options)
+        # a setting that was positional is still taken so (checked as required in `parse`)
+        group.add_argument(option_name(name), dest=name, required=required and not meta["was_positional"], **options)
+    if meta["was_positional"]:
+        group.add_argument(f"{FORMERLY_POSITIONAL}{name}", nargs="*", type=options["type"], help=argparse.SUPPRESS)
+    renamed = {"nargs": options.get("nargs"), "type": options["type"], "metavar": options.get("metavar")}
+    for old in meta["formerly"]:
+        group.add_argument(option_name(old), dest=name, action=RenamedFlag, new_flag=option_name(name),
+                           help=argparse.SUPPRESS, **renamed)
+
+
+# The dest of the positional argument a setting used to be (see `setting`'s `was_positional`).
+FORMERLY_POSITIONAL = "formerly_positional_"
+
+
+class RenamedFlag(argparse.Action):
+    """An old name of a setting (`setting`'s `formerly`): it works as the new flag does, with a
+    one-line note; for a switch, it sets what the new switch sets."""
+
+    def __init__(self, option_strings, dest, new_flag, switch_to=None, **kwargs):
+        self.new_flag, self.switch_to = new_flag, switch_to
+        super().__init__(option_strings, dest, **{**kwargs, **({"nargs": 0} if switch_to is not None else {})})
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"bertology: {renamed_note(option_string, self.new_flag)}", file=sys.stderr)
+        setattr(namespace, self.dest, self.switch_to if self.switch_to is not None else values)
 
 
 def config_file_values(cls: type, argv: list[str]) -> dict[str, Any]:
     """The settings of the `--config FILE` in argv, if there is one (checked: see `read_settings`)."""
-    finder = argparse.ArgumentParser(add_help=False)
+    finder = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     finder.add_argument("--config")
     found, _ = finder.parse_known_args(argv)
     return read_settings(cls, found.config) if found.config else {}
@@ -250,9 +284,10 @@ def run_info(cfg: InfoConfig) -> None:
     its family, tokenizer, the commands that take it and its config; with --check, list every
     problem of the directory instead (exit status 2 when there is one)."""
     from .inference.modeldir import check_model_dir, open_model_dir
+    from .training.loop import run_problems
 
     if cfg.check:
-        problems = check_model_dir(cfg.model)
+        problems = check_model_dir(cfg.model) + run_problems(Path(cfg.model))
         for problem in problems:
             print(problem)
         if problems:
@@ -422,7 +457,7 @@ def run_explain_senses(cfg: ExplainSensesConfig) -> None:
     """Draw the word's vectors and print how well they separate by sense."""
     from .uses.explain import explain_senses
 
-    report = explain_senses(cfg.model, cfg.word, cfg.out, cfg.sentences, cfg.layer, cfg.model_name, cfg.static)
+    report = explain_senses(cfg.model, cfg.word, cfg.out, cfg.sentences, cfg.layer, cfg.model_name, cfg.vectors)
     print(report.summary())
     print(f"wrote {cfg.out}")
 
@@ -661,7 +696,20 @@ GROUPS = {"tokenizer": "train a WordPiece or unigram vocabulary",
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line (the full usage is one `--help` away)."""
+    """argparse, but a usage mistake is one line pointing to the command's own `--help`; a flag
+    is never guessed from its first letters (`--epoch` is not `--epochs`); and an unknown flag
+    is named before any missing one (`--taks sst2` is a typo, not a missing `--task`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D102
+        if args is not None and not self._subparsers:  # a command's own parser: every flag it takes is known
+            unknown = [word for word in itertools.takewhile(lambda word: word != "--", args)
+                       if word.startswith("--") and word.split("=")[0] not in self._option_string_actions]
+            if unknown:
+                self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):  # noqa: D102
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -704,7 +752,7 @@ def add_command_settings(parser: argparse.ArgumentParser, command: Command, argv
     if command.config_file:
         parser.add_argument("--config", metavar="FILE", help="a TOML or JSON file with any of these settings (keys "
                             "as the flags' names with _; flags win over the file)")
-    parser.set_defaults(**given, command_to_run=command, settings_class=cls)
+    parser.set_defaults(**given, command_to_run=command, settings_class=cls, command_parser=parser)
 
 
 @contextlib.contextmanager
@@ -724,6 +772,26 @@ def no_empty_folder_left(paths: list[Path]) -> Iterator[None]:
         raise
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (`kill`, a job's end) stops a command as Ctrl-C does, so that its temporary files and
+    staging folders are removed on the way out (the training loop and the server handle both signals
+    their own way while they run)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def output_folders(cfg: Any) -> list[Path]:
     """Where the settings say the command writes: its output folders, and the folders of its output files."""
     folders = []
@@ -739,23 +807,60 @@ def parse(argv: list[str]) -> tuple[Command, Any]:
     file's values, then the flags; a model given by name becomes its installed folder. Raises
     SystemExit after --help, --version or a usage mistake, UserError for a model not found."""
     args = build_parser(argv).parse_args(argv)
+    for name, field in setting_fields(args.settings_class).items():
+        if field.metadata["was_positional"]:
+            given = vars(args).pop(FORMERLY_POSITIONAL + name)
+            if given:
+                print(f"bertology: {renamed_note(f'{name.upper()} as a positional argument', option_name(name))}",
+                      file=sys.stderr)
+                setattr(args, name, [*(getattr(args, name) or []), *given])
+            if field.metadata["required"] and not getattr(args, name):
+                args.command_parser.error(f"the following arguments are required: {option_name(name)}")
     names = {field.name for field in dataclasses.fields(args.settings_class)}
     cfg = args.settings_class(**{k: v for k, v in vars(args).items() if k in names})
     for name, field in setting_fields(cfg).items():
         if field.metadata["model_dir"] and getattr(cfg, name):
             setattr(cfg, name, str(resolve_model_dir(getattr(cfg, name))))
+    check_settings(cfg)  # flags and file alike, and where the outputs go, before any work
     return args.command_to_run, cfg
+
+
+def prepare_threads() -> None:
+    """Before PyTorch loads: its idle OpenMP threads sleep instead of spinning (the user's own
+    OMP_WAIT_POLICY wins).
+
+    PyTorch runs an operation's share of work on each of its threads, and between operations
+    GNU OpenMP's idle threads spin for a while, waiting for the next. On a machine that other
+    programs keep busy, a spinning thread holds the core that another thread of the same
+    operation waits for: the demo's pre-training on 2 threads beside one competing process
+    fell to a tenth of its speed on 1 thread. Sleeping costs a wake-up per operation instead,
+    and keeps every core the fastest choice, busy or free (bench/threads.py measures this; the
+    README's set-up has the numbers). The runtime reads the policy once, when PyTorch loads.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def apply_threads(cfg: Any) -> None:
+    """A command that computes runs on its --threads (or $BERTOLOGY_THREADS, or every core:
+    config.resolve_threads), written back into its settings as the number it runs with."""
+    if isinstance(cfg, Threads):
+        import torch
+
+        cfg.threads = resolve_threads(cfg.threads)
+        torch.set_num_threads(cfg.threads)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `bertology` console script; returns the exit status."""
     argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
+    prepare_threads()
     try:
         try:
             command, cfg = parse(argv)
         except SystemExit as exit_:  # argparse has printed the help, the version or the usage mistake
             return exit_.code or 0
-        with no_empty_folder_left(output_folders(cfg)):
+        apply_threads(cfg)
+        with no_empty_folder_left(output_folders(cfg)), sigterm_interrupts():
             command.run(cfg)
         sys.stdout.flush()  # a closed pipe shows up here, inside these handlers, not at exit
     except UserError as err:
@@ -769,6 +874,13 @@ def main(argv: list[str] | None = None) -> int:
         # with stdout pointed at /dev/null so that Python's own flush at exit does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        # A full disk is the machine's state, not a bug: say where, in one line (writes through
+        # files.py name their file already; this is every other write).
+        print(f"bertology: error: {err.filename or 'a write'}: {err.strerror}", file=sys.stderr)
+        return 2
     return 0
 
 

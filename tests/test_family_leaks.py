@@ -10,7 +10,7 @@ and fails on:
 - a dict literal keyed by such a string;
 - `isinstance`, `issubclass` or `type(x) is` with a class defined in a family's module.
 
-Naming a family as data (`--arch gpt` in a claim's settings, a help text) is not a branch. Three
+Naming a family as data (`--arch gpt` in a claim's settings, a help text) is not a branch. A few
 dict keys spell a family's name without meaning the family: `ALLOWED_KEYS` lists them with why.
 """
 
@@ -28,6 +28,10 @@ ALLOWED_KEYS = {
     ("__init__.py", "static"),  # the Python API of the `bertology static` command group
     ("cli.py", "static"),  # the `bertology static` command group's help
     ("training/objectives.py", "bert"),  # --electra-masking bert: BERT's 80/10/10 masking recipe, a setting's value
+    # transformers' AutoTokenizer table: the tokenizer class a directory of each model_type holds
+    # when its tokenizer_config.json names none (transformers' layout, read below the models layer)
+    *(("data/tokenizer_files.py", name) for name in ("bert", "gpt2", "openai-gpt", "t5", "xlnet", "roberta",
+                                                      "albert", "electra", "distilbert")),
 }
 CLASSES = {name for family in FAMILIES.values()
            for name, value in vars(import_module(family.module)).items()

@@ -111,7 +111,7 @@ def test_corpus_bad_utf16_names_the_line(tmp_path):
 def test_tokenizer_train_reports_replaced_controls(tmp_path, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_bytes(b"word\x00other more words here.\nand another line of text.\n" * 20)
-    status, out, err = run_cli(capsys, "tokenizer", "train", corpus, "--out", tmp_path / "tok", "--vocab-size", "200")
+    status, out, err = run_cli(capsys, "tokenizer", "train", "--corpus", corpus, "--out", tmp_path / "tok", "--vocab-size", "200")
     assert status == 0
     assert "replaced 20 control character(s)" in out
 

@@ -50,7 +50,7 @@ from .experiment import LIGHT_GLUE_RECIPE, Experiment, minilm, pretraining_key
 # 1,024 steps so that the left-to-right run (about 2.4x a masked-LM step: it predicts every
 # token over the 30,522-word vocabulary) and the fine-tuning fit claim 4's 90 minutes. Both
 # claims take their masked LM from MLM_RUN, so the second one finds it in the cache.
-RUN_SHAPE = {"preset": "mini", "seq_len": 64, "batch_size": 32, "lr": 1e-3, "max_steps": 1024, "seed": 0}
+RUN_SHAPE = {"preset": "mini", "max_seq_len": 64, "batch_size": 32, "lr": 1e-3, "max_steps": 1024, "seed": 0}
 MLM_RUN = {**RUN_SHAPE, "objective": "roberta"}  # masked LM over full sentences, no NSP (as ELECTRA's BERT)
 CHECKPOINTS = 5  # kept steps, each double the one before: max/16, max/8, max/4, max/2, max
 QUICK_CHECKPOINTS = 2
@@ -95,7 +95,7 @@ class CheckpointedRun:
         """Training FLOPs of one step of this run (see `training_flops_per_step`)."""
         settings = self.settings()
         return training_flops_per_step(BertConfig.load(self.model(self.steps[-1])), settings["objective"],
-                                       settings["batch_size"] * settings.get("grad_accum", 1), settings["seq_len"],
+                                       settings["batch_size"] * settings.get("grad_accum", 1), settings["max_seq_len"],
                                        settings.get("generator_size", 0.25))
 
 
@@ -199,7 +199,7 @@ def run_scale(experiment: Experiment, settings: dict, steps: list[int]) -> str:
               "WikiText-2 valid + 40 Project Gutenberg books (10.8M words)")
     return (f"Pre-training: the {settings['preset']} BERT ({layers} layers, {hidden} wide, all-MiniLM-L6-v2's "
             f"30,522-token vocabulary), {settings['max_steps']:,} steps of {settings['batch_size']} x "
-            f"{settings['seq_len']} tokens at lr {settings['lr']:g} (linear warmup and decay) on {corpus}; the "
+            f"{settings['max_seq_len']} tokens at lr {settings['lr']:g} (linear warmup and decay) on {corpus}; the "
             f"models kept at steps {', '.join(f'{s:,}' for s in steps)} of that one run.")
 
 

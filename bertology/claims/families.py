@@ -28,7 +28,7 @@ families take claim 3's recipe per column (GLUE_RECIPE for SST-2 and MRPC, MRPC'
 SPAN_AND_TOKEN_TASKS for CoNLL-2003 and SQuAD, T5's SQuAD at 384 tokens) at claim 3's rate,
 ULMFiT the same data at its own classifier's settings; the feature families (static, CoVe,
 ELMo) the same data under claim 1's heads over frozen features, each as its paper feeds a task
-model: CoVe as [GloVe; CoVe], ELMo as [word2vec; ELMo] (`finetune --word-vectors`: the static
+model: CoVe as [GloVe; CoVe], ELMo as [word2vec; ELMo] (`finetune --vectors`: the static
 row's vectors in front of ELMo's learned scalar mix). WiC is `bertology wic`'s probe (a
 logistic regression on the target word's vectors, deterministic: one number, no seeds), the
 best layer's dev accuracy and its name. A cell the
@@ -226,7 +226,7 @@ def cell_runner(experiment: Experiment, family: str, models: dict[str, Path], se
         features = {"mode": "features", "feature_head": head["feature_head"], "epochs": head["epochs"],
                     "lr": FEATURE_HEAD_LR, "feature_layers": "mix" if family == ELMO_ROW else "sum_last_four"}
         if family == ELMO_ROW:  # ELMo's paper: [x_k; ELMo_k], the task model's word vectors beside ELMo's
-            features["word_vectors"] = str(models[STATIC])
+            features["vectors"] = str(models[STATIC])
         return lambda: experiment.finetuned(name, model=str(models[family]), task=task, data=str(data),
                                             **{**recipe, **features})
     if family == ULMFIT:
@@ -254,7 +254,8 @@ def student(experiment: Experiment, task: str) -> Path:
 
 def wic_probe(experiment: Experiment, family: str, model: Path) -> Probe:
     """The WiC probe of a family's model: its best layer's dev accuracy (results in wic/<family>.json)."""
-    probe = run_wic(WicConfig(data=str(experiment.task_data("wic")), model=str(model), max_train_pairs=WIC_TRAIN_PAIRS,
+    probe = run_wic(WicConfig(data=str(experiment.task_data("wic")), model=str(model),
+                              max_train_examples=WIC_TRAIN_PAIRS,
                               out=str(experiment.out / "wic" / f"{slug(family)}.json")))
     best = max(probe["layers"], key=lambda layer: layer["dev_accuracy"])
     return Probe(best["dev_accuracy"], best["layer"])
@@ -343,9 +344,9 @@ def scale_note(experiment: Experiment, settings: dict[str, dict]) -> str:
     return (f"Pre-training on {corpus_words(experiment.quick)} for {time} (steps = the time / each model's measured "
             f"seconds per step). The Transformers {size_label(bert['preset'])} (T5: encoder and decoder each; ALBERT "
             f"E={settings[ALBERT]['embedding_size']}, all layers shared), batches of {bert['batch_size']} x "
-            f"{bert['seq_len']} tokens, 8,000-piece vocabularies trained on the corpus (claim 3). ELMo `{elmo['preset']}` "
-            f"({elmo['batch_size']} x {elmo['seq_len']} tokens) and ULMFiT's AWD-LSTM `{awd['preset']}` "
-            f"({awd['batch_size']} x {awd['seq_len']}), each with its own 8,000-word vocabulary. Static: word2vec "
+            f"{bert['max_seq_len']} tokens, 8,000-piece vocabularies trained on the corpus (claim 3). ELMo `{elmo['preset']}` "
+            f"({elmo['batch_size']} x {elmo['max_seq_len']} tokens) and ULMFiT's AWD-LSTM `{awd['preset']}` "
+            f"({awd['batch_size']} x {awd['max_seq_len']}), each with its own 8,000-word vocabulary. Static: word2vec "
             "(claim 1's settings). CoVe's pre-training data is necessarily a translation corpus: Multi30k's 29k "
             "English-German captions, over GloVe trained on the shared corpus (claim 1's). "
             + experiment.glue_scale(GLUE_RECIPE, FINETUNE_LR)

@@ -84,7 +84,7 @@ def run(experiment: Experiment) -> ClaimReport:
               "MNLI-m 77.9 -> 86.6, and held-out masked-LM perplexity fell 5.84 -> 3.23.",
         scale=f"Presets {', '.join(size_label(p) for p in sizes)}, each pre-trained by masked LM (RoBERTa's recipe) "
               f"for {budget['max_steps']:,} steps of {budget.get('batch_size', MINI_MLM['batch_size'])} x "
-              f"{MINI_MLM['seq_len']} tokens, the same for every size, on {corpus_words(experiment.quick)}; rates "
+              f"{MINI_MLM['max_seq_len']} tokens, the same for every size, on {corpus_words(experiment.quick)}; rates "
               "1e-3 (pre-training) and 3e-4 (fine-tuning) times sqrt(256 / width). " + experiment.glue_scale(),
         columns=["model", "parameters", "held-out MLM accuracy", *GLUE_TASKS], rows=rows, verdicts=verdicts,
         plots=[str(plot)], notes=notes)

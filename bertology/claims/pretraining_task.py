@@ -77,7 +77,7 @@ from .experiment import (
     verdict,
 )
 
-PRETRAIN = {"preset": "tiny", "seq_len": 128, "batch_size": 32, "lr": 1e-3, "seed": 0}
+PRETRAIN = {"preset": "tiny", "max_seq_len": 128, "batch_size": 32, "lr": 1e-3, "seed": 0}
 PRETRAIN_MINUTES = 5.0  # per objective, on the machine the step times are measured on
 TIMING_STEPS = 12  # --quick: QUICK_TIMING_STEPS
 QUICK_TIMING_STEPS = 4
@@ -200,7 +200,7 @@ def pretraining_settings(experiment: Experiment) -> dict[str, dict]:
     unigram = str(corpus_tokenizer(experiment, **T5_VOCABULARY))
     base = experiment.quick_scale({**PRETRAIN, "max_steps": None})
     if experiment.quick:
-        base["seq_len"] = 64  # the quick corpus and a tiny budget: shorter texts, same code
+        base["max_seq_len"] = 64  # the quick corpus and a tiny budget: shorter texts, same code
     return {name: {**base, "arch": "bert", **row,
                    "tokenizer": unigram if family_named(row.get("arch", "bert")).spec.tokenizer_sentinels else wordpiece}
             for name, row in ROWS.items() if row is not None}
@@ -236,7 +236,7 @@ def scale_note(experiment: Experiment, settings: dict[str, dict], budget: float)
                           for column, (_, _, _, s) in SPAN_AND_TOKEN_TASKS.items())
     return (f"Every model {size_label(base['preset'])} (T5: encoder and decoder each), pre-trained on "
             f"{corpus_words(experiment.quick)} for {time}, "
-            f"batches of {base['batch_size']} x {base['seq_len']} tokens, lr {base['lr']:g}; 8,000-token vocabularies "
+            f"batches of {base['batch_size']} x {base['max_seq_len']} tokens, lr {base['lr']:g}; 8,000-token vocabularies "
             "trained on the corpus (WordPiece; T5: unigram with 100 sentinels). "
             + experiment.glue_scale(GLUE_RECIPE, FINETUNE_LR)
             + f" {tasks}, at lr {FINETUNE_LR:g}; SQuAD v1.1-style (see the notes), dev F1 of the best epoch.")

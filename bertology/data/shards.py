@@ -27,7 +27,7 @@ from .corpus import ReadStats, _check_doc_format, read_documents, text_files
 MANIFEST = "manifest.json"
 
 
-_CACHE_VERSION = 3  # bump when the shard layout or the reading rules change
+_CACHE_VERSION = 4  # bump when the shard layout or the reading rules change (3: tokenizers keyed by their fingerprint; 4: one-file corpora)
 
 
 _SHARD_TOKENS = 1 << 24  # ~16M tokens: 32 MB of uint16 per shard file
@@ -243,7 +243,8 @@ class TokenizedCorpus:
             document_offsets[d] .. document_offsets[d+1]-1.
         skipped_lines: lines skipped as invalid UTF-8 (or JSONL lines as not JSON objects) while building.
         control_characters: control characters replaced by spaces while building (see text.py).
-        formats: the format each file was read in ("lines" or "file"; for JSONL and Parquet the one asked for).
+        formats: the format each file was read in ("lines" or "file", a one-file corpus also "paragraphs" or
+            "line per document"; for JSONL and Parquet the one asked for).
         reused: True when `build_corpus` found the cache already built.
 
     Raises (on opening):

@@ -175,7 +175,7 @@ def load_model(directory: str | os.PathLike) -> nn.Module:
 
 def open_static_vectors(directory: str | os.PathLike, flag: str) -> nn.Module:
     """Static word vectors (a family whose spec has `word_vectors`: `bertology static train` writes
-    them) for the setting `flag` (--word-vectors, --vectors, --static); any other directory is a
+    them) for the setting `flag` (--vectors); any other directory is a
     one-line error naming the flag."""
     opened = open_model_dir(directory)
     if not opened.spec.word_vectors:

@@ -31,12 +31,13 @@ from .. import __version__
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..models.features import FeatureEncoder, FeatureModel
+from ..ops import run_precision
 from ..tasks.inputs import InputSettings
 from ..tasks.readers import SequenceExample, SpanExample, TaskSpec, TokenExample, WicExample
 from .embedding import embed_texts, length_limit
 from .modeldir import ModelDir, open_model_dir
 from .predict import model_device
-from .runners import Runner, open_runner, run_precision
+from .runners import Runner, open_runner
 
 
 def task_model_encoder(model_dir: ModelDir, model: nn.Module) -> FeatureEncoder | None:

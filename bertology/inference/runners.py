@@ -13,8 +13,8 @@ A family's spec says how its fine-tuned directories run (`FamilySpec.runner`):
 Each gives the same three things: `predict(examples)`, what `bertology predict` writes;
 `evaluate(examples, split)`, the task's metrics on them; and `answer(examples)`, what
 `bertology serve` returns for each (with the probabilities where the model has them). Every
-runner applies the one precision policy (`run_precision`), which every command states in its
-`--help` (`PRECISION_HELP`).
+runner applies the one precision policy (ops.py's `run_precision`), which every command states
+in its `--help` (`PRECISION_HELP`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch import nn
 
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
-from ..ops import resolve_precision
+from ..ops import run_precision
 from ..tasks.inputs import InputSettings, decode_tokens, encode, example_logits, find_answers, softmax
 from ..tasks.readers import TaskSpec
 from .modeldir import CPU_FORMATS, ModelDir, open_model_dir
@@ -37,21 +37,6 @@ from .predict import decode, model_device, run_rows, score
 from .static_heads import head_logits, load_static_head, read_logits, word_features
 from .tagging import Tagger
 from .text_to_text import casting_for, decode_examples, generation_inputs, predict_text, split_metrics
-
-PRECISION_HELP = ("auto: bf16 where the device runs it fast, else fp32; a model that computes in one precision only "
-                  "(an int8 or ONNX export, a T5 writing text, a head over word vectors) takes that one and refuses "
-                  "the other")
-
-
-def run_precision(requested: str, device: torch.device, fixed: str | None = None, why: str = "") -> str:
-    """The one precision policy: "auto" is bf16 where `device` runs it fast, else fp32; a model that
-    computes in one precision only (`fixed`, for the reason `why`) takes that one for "auto" and
-    refuses the other with a one-line error."""
-    if fixed is None:
-        return resolve_precision(requested, device)
-    if requested not in ("auto", fixed):
-        raise UserError(f"--precision {requested}: this model computes in {fixed} only ({why}); use auto or {fixed}")
-    return fixed
 
 
 class Runner:

@@ -42,6 +42,12 @@ class Family:
     module: str  # imported on first use
     model_types: tuple[str, ...]  # config.json `model_type` values this family loads
     description: str
+    # The command that trains it: "pretrain" (its spec lists objectives), "static train", "translate
+    # train" or "finetune" (from scratch, by a recipe of its own: `recipe`); None for a layout that is
+    # read and written but not trained as such (RoBERTa's: `pretrain --arch bert --objective roberta`
+    # trains its recipe on BERT's layout). Kept here, without PyTorch, for `--help`'s choices;
+    # tests/models/test_registry.py checks it against the spec.
+    trained_by: str | None = "pretrain"
     # A family trained from scratch by `finetune --arch NAME` (TagLM's tagger): its recipe's module,
     # which has `prepare_run(cfg, spec, train, dev)`, `train_run(cfg, data, seed, out)`,
     # `describe_run(cfg)` and `OPTIONS` (what its own flags do, for messages).
@@ -59,14 +65,19 @@ FAMILIES: dict[str, Family] = {
         Family("bert", "bertology.models.bert", ("bert", "bertology"),
                "bidirectional Transformer encoder (BERT; RoBERTa, ALBERT, ELECTRA and LTR variants by config)"),
         Family("roberta", "bertology.models.roberta", ("roberta",),
-               "RoBERTa as transformers lays it out: BERT's encoder, positions after the padding id, its own heads"),
+               "RoBERTa as transformers lays it out: BERT's encoder, positions after the padding id, its own heads",
+               trained_by=None),
         Family("albert", "bertology.models.albert", ("albert",),
-               "ALBERT as transformers lays it out: factorized embeddings, shared layers, sentence-order head"),
+               "ALBERT as transformers lays it out: factorized embeddings, shared layers, sentence-order head",
+               trained_by=None),
         Family("electra", "bertology.models.electra", ("electra",),
-               "ELECTRA as transformers lays it out: the discriminator or the generator (a masked LM)"),
+               "ELECTRA as transformers lays it out: the discriminator or the generator (a masked LM)",
+               trained_by=None),
         Family("distilbert", "bertology.models.distilbert", ("distilbert",),
-               "DistilBERT as transformers lays it out: BERT's layers without segments or pooler"),
-        Family("static", "bertology.models.static", ("static",), "one vector per word type: word2vec, fastText, GloVe"),
+               "DistilBERT as transformers lays it out: BERT's layers without segments or pooler",
+               trained_by=None),
+        Family("static", "bertology.models.static", ("static",), "one vector per word type: word2vec, fastText, GloVe",
+               trained_by="static train"),
         Family("gpt", "bertology.models.gpt", ("openai-gpt", "gpt2"),
                "left-to-right Transformer language model that generates text (GPT-1; GPT-2's pre-LN by config)"),
         Family("t5", "bertology.models.t5", ("t5",),
@@ -76,19 +87,20 @@ FAMILIES: dict[str, Family] = {
         Family("elmo", "bertology.models.elmo", ("elmo",),
                "ELMo's biLM: a character CNN under a forward and a backward 2-layer LSTM language model"),
         Family("cove", "bertology.models.cove", ("cove",),
-               "CoVe: an English-to-German attentional LSTM translation model whose encoder gives word features"),
+               "CoVe: an English-to-German attentional LSTM translation model whose encoder gives word features",
+               trained_by="translate train"),
         Family("awd-lstm", "bertology.models.awd_lstm", ("awd-lstm",),
                "ULMFiT's regularised 3-layer LSTM language model and its concat-pooling classifier (AWD-LSTM)"),
         Family("taglm", "bertology.models.taglm", ("taglm",),
                "TagLM's BiLSTM-CRF sequence tagger, reading a frozen biLM's states (finetune --arch taglm)",
-               recipe="bertology.recipes.tagger"),
+               trained_by="finetune", recipe="bertology.recipes.tagger"),
     )
 }
 
 
-def trained_by_finetune() -> tuple[str, ...]:
-    """The families `finetune --arch NAME` trains from scratch (each with a recipe of its own)."""
-    return tuple(name for name, family in FAMILIES.items() if family.recipe)
+def trained_by(command: str) -> tuple[str, ...]:
+    """The families a command trains: "pretrain", "static train", "translate train", "finetune" (from scratch)."""
+    return tuple(name for name, family in FAMILIES.items() if family.trained_by == command)
 
 
 def register(family: Family) -> None:

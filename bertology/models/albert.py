@@ -148,7 +148,6 @@ SPEC = replace(
                         f"{c.hidden_size} wide, {c.embedding_width}-wide embeddings, {c.vocab_size:,}-token "
                         "vocabulary)"),
     objectives=(),
-    pretrain_note="ALBERT's recipe trains BERT's layout here: --arch bert --objective albert",
     pretraining_models={},
     pretrain_switches={},
     heads={"sequence": AlbertForSequenceClassification, "token": AlbertForTokenClassification,

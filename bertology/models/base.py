@@ -436,8 +436,6 @@ class FamilySpec:
     # Objective names (training/objectives.py's registry), the default first; () = trained by a
     # command of its own (static vectors, CoVe, TagLM).
     objectives: tuple[str, ...] = ()
-    # With no objectives, how it is trained instead, for `pretrain --arch NAME` to say ("" = its own command).
-    pretrain_note: str = ""
     # The model each objective trains, by role (see training/objectives.py): config -> model.
     pretraining_models: dict[str, Callable[..., nn.Module]] = field(default_factory=dict)
     # An LSTM: pre-trained over a token stream, carrying its state from batch to batch.
@@ -469,7 +467,7 @@ class FamilySpec:
     finetune_options: tuple[str, ...] = ()
     # Whether `bertology.inference.modeldir.save_random_weights` builds its random twin (default_class(config)).
     random_twin: bool = False
-    # One vector per word type (static vectors): what --word-vectors, --vectors and --static take.
+    # One vector per word type (static vectors): what --vectors takes.
     word_vectors: bool = False
     # A translation model (CoVe's): what `bertology translate evaluate` and `translate text` run.
     translates: bool = False

@@ -152,7 +152,6 @@ SPEC = replace(
     describe=lambda c: (f"DistilBERT encoder ({c.num_hidden_layers} layers, {c.hidden_size} wide, "
                         f"{c.vocab_size:,}-token vocabulary)"),
     objectives=(),
-    pretrain_note="a DistilBERT is distilled from a fine-tuned teacher here: bertology distill --student-layers",
     pretraining_models={},
     pretrain_switches={},
     heads={"sequence": DistilBertForSequenceClassification, "token": DistilBertForTokenClassification,

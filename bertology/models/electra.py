@@ -154,7 +154,6 @@ SPEC = replace(
     describe=lambda c: (f"ELECTRA encoder ({c.num_hidden_layers} layers, {c.hidden_size} wide, "
                         f"{c.embedding_width}-wide embeddings, {c.vocab_size:,}-token vocabulary)"),
     objectives=(),
-    pretrain_note="ELECTRA's recipe trains BERT's layout here: --arch bert --objective electra",
     pretraining_models={},
     pretrain_switches={},
     heads={"sequence": ElectraForSequenceClassification, "token": ElectraForTokenClassification,

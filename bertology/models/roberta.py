@@ -117,7 +117,6 @@ SPEC = replace(
     describe=lambda c: (f"RoBERTa encoder ({c.num_hidden_layers} layers, {c.hidden_size} wide, "
                         f"{c.vocab_size:,}-token vocabulary)"),
     objectives=(),
-    pretrain_note="RoBERTa's recipe trains BERT's layout here: --arch bert --objective roberta",
     pretraining_models={},
     pretrain_switches={},
     heads={"sequence": RobertaForSequenceClassification, "token": RobertaForTokenClassification,

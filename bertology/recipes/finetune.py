@@ -14,25 +14,25 @@ recipes/feature_mode.py) freezes the encoder and trains only a head on cached la
 from __future__ import annotations
 
 import dataclasses
-from importlib import import_module
 import sys
 from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from ..config import TaskConfig, default_of, setting, setting_fields
+from ..config import TaskConfig, Threads, default_of, setting, setting_fields
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
 from ..inference.embedding import POOLINGS
 from ..inference.modeldir import ModelDir, describe_task, open_model_dir
-from ..inference.runners import PRECISION_HELP, open_runner
+from ..inference.runners import open_runner
 from ..inference.static_heads import open_word_features
-from ..models import family_named, resolve_model_dir, trained_by_finetune
+from ..models import family_named, resolve_model_dir, trained_by
 from ..models.features import LAYER_CHOICES
-from ..ops import PRECISIONS
+from ..ops import PRECISION_HELP, PRECISIONS
 from ..tasks.inputs import InputSettings, collate, encode
 from ..tasks.readers import (
     TaskSpec,
@@ -44,7 +44,7 @@ from ..tasks.readers import (
     write_wic_predictions,
 )
 from ..tasks.splits import hold_out_dev, read_inputs, read_split, resolve_task, subset
-from ..training.loop import Trainer
+from ..training.loop import Trainer, check_resumed_record
 from .feature_mode import train_feature_head
 from .static_features import check_task, prepare_static_data, train_static_head
 from .task_training import (
@@ -107,17 +107,17 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                                             "--gradual-unfreezing)")
     drop_mult: float = setting(1.0, positive=True, help="--model an AWD-LSTM: ULMFiT's one dropout knob, every "
                                                        "dropout of the classifier (fastai's) times this")
-    arch: str = setting("head", choices=lambda: ("head", *trained_by_finetune()),
+    arch: str = setting("head", choices=lambda: ("head", *trained_by("finetune")),
                         help="head: one small head on --model (the BERT paper); taglm: Peters et al. 2017's "
                              "BiLSTM-CRF tagger trained here, reading --lm's biLM states")
     lm: str | None = setting(None, metavar="DIR", help="--arch taglm: the frozen biLM (an ELMo from `pretrain --arch "
                                                        "elmo`) whose top states join after the first BiLSTM "
                                                        "(default: none, the tagger without a biLM)")
-    word_vectors: str | None = setting(None, metavar="DIR",
-                                       help="the task model's own word vectors (`bertology static train`): --arch "
-                                            "taglm starts its word embeddings from them; --mode features puts each "
-                                            "token's word vector in front of its features, as ELMo's paper feeds "
-                                            "[x_k; ELMo_k] to its task models (default: none)")
+    vectors: str | None = setting(None, metavar="DIR", formerly=("word_vectors",),
+                                  help="the task model's own word vectors (`bertology static train`): --arch "
+                                       "taglm starts its word embeddings from them; --mode features puts each "
+                                       "token's word vector in front of its features, as ELMo's paper feeds "
+                                       "[x_k; ELMo_k] to its task models (default: none)")
     seeds: int = setting(1, positive=True, help="run N seeds (--seed, --seed + 1, ...) and report the median "
                                                 "and spread")
     mode: str = setting("finetune", choices=MODES,
@@ -130,11 +130,12 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                                 help="features mode: the head (bilstm: the paper's two-layer BiLSTM)")
     feature_pooling: str = setting("mean", choices=POOLINGS,
                                    help="features mode, sentence tasks: how the token features become one vector")
-    cache_dir: str | None = setting(None, metavar="DIR", help="features mode: where computed features are kept "
-                                                              "(default: $BERTOLOGY_CACHE/features)")
+    cache_dir: str | None = setting(None, metavar="DIR", output="dir",
+                                    help="features mode: where computed features are kept (default: "
+                                         "$BERTOLOGY_CACHE/features)")
 
     def __post_init__(self) -> None:
-        for name in ("data", "model", "out", "train_file", "dev_file", "cache_dir", "lm", "word_vectors"):  # Paths welcome from Python
+        for name in ("data", "model", "out", "train_file", "dev_file", "cache_dir", "lm", "vectors"):  # Paths welcome from Python
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, str(value))
@@ -153,19 +154,19 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                 recipe = import_module(family_named(self.arch).recipe)
                 raise UserError(f"{given[0]} is not an option of --arch {self.arch}, which trains its own model "
                                 f"({recipe.OPTIONS})")
-            for flag, path in (("--lm", self.lm), ("--word-vectors", self.word_vectors)):
+            for flag, path in (("--lm", self.lm), ("--vectors", self.vectors)):
                 if path is not None and not Path(path).is_dir():
                     raise UserError(f"{flag} {path}: no such directory")
             return
         if self.lm is not None:
-            archs = " or ".join(trained_by_finetune())
+            archs = " or ".join(trained_by("finetune"))
             raise UserError(f"--lm belongs to --arch {archs}; give --arch {archs}, or leave it out")
-        if self.word_vectors is not None:
+        if self.vectors is not None:
             if self.mode != "features":
-                raise UserError("--word-vectors goes with --mode features (each token's word vector beside its "
+                raise UserError("--vectors goes with --mode features (each token's word vector beside its "
                                 "features) or --arch taglm (the tagger's word embeddings); fine-tuning has none")
-            if not Path(self.word_vectors).is_dir():
-                raise UserError(f"--word-vectors {self.word_vectors}: no such directory")
+            if not Path(self.vectors).is_dir():
+                raise UserError(f"--vectors {self.vectors}: no such directory")
         if not self.model:
             raise UserError("--model is required: the pre-trained model directory (only --arch taglm trains a "
                             "tagger without one)")
@@ -242,8 +243,9 @@ def finetune_once(cfg: FinetuneConfig, data: RunData, seed: int, out: Path) -> d
     return best.results
 
 
-# The fine-tuning options of one family or another (its spec's `finetune_options`), with their flags.
-FAMILY_OPTIONS = {"head_bilstm": "--head-bilstm", "drop_mult": "--drop-mult"}
+# The fine-tuning options of one family or another (its spec's `finetune_options`): flag, what it does.
+FAMILY_OPTIONS = {"head_bilstm": ("--head-bilstm", "puts a BiLSTM between a BERT-family encoder and its head"),
+                  "drop_mult": ("--drop-mult", "scales an AWD-LSTM classifier's dropouts (ULMFiT)")}
 
 
 def check_model_setup(cfg: FinetuneConfig, model_dir: ModelDir, kind: str) -> None:
@@ -257,17 +259,17 @@ def check_model_setup(cfg: FinetuneConfig, model_dir: ModelDir, kind: str) -> No
         modes = {"finetune": "fine-tuned whole here (--mode finetune)",
                  "features": "a fixed feature source: use --mode features (a head trains on its features)"}
         raise UserError(f"{name} is {modes[spec.finetune_modes[0]]}")
-    for option, flag in FAMILY_OPTIONS.items():
+    for option, (flag, what) in FAMILY_OPTIONS.items():
         if getattr(cfg, option) != default_finetune_setting(option) and option not in spec.finetune_options:
-            raise UserError(f"{flag} is an option of another family's fine-tuning; {name} does not take it")
+            raise UserError(f"{flag} {what}; {name} does not take it")
     if (cfg.layer_lr_decay < 1 or cfg.gradual_unfreezing) and spec.layer_of is None:
         raise UserError(f"--layer-lr-decay and --gradual-unfreezing are ULMFiT's options for a stack of layers; "
                         f"{name} declares none")
     if cfg.long_inputs == "window" and spec.runner == "text_to_text":
         raise UserError("--long-inputs window: a text-to-text model's inputs are cut at --max-seq-len (text to text "
                         "has no windows here; a training example whose answer is cut off is dropped and counted)")
-    if cfg.word_vectors is not None and spec.runner == "word_features":
-        raise UserError(f"--word-vectors go beside a contextual encoder's features; {name} reads word vectors already")
+    if cfg.vectors is not None and spec.runner == "word_features":
+        raise UserError(f"--vectors go beside a contextual encoder's features; {name} reads word vectors already")
     if kind == "wic":
         if "wic" not in spec.heads:
             raise UserError(f"wic needs a BERT-family encoder (its head reads the target words' tokens); {name} has "
@@ -320,6 +322,8 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
         model_dir = open_model_dir(cfg.model)
         check_model_setup(cfg, model_dir, resolve_task(cfg).kind)
         data, train_one, too_long = PREPARE[model_dir.spec.runner](cfg)
+    if cfg.resume:  # before the record is written again: the earlier run's settings, or a one-line refusal
+        check_resumed_record(out / CONFIG_NAME, dataclasses.asdict(cfg))
     write_json_atomic(out / CONFIG_NAME, {**dataclasses.asdict(cfg), "task_spec": dataclasses.asdict(data.spec),
                                           "train_examples": len(data.train),
                                           "train_examples_longer_than_max_seq_len": too_long})
@@ -333,7 +337,7 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
 
 
 @dataclass
-class EvaluateConfig:
+class EvaluateConfig(Threads):
     """The model, the task's split, and where the results go.
 
     The settings of `bertology evaluate`.
@@ -351,7 +355,7 @@ class EvaluateConfig:
 
 
 @dataclass
-class PredictConfig:
+class PredictConfig(Threads):
     """The model, the input file and where the predictions go.
 
     The settings of `bertology predict`.

@@ -9,16 +9,17 @@ into the output directory."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from ..config import default_of, option_name, override, setting, setting_fields
-from ..data.corpus import DOC_FORMATS, reading_notes
+from ..data.corpus import DOC_FORMATS, corpus_notes, reading_notes
 from ..data.pretraining import PretrainingDataset, collate, make_batches, static_mask_seeds
 from ..data.shards import TokenizedCorpus, build_corpus, continuation_table
 from ..data.token_stream import StreamBatches, TokenStream
@@ -26,7 +27,8 @@ from ..data.tokenizer import Tokenizer, train_tokenizer
 from ..data.tokenizer_files import has_tokenizer
 from ..errors import UserError
 from ..files import cache_root, write_json_atomic
-from ..models import FAMILIES, architectures, family_named, family_of
+from ..memory import FP32_BYTES, check_fits, parameters_of
+from ..models import FAMILIES, family_named, family_of, trained_by
 from ..models.base import SIZES, ConfigFile, FamilySpec, load_pretrained
 from ..models.bert import POSITION_TYPES
 from ..plots import plot_training_curves
@@ -35,6 +37,7 @@ from ..training.loop import (
     TrainConfig,
     Trainer,
     check_no_earlier_run,
+    check_resumed_record,
     check_writable,
     metrics_from_counts,
 )
@@ -67,9 +70,9 @@ class PretrainConfig(TrainConfig):
     tokenizer: str | None = setting(None, metavar="DIR", help="a tokenizer directory (default: train one on the corpus)")
     vocab_size: int = setting(30522, positive=True, help="the size of a vocabulary trained on the corpus")
     cased: bool = setting(False, help="train a cased vocabulary (case and accents kept)")
-    cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR",
+    cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR", output="dir",
                              help="where the tokenized corpus is kept for later runs ($BERTOLOGY_CACHE)")
-    arch: str = setting("bert", choices=architectures, help="the model family")
+    arch: str = setting("bert", choices=lambda: trained_by("pretrain"), help="the model family")
     preset: str = setting("mini", choices=SIZES, help="the model's size")
     model_config: str | None = setting(None, metavar="FILE", help="a config.json for the encoder instead of a "
                                                                   "preset (default: none)")
@@ -95,9 +98,11 @@ class PretrainConfig(TrainConfig):
                                     help=f"{OBJECTIVE_HELP} (default: the family's first; `bertology pretrain --arch "
                                          "NAME --help` does not list them per family: a wrong one is refused naming "
                                          "those --arch takes)")
-    seq_len: int = setting(128, minimum=8, help="sequence length in tokens")
+    max_seq_len: int = setting(128, minimum=8, formerly=("seq_len",),
+                               help="tokens per sequence, at most (BERT packs sentences up to it; an LSTM's BPTT "
+                                    "length)")
     batch_size: int = setting(32, positive=True, help="sequences per micro-batch")
-    short_seq_prob: float = setting(0.1, minimum=0, help="share of shorter sequences, as BERT's data has")
+    short_seq_prob: float = setting(0.1, minimum=0, maximum=1, help="share of shorter sequences, as BERT's data has")
     whole_word_masking: bool = setting(False, help="mask all the pieces of a word together")
     # Off by default: RoBERTa's dynamic masking, a fresh mask every time a sequence is seen.
     static_masks: int | None = setting(None, positive=True, metavar="N",
@@ -121,14 +126,14 @@ class PretrainConfig(TrainConfig):
     mean_span_length: float = setting(3.0, positive=True, help="t5: the mean length of a dropped span, in tokens")
     gated_gelu: bool = setting(False, help="t5: T5 v1.1's gated-GELU feed-forward and an output matrix of its own")
     # Off by default: memory changes the data (a stream, not shuffled sequences) and the held-out
-    # regime, so earlier runs stay comparable; on, --seq-len is a sensible N at the small presets.
+    # regime, so earlier runs stay comparable; on, --max-seq-len is a sensible N at the small presets.
     mem_len: int = setting(0, minimum=0, metavar="N",
                            help="xlnet: Transformer-XL's segment recurrence, as XLNet pre-trains: read the corpus as "
                                 "a token stream, each batch row continuing its text, every token also attending to "
                                 "the states of the last N positions its row read (per layer, no gradient; the model's "
                                 "mem_len); held out, the same. 0: off, independent sequences (the release: 384 at "
-                                "512 tokens; here --seq-len is a sensible N)")
-    eval_fraction: float = setting(0.01, positive=True, help="share of the documents held out for evaluation")
+                                "512 tokens; here --max-seq-len is a sensible N)")
+    eval_fraction: float = setting(0.01, positive=True, below=1, help="share of the documents held out for evaluation")
     eval_batches: int = setting(20, positive=True, help="held-out batches per evaluation")
     lr: float = override(TrainConfig, "lr", 5e-4)  # an AWD-LSTM wants fastai's order, --lr 1e-2
     eval_every: int = override(TrainConfig, "eval_every", 200)
@@ -145,8 +150,8 @@ class PretrainConfig(TrainConfig):
         spec = family.spec
         trained = [name for name, other in FAMILIES.items() if other.spec.objectives]
         if not spec.objectives:
-            how = spec.pretrain_note or f"{family.name} ({family.description}) is trained by its own command"
-            raise UserError(f"--arch {family.name}: pretrain trains the {', '.join(trained)} families; {how}")
+            raise UserError(f"--arch {family.name}: pretrain trains the {', '.join(trained)} families; {family.name} "
+                            f"({family.description}) is trained by its own command")
         if self.objective is None:
             self.objective = spec.objectives[0]
         if self.objective not in spec.objectives:
@@ -177,8 +182,6 @@ class PretrainConfig(TrainConfig):
             raise UserError(f"--layer-lr-decay must be at most 1, got {self.layer_lr_decay}")
         if not 0 < self.noise_density < 1:
             raise UserError(f"--noise-density must be between 0 and 1, got {self.noise_density}")
-        if self.eval_fraction >= 1:
-            raise UserError(f"--eval-fraction must be below 1, got {self.eval_fraction}")
 
     def flag_given(self, name: str) -> str:
         """The flag a setting was given with, for messages: --share-layers, --no-segment-embeddings,
@@ -228,11 +231,24 @@ def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> ConfigFile:
         raise UserError(f"model settings: {err}") from None
     check = OBJECTIVES[cfg.objective].check
     if check is not None:
-        check(cfg.objective_options(), config, tokenizer, cfg.seq_len)
+        check(cfg.objective_options(), config, tokenizer, cfg.max_seq_len)
     positions = spec.context_length(config)
-    if positions is not None and cfg.seq_len > positions:
-        raise UserError(f"--seq-len {cfg.seq_len} is larger than the model's context ({positions} positions)")
+    if positions is not None and cfg.max_seq_len > positions:
+        raise UserError(f"--max-seq-len {cfg.max_seq_len} is larger than the model's context ({positions} positions)")
     return config
+
+
+def check_training_memory(cfg: PretrainConfig, model_config) -> None:
+    """Refuse, before anything is allocated, a run the machine cannot hold: each parameter four
+    times in fp32 (the weights, their gradients, AdamW's two moments), and a micro-batch's logits
+    over the vocabulary three times (the logits, their softmax, its gradient), the largest
+    activations of the small models here."""
+    parameters = parameters_of(model_config)
+    logits = cfg.batch_size * cfg.max_seq_len * model_config.vocab_size
+    check_fits(FP32_BYTES * (4 * parameters + 3 * logits),
+               f"--batch-size {cfg.batch_size:,} x --max-seq-len {cfg.max_seq_len:,} over {model_config.vocab_size:,} "
+               f"tokens, with a model of {parameters:,} parameters,")
+
 
 
 def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer:
@@ -358,15 +374,25 @@ def summed(counts: dict[str, torch.Tensor]) -> dict[str, float]:
     return {key: float(value) for key, value in counts.items()}
 
 
+def held_out_advice(cfg: PretrainConfig, documents: int, held_out: int) -> str:
+    """What gives a run held-out text when its held-out documents give none: more documents when
+    the corpus is one (none can be held out), else a larger share of them."""
+    if documents < 2:
+        return ("the corpus is one document, so none can be held out: give more files, or one file with blank lines "
+                "between its documents (read with --doc-format lines or auto)")
+    return f"raise --eval-fraction (now {cfg.eval_fraction:g}: {held_out:,} of the {documents:,} documents)"
+
+
 def make_evaluator(dataset: PretrainingDataset, objective, batch_size: int, max_batches: int, seed: int,
-                   pad_id: int, continuation: torch.Tensor | None):
-    """module -> held-out metrics over up to `max_batches` batches of the eval documents.
+                   pad_id: int, continuation: torch.Tensor | None, advice: str):
+    """module -> held-out metrics over up to `max_batches` batches of the eval documents (`advice`:
+    what to do when they give none).
 
     The instances and their masking are the same at every evaluation, so the curve is comparable.
     """
     instances = dataset.instances(0)
     if not instances:
-        raise UserError("the held-out documents give no evaluation sequences; raise --eval-fraction")
+        raise UserError(f"the held-out documents give no evaluation sequences; {advice}")
     chunks = [instances[i:i + batch_size] for i in range(0, len(instances), batch_size)][:max_batches]
 
     def evaluate(module) -> dict:
@@ -389,9 +415,8 @@ def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus
     --static-masks, each by its own seed; the held-out batches are masked the same at every
     evaluation either way)."""
     spec = OBJECTIVES[cfg.objective]
-    datasets = [PretrainingDataset(corpus, docs, cfg.seq_len, spec.data_format, spec.pair_task, cfg.short_seq_prob,
-                                   tokenizer.start_token_id, tokenizer.end_token_id, cfg.seed,
-                                   cfg.sop_balance)
+    datasets = [PretrainingDataset(corpus, docs, cfg.max_seq_len, spec.data_format, spec.pair_task, cfg.short_seq_prob,
+                                   tokenizer.start_token_id, tokenizer.end_token_id, cfg.seed, cfg.sop_balance)
                 for docs in (train_docs, eval_docs)]
     objective = build_objective(cfg.objective, model_config, mask_id(cfg, tokenizer),
                                 sentinel_ids=tokenizer.sentinel_token_ids, **cfg.objective_options())
@@ -400,29 +425,31 @@ def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus
                                        tokenizer.pad_token_id, dist.rank, dist.world_size, continuation,
                                        cfg.static_masks)
     evaluate = make_evaluator(datasets[1], objective, cfg.batch_size, cfg.eval_batches, cfg.seed + 1,
-                              tokenizer.pad_token_id, continuation)
+                              tokenizer.pad_token_id, continuation,
+                              held_out_advice(cfg, corpus.num_documents, len(eval_docs)))
     return objective, train_batches, evaluate
 
 
 def token_streams(cfg: PretrainConfig, corpus: TokenizedCorpus, train_docs, eval_docs, tokenizer: Tokenizer,
                   dist: Distributed, reverse: bool = False) -> tuple[TokenStream, TokenStream]:
     """(training, held-out) token streams (data/token_stream.py), each document opened by [CLS]: the
-    training documents in --batch-size rows per rank, read --seq-len tokens at a time; the held-out
+    training documents in --batch-size rows per rank, read --max-seq-len tokens at a time; the held-out
     ones in order, in as many rows, fewer when their text is short (a full window each). `reverse`:
     the same streams read from their ends (ELMo's backward LM)."""
-    stream = TokenStream(corpus, train_docs, cfg.batch_size * dist.world_size, cfg.seq_len, cfg.seed,
+    stream = TokenStream(corpus, train_docs, cfg.batch_size * dist.world_size, cfg.max_seq_len, cfg.seed,
                          tokenizer.cls_token_id, reverse=reverse)
     if stream.batches_per_epoch < 1:
         raise UserError(f"{', '.join(cfg.corpus)}: {stream.num_tokens:,} training tokens, too few for one batch of "
-                        f"{stream.rows} rows x {cfg.seq_len + 1} tokens (--batch-size x (--seq-len + 1)); use more "
-                        "text, a smaller --batch-size or a shorter --seq-len")
-    held_out = TokenStream(corpus, eval_docs, 1, cfg.seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False)
+                        f"{stream.rows} rows x {cfg.max_seq_len + 1} tokens (--batch-size x (--max-seq-len + 1)); "
+                        "use more text, a smaller --batch-size or a shorter --max-seq-len")
+    held_out = TokenStream(corpus, eval_docs, 1, cfg.max_seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False)
     if held_out.batches_per_epoch < 1:
         raise UserError(f"{', '.join(cfg.corpus)}: the held-out documents hold {held_out.num_tokens:,} tokens, fewer "
-                        f"than one --seq-len window of {cfg.seq_len + 1}; raise --eval-fraction")
-    rows = min(cfg.batch_size, held_out.num_tokens // (cfg.seq_len + 1))
-    return stream, TokenStream(corpus, eval_docs, rows, cfg.seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False,
-                               reverse=reverse)
+                        f"than one --max-seq-len window of {cfg.max_seq_len + 1}; "
+                        f"{held_out_advice(cfg, corpus.num_documents, len(eval_docs))}")
+    rows = min(cfg.batch_size, held_out.num_tokens // (cfg.max_seq_len + 1))
+    return stream, TokenStream(corpus, eval_docs, rows, cfg.max_seq_len, cfg.seed, tokenizer.cls_token_id,
+                               shuffle=False, reverse=reverse)
 
 
 def stream_training(cfg: PretrainConfig, model_config: ConfigFile, corpus: TokenizedCorpus, train_docs, eval_docs,
@@ -496,20 +523,41 @@ def discriminative_rates(spec: FamilySpec, num_layers: int, decay: float):
     return scale
 
 
-def run_pretraining(cfg: PretrainConfig) -> str:
-    """Run a whole pre-training job; returns "completed" or "interrupted"."""
+def run_pretraining(cfg: PretrainConfig, on_speed: Callable[[float], None] | None = None) -> str:
+    """Run a whole pre-training job; returns "completed" or "interrupted". `on_speed`: see `Trainer`."""
     cfg.validate()
-    spec = family_named(cfg.arch).spec
-    objective_spec = OBJECTIVES[cfg.objective]
     dist = Distributed()
     out = Path(cfg.out)
     check_writable(out, needed_bytes=0)  # the Trainer checks the space once the model's size is known
     if not cfg.resume:
         check_no_earlier_run(out)
+    else:  # other settings than the run's are refused before any work
+        check_resumed_record(out / RESOLVED_CONFIG_NAME, dataclasses.asdict(cfg))
+    fresh, started = not any(out.iterdir()), []
+    try:
+        return _pretrain(cfg, dist, out, on_start=lambda: started.append(True), on_speed=on_speed)
+    except BaseException:
+        if fresh and not started and dist.is_main:  # all there is this run's, and it never began: leave nothing
+            for path in out.iterdir():
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        raise
+
+
+def _pretrain(cfg: PretrainConfig, dist: Distributed, out: Path, on_start: Callable[[], None],
+              on_speed: Callable[[float], None] | None) -> str:
+    """The run, once `run_pretraining` has checked its output folder: its record of the settings
+    (pretrain_config.json) is written once the Trainer starts, after which `on_start` is called."""
+    spec = family_named(cfg.arch).spec
+    objective_spec = OBJECTIVES[cfg.objective]
     tokenizer = load_or_train_tokenizer(cfg, dist)
     model_config = build_model_config(cfg, tokenizer)
-    if dist.is_main:
-        write_json_atomic(out / RESOLVED_CONFIG_NAME, {**dataclasses.asdict(cfg), "model_config_resolved": model_config.to_dict()})
+    check_training_memory(cfg, model_config)
+
+    def record_run() -> None:
+        if dist.is_main:
+            write_json_atomic(out / RESOLVED_CONFIG_NAME,
+                              {**dataclasses.asdict(cfg), "model_config_resolved": model_config.to_dict()})
+        on_start()
 
     corpus = load_corpus(cfg, tokenizer, dist)
     train_docs, eval_docs = corpus.split(cfg.eval_fraction, cfg.seed)
@@ -517,8 +565,9 @@ def run_pretraining(cfg: PretrainConfig) -> str:
         print(f"corpus: {corpus.num_documents:,} documents, {corpus.num_tokens:,} tokens "
               f"({len(train_docs):,} documents for training, {len(eval_docs):,} held out)"
               f"{', reused tokenized shards' if corpus.reused else ''}", file=sys.stderr)
-        if notes := reading_notes(corpus.skipped_lines, corpus.control_characters):
-            print(notes, file=sys.stderr)
+        for notes in (corpus_notes(corpus.formats), reading_notes(corpus.skipped_lines, corpus.control_characters)):
+            if notes:
+                print(notes, file=sys.stderr)
 
     torch.manual_seed(cfg.seed)
     if spec.reads_stream or objective_spec.data_format == "stream":
@@ -547,7 +596,8 @@ def run_pretraining(cfg: PretrainConfig) -> str:
         module.model_to_save().save_pretrained(out)
         tokenizer.save_pretrained(out)
 
-    trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist, lr_scale)
+    trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist, lr_scale, on_speed,
+                      on_start=record_run)
     status = trainer.fit()
     if dist.is_main:
         plot_training_curves({cfg.objective: trainer.log.rows()}, out / "training_curves.png",

@@ -1,11 +1,11 @@
-"""Training TagLM's tagger: `bertology finetune --task conll2003 --arch taglm [--lm ELMO_DIR] [--word-vectors DIR]`.
+"""Training TagLM's tagger: `bertology finetune --task conll2003 --arch taglm [--lm ELMO_DIR] [--vectors DIR]`.
 
 Peters et al. 2017 (models/taglm.py): a BiLSTM-CRF over word embeddings and a character CNN,
 with a frozen biLM's top states joined after the first BiLSTM. Without `--lm` it is the
 paper's baseline, the same tagger without the biLM; the claim is the difference.
 
 The vocabulary is the training words seen at least twice (a word seen once stays unknown, so
-the unknown-word row trains on real rare words), plus, with `--word-vectors`, every word of
+the unknown-word row trains on real rare words), plus, with `--vectors`, every word of
 those static vectors, whose rows start from their vectors (the paper starts from Senna's).
 The biLM runs once over every sentence (it is frozen, as in the paper) and its states are
 kept for all epochs and seeds. The loop, the per-epoch dev evaluation (entity F1 by seqeval,
@@ -69,12 +69,12 @@ def vocabulary(train: list, lowercase: bool, vectors: StaticVectors | None) -> l
     return words
 
 
-OPTIONS = "--lm DIR gives it a biLM, --word-vectors DIR its starting word vectors"  # for finetune's messages
+OPTIONS = "--lm DIR gives it a biLM, --vectors DIR its starting word vectors"  # for finetune's messages
 
 
 def prepare_run(cfg, spec: TaskSpec, train: list, dev: dict[str, list]) -> TaggerData:
-    """`finetune --arch taglm`'s data: `prepare_tagger_data` with the run's --lm and --word-vectors."""
-    return prepare_tagger_data(spec, train, dev, cfg.lm, cfg.word_vectors)
+    """`finetune --arch taglm`'s data: `prepare_tagger_data` with the run's --lm and --vectors."""
+    return prepare_tagger_data(spec, train, dev, cfg.lm, cfg.vectors)
 
 
 def describe_run(cfg) -> str:
@@ -88,7 +88,7 @@ def prepare_tagger_data(spec: TaskSpec, train: list, dev: dict[str, list], lm_di
     check_tagging_task(spec)
     vectors = None
     if vectors_dir:
-        vectors = open_static_vectors(vectors_dir, "--word-vectors")
+        vectors = open_static_vectors(vectors_dir, "--vectors")
     lm = BiLMStates(lm_dir) if lm_dir else None
     train = [e for e in train if e.words]  # a sentence without words has nothing to tag or learn from
     lowercase = vectors.config.lowercase if vectors is not None else True

@@ -222,7 +222,7 @@ def summarize(spec: TaskSpec, runs: list[dict]) -> dict:
     summary = {"task": spec.name, "split": "dev", "seeds": len(runs)}
     for key in runs[0]:
         values = [r[key] for r in runs]
-        if key in ("task", "split", "step") or not all(isinstance(v, (int, float)) for v in values):
+        if key in ("task", "split", "step", "seed") or not all(isinstance(v, (int, float)) for v in values):
             continue
         summary[key] = statistics.median(values)
         summary[f"{key}_min"], summary[f"{key}_max"] = min(values), max(values)

@@ -369,7 +369,7 @@ def explain_senses(model_dir: str | os.PathLike, word: str, out: str | os.PathLi
     vectors = sense_vectors(model, tokenizer, word, examples, layer, source)
     static_source = "input embeddings"
     if static is not None:
-        vectors = with_static_vectors(vectors, open_static_vectors(static, "--static"))
+        vectors = with_static_vectors(vectors, open_static_vectors(static, "--vectors"))
         static_source = f"{Path(static).resolve().name} vectors"
     report = SenseReport(word, layer_label(layer, model.num_hidden_layers),
                          separation(vectors.contextual, vectors.senses), separation(vectors.static, vectors.senses))

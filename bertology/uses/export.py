@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from .. import checkpoint
-from ..config import setting
+from ..config import Threads, setting
 from ..errors import UserError
 from ..inference.modeldir import CPU_FORMATS, ModelDir, exported_config, open_model_dir
 from ..inference.onnx import ONNX_NAME, OnnxModel, require
@@ -49,7 +49,7 @@ FORMATS = ("hf", "int8", "onnx")
 
 
 @dataclass
-class ExportConfig:
+class ExportConfig(Threads):
     """The model, the format and where the export goes.
 
     The settings of `bertology export`.

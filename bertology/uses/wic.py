@@ -48,18 +48,18 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from torch import nn
 
-from ..config import setting
+from ..config import Threads, setting
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
 from ..inference.modeldir import ModelDir, open_model_dir
-from ..ops import PRECISIONS, autocast, resolve_precision
+from ..ops import PRECISION_HELP, PRECISIONS, autocast, resolve_precision
 from ..tasks.readers import read_wic
 from ..tasks.splits import subset
 
 SPLITS = ("train", "dev")
 @dataclass
-class WicConfig:
+class WicConfig(Threads):
     """The settings of `bertology wic`."""
 
     data: str = setting(required=True, metavar="DIR", help="WiC's folder: train.data.txt, train.gold.txt, "
@@ -67,10 +67,11 @@ class WicConfig:
     model: str = setting(required=True, metavar="MODEL", model_dir=True,
                          help="a BERT, GPT, XLNet, T5 (its encoder), ELMo, AWD-LSTM or CoVe model directory, static "
                               "vectors (bertology static train), or an installed model's name")
-    max_train_pairs: int | None = setting(None, positive=True, help="fit the regression on a reproducible random "
-                                                                    "subset of this many training pairs (default: all)")
+    max_train_examples: int | None = setting(None, positive=True, formerly=("max_train_pairs",),
+                                             help="fit the regression on a reproducible random subset of this many "
+                                                  "training pairs (default: all)")
     batch_size: int = setting(64, positive=True, help="sentences per forward pass")
-    precision: str = setting("fp32", choices=PRECISIONS, help="the forward passes' precision")
+    precision: str = setting("fp32", choices=PRECISIONS, help=f"the forward passes' precision; {PRECISION_HELP}")
     out: str | None = setting(None, metavar="FILE", output="file", help="also write the results as JSON here "
                                                                                 "(default: print only)")
 
@@ -173,7 +174,7 @@ def run_wic(cfg: WicConfig) -> dict:
     """Probe every layer (view) of the model on WiC; return the results (and write them to cfg.out)."""
     data = Path(cfg.data)
     splits = {split: read_wic(data / f"{split}.data.txt", data / f"{split}.gold.txt") for split in SPLITS}
-    splits["train"] = subset(splits["train"], cfg.max_train_pairs, seed=0)
+    splits["train"] = subset(splits["train"], cfg.max_train_examples, seed=0)
     model_dir = open_model_dir(cfg.model)
     family = model_dir.family.name
     if model_dir.spec.feature_encoder is None and model_dir.spec.word_views is None:

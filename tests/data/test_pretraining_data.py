@@ -16,6 +16,7 @@ import torch
 from bertology.data import shards
 from bertology.data.corpus import (
     ReadStats,
+    corpus_notes,
     detect_format,
     read_documents,
     split_sentences,
@@ -163,6 +164,41 @@ def test_auto_detects_wrapped_books_and_line_files(tmp_path):
     assert stats.formats == {str(book): "file", str(lines): "lines"}
     assert len(documents) == 1 + 10
     assert all(len(s) < 300 and "\n" not in s for s in documents[0])
+
+
+def test_a_corpus_of_one_text_file_is_cut_into_documents(tmp_path):
+    """One document could hold nothing out for evaluation: a one-file corpus read with "auto" is
+    cut at its blank lines (a wrapped book's paragraphs rejoined), or at every line without them."""
+    rng = np.random.default_rng(0)
+    book = tmp_path / "book.txt"
+    book.write_text(wrapped_book(rng, paragraphs=12), encoding="utf-8")
+    stats = ReadStats()
+    paragraphs = list(read_documents([book], stats=stats))
+    assert stats.formats == {str(book): "paragraphs"} and len(paragraphs) == 12
+    assert paragraphs == [[s for doc in read_documents([p], "file") for s in doc] for p in split_book(book, tmp_path)]
+    assert "one text file, read as a document per paragraph" in corpus_notes(stats.formats)
+    assert len(list(read_documents([book], "file"))) == 1  # asked for, one document stays one
+    blocks = tmp_path / "blocks.txt"
+    blocks.write_text("A first document.\nIts second line.\n\nA second document.\n", encoding="utf-8")
+    stats = ReadStats()
+    assert list(read_documents([blocks], stats=stats)) == [["A first document.", "Its second line."],
+                                                          ["A second document."]]
+    assert stats.formats == {str(blocks): "lines"} and corpus_notes(stats.formats) == ""
+    lines = tmp_path / "lines.txt"
+    lines.write_text("One line. Two sentences.\nAnother line.\nA third.\n", encoding="utf-8")
+    stats = ReadStats()
+    assert list(read_documents([lines], stats=stats)) == [["One line.", "Two sentences."], ["Another line."],
+                                                          ["A third."]]
+    assert "a document per line (the file has no blank lines)" in corpus_notes(stats.formats)
+    assert len(list(read_documents([lines, blocks]))) == 3  # two files: each read as before
+
+
+def split_book(book, folder):
+    """The paragraphs of a wrapped book, each written to a file of its own."""
+    paragraphs = book.read_text(encoding="utf-8").strip().split("\n\n")
+    for i, paragraph in enumerate(paragraphs):
+        (folder / f"paragraph-{i}.txt").write_text(paragraph + "\n", encoding="utf-8")
+    return [folder / f"paragraph-{i}.txt" for i in range(len(paragraphs))]
 
 
 @pytest.mark.slow

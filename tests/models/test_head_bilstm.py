@@ -164,6 +164,6 @@ def test_the_switch_is_for_a_fine_tuned_bert_family_encoder_only(capsys, tmp_pat
                                    "--model", tiny_model, "--out", tmp_path / "b"), "does not apply to wic")
     gpt = save_tiny_gpt(tmp_path / "gpt")
     assert_one_line_error(*run_cli(capsys, "finetune", "--head-bilstm", *task, "--model", gpt, "--out", tmp_path / "c"),
-                          "BERT-family encoder", "gpt model")
+                          "BERT-family encoder", "openai-gpt decoder")
     assert_one_line_error(*run_cli(capsys, "finetune", "--head-bilstm", "--arch", "taglm", "--task", "conll2003",
                                    "--data", tmp_path, "--out", tmp_path / "d"), "--head-bilstm is not an option")

@@ -444,7 +444,7 @@ def test_elmo_features_train_a_head_and_evaluate_and_predict(tmp_path, keyword_t
     lm_dir = save_tiny_elmo(tmp_path / "elmo", tokenizer, projection_dim=64, lstm_dim=128)
     common = dict(task="classification", train_file=str(keyword_task / "train.csv"), dev_file=str(keyword_task / "dev.csv"),
                   model=str(lm_dir), batch_size=16, lr=1e-2, cache_dir=str(tmp_path / "cache"))
-    with pytest.raises(UserError, match="ELMo's biLM is a feature source"):
+    with pytest.raises(UserError, match="is a fixed feature source: use --mode features"):
         finetune(tmp_path, "whole", **common)
     # Max pooling: a random biLM's layers carry the keyword in its own token's vectors and little
     # into its neighbours', so the mean over a sentence dilutes it (measured: 0.5 after 8 epochs).
@@ -459,7 +459,7 @@ def test_elmo_features_train_a_head_and_evaluate_and_predict(tmp_path, keyword_t
 
 
 def test_word_vectors_beside_elmo_features_carry_what_the_features_lack(tmp_path, keyword_task):
-    """ELMo's paper feeds its task models [x_k; ELMo_k]: --word-vectors puts each token's static
+    """ELMo's paper feeds its task models [x_k; ELMo_k]: --vectors puts each token's static
     vector in front of its features. A random biLM's mean-pooled features barely carry the
     keyword (measured: 0.5 after 8 epochs, see above); static vectors in which "excellent" stands
     out do, so the same head learns the task only with them, and the saved model (biLM, vectors,
@@ -476,7 +476,7 @@ def test_word_vectors_beside_elmo_features_carry_what_the_features_lack(tmp_path
                   model=str(lm_dir), batch_size=16, lr=1e-2, cache_dir=str(tmp_path / "cache"), mode="features",
                   feature_layers="mix", epochs=8)
     without, _ = finetune(tmp_path, "without", **common)
-    results, out = finetune(tmp_path, "with", word_vectors=str(vectors_dir), **common)
+    results, out = finetune(tmp_path, "with", vectors=str(vectors_dir), **common)
     assert results["accuracy"] > 0.9 and without["accuracy"] < 0.8, (results, without)  # measured: 1.0 and 0.66
     assert json.loads((out / "feature_head.json").read_text())["word_vector_size"] == 8
     model, tokenizer, spec, settings = load_finetuned(str(out))
@@ -487,17 +487,17 @@ def test_word_vectors_beside_elmo_features_carry_what_the_features_lack(tmp_path
 
 def test_word_vectors_are_refused_where_they_have_no_place(tmp_path, tiny_model, keyword_task):
     common = dict(task="classification", train_file=str(keyword_task / "train.csv"), dev_file=str(keyword_task / "dev.csv"))
-    with pytest.raises(UserError, match="--word-vectors goes with --mode features"):
-        finetune(tmp_path, "a", model=str(tiny_model), word_vectors=str(tiny_model), **common)
+    with pytest.raises(UserError, match="--vectors goes with --mode features"):
+        finetune(tmp_path, "a", model=str(tiny_model), vectors=str(tiny_model), **common)
     with pytest.raises(UserError, match="no such directory"):
-        finetune(tmp_path, "b", model=str(tiny_model), mode="features", word_vectors=str(tmp_path / "none"), **common)
+        finetune(tmp_path, "b", model=str(tiny_model), mode="features", vectors=str(tmp_path / "none"), **common)
     with pytest.raises(UserError, match="takes a static-vectors directory"):
-        finetune(tmp_path, "c", model=str(tiny_model), mode="features", word_vectors=str(tiny_model), **common)
+        finetune(tmp_path, "c", model=str(tiny_model), mode="features", vectors=str(tiny_model), **common)
     vectors_dir = tmp_path / "vectors"
     StaticVectors(StaticConfig("imported", 4, lowercase=True), ["excellent", "film"], torch.ones(2, 4)
                   ).save_pretrained(vectors_dir)
     with pytest.raises(UserError, match="reads word vectors already"):
-        finetune(tmp_path, "d", model=str(vectors_dir), mode="features", word_vectors=str(vectors_dir), **common)
+        finetune(tmp_path, "d", model=str(vectors_dir), mode="features", vectors=str(vectors_dir), **common)
 
 
 @pytest.mark.parametrize("name, first_line", [("valid.txt", "EU NNP B-NP B-ORG"), ("mine.txt", "-DOCSTART- -X- O O")])

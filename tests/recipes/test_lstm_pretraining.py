@@ -33,7 +33,7 @@ def corpus(data_dir, tmp_path_factory):
 
 def settings(root, out, **overrides):
     values = dict(arch="awd-lstm", corpus=[str(root / "wiki.txt")], tokenizer=str(root / "tokenizer"), out=str(out),
-                  cache_dir=str(root / "cache"), model=TINY, seq_len=32, batch_size=8, lr=3e-3, eval_fraction=0.1,
+                  cache_dir=str(root / "cache"), model=TINY, max_seq_len=32, batch_size=8, lr=3e-3, eval_fraction=0.1,
                   eval_batches=4, eval_every=0, log_every=1, save_every=0, precision="fp32", progress=False, seed=0)
     values.update(overrides)
     return PretrainConfig(**values)
@@ -71,7 +71,7 @@ def test_stream_rows_continue_from_batch_to_batch(corpus):
 
 @pytest.mark.slow
 def test_the_language_model_learns_and_saves_a_loadable_model(corpus, tmp_path):
-    cfg = settings(corpus, tmp_path, model={}, preset="tiny", lr=1e-2, batch_size=16, seq_len=64, max_steps=150, eval_every=75,
+    cfg = settings(corpus, tmp_path, model={}, preset="tiny", lr=1e-2, batch_size=16, max_seq_len=64, max_steps=150, eval_every=75,
                    log_every=10)
     assert run_pretraining(cfg) == "completed"
     evals = rows(tmp_path, "eval")

@@ -54,7 +54,7 @@ def corpus(data_dir, tmp_path_factory):
 def settings(root, out, **overrides):
     """A tiny, fast, fp32 run on the fixture corpus (fields overridable)."""
     values = dict(corpus=[str(root / "wiki.txt")], tokenizer=str(root / "tokenizer"), out=str(out),
-                  cache_dir=str(root / "cache"), preset="tiny", seq_len=64, batch_size=16, lr=1e-3,
+                  cache_dir=str(root / "cache"), preset="tiny", max_seq_len=64, batch_size=16, lr=1e-3,
                   eval_fraction=0.1, eval_batches=8, eval_every=0, log_every=10, save_every=0,
                   precision="fp32", progress=False, seed=0)
     values.update(overrides)
@@ -102,7 +102,7 @@ def test_each_objective_learns(corpus, tmp_path, objective):
 def test_run_writes_a_transformers_loadable_model_and_its_records(corpus, tmp_path):
     status = main(["pretrain", "--corpus", str(corpus / "wiki.txt"), "--tokenizer", str(corpus / "tokenizer"),
                    "--out", str(tmp_path), "--cache-dir", str(corpus / "cache"), "--preset", "tiny",
-                   "--seq-len", "64", "--batch-size", "8", "--max-steps", "20", "--log-every", "5",
+                   "--max-seq-len", "64", "--batch-size", "8", "--max-steps", "20", "--log-every", "5",
                    "--eval-fraction", "0.1", "--no-progress", "--precision", "auto"])
     assert status == 0
     for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json", "metrics.jsonl",
@@ -190,7 +190,7 @@ def test_bad_input_stops_before_training(corpus, tmp_path, capsys, problem):
         (tmp_path / "folder" / "image.png").write_bytes(b"\x89PNG")
         args += ["--corpus", str(tmp_path / "folder")]
     elif problem == "seq-len":
-        args += ["--corpus", str(text), "--seq-len", "1024"]
+        args += ["--corpus", str(text), "--max-seq-len", "1024"]
     elif problem == "bad-utf8":
         (tmp_path / "bad.txt").write_bytes(text.read_bytes()[:20000] + b"\nbroken \xff line\n")
         args += ["--corpus", str(tmp_path / "bad.txt")]
@@ -207,6 +207,35 @@ def test_bad_input_stops_before_training(corpus, tmp_path, capsys, problem):
         assert "bad.txt:" in err[0] and "UTF-8" in err[0]
 
 
+@pytest.mark.slow  # the README's command on one book: a vocabulary and 20 steps of the mini preset
+def test_one_book_is_a_corpus(data_dir, tmp_path, capsys):
+    book = data_dir / "gutenberg/11-alices-adventures-in-wonderland.txt"
+    assert main(["pretrain", "--corpus", str(book), "--out", str(tmp_path / "out"), "--max-steps", "20",
+                 "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"{book}: one text file, read as a document per paragraph" in err
+    documents, held_out = map(int, re.search(r"corpus: ([\d,]+) documents.*, ([\d,]+) held out\)", err).groups())
+    assert documents > 500 and held_out >= 5  # the paragraphs of the book, 1% of them held out
+    assert [row["step"] for row in rows(tmp_path / "out", "eval")] == [20]
+
+
+def test_corpus_errors_give_advice_that_works(corpus, tmp_path, capsys):
+    """The held-out text gives no evaluation: one document (none can be held out) says so; too
+    little held out says to raise --eval-fraction, and doing so fixes it."""
+    book = tmp_path / "one.txt"
+    book.write_text("One sentence. " * 200 + "\n", encoding="utf-8")
+    base = ["pretrain", "--tokenizer", str(corpus / "tokenizer"), "--cache-dir", str(tmp_path / "cache"),
+            "--arch", "awd-lstm", "--preset", "tiny", "--max-seq-len", "16", "--batch-size", "1", "--max-steps", "1",
+            "--precision", "fp32", "--no-progress"]
+    assert main([*base, "--corpus", str(book), "--doc-format", "file", "--out", str(tmp_path / "a")]) == 2
+    assert "the corpus is one document, so none can be held out" in capsys.readouterr().err
+    short = tmp_path / "short.txt"  # ten documents of 6 tokens: one held out is less than a window of 17
+    short.write_text("\n\n".join(f"A short text number {i}." for i in range(10)) + "\n", encoding="utf-8")
+    assert main([*base, "--corpus", str(short), "--out", str(tmp_path / "b")]) == 2
+    assert "raise --eval-fraction (now 0.01: 1 of the 10 documents)" in capsys.readouterr().err
+    assert main([*base, "--corpus", str(short), "--out", str(tmp_path / "c"), "--eval-fraction", "0.5"]) == 0
+
+
 @pytest.mark.slow
 def test_bad_lines_can_be_skipped_and_counted(corpus, tmp_path, capsys):
     text = corpus / "wiki.txt"
@@ -221,12 +250,12 @@ def test_bad_lines_can_be_skipped_and_counted(corpus, tmp_path, capsys):
 def test_config_file_supplies_settings_and_flags_win(corpus, tmp_path):
     config = tmp_path / "run.toml"
     config.write_text(f'corpus = ["{corpus / "wiki.txt"}"]\ntokenizer = "{corpus / "tokenizer"}"\n'
-                      f'cache_dir = "{corpus / "cache"}"\npreset = "tiny"\nseq_len = 32\nbatch_size = 4\n'
+                      f'cache_dir = "{corpus / "cache"}"\npreset = "tiny"\nmax_seq_len = 32\nbatch_size = 4\n'
                       f'max_steps = 50\nprogress = false\n[model]\npre_layer_norm = true\n')
     status = main(["pretrain", "--config", str(config), "--max-steps", "3", "--out", str(tmp_path / "out")])
     assert status == 0
     resolved = json.loads((tmp_path / "out" / "pretrain_config.json").read_text())
-    assert resolved["max_steps"] == 3 and resolved["seq_len"] == 32
+    assert resolved["max_steps"] == 3 and resolved["max_seq_len"] == 32
     assert resolved["model_config_resolved"]["pre_layer_norm"] is True
 
 
@@ -239,8 +268,8 @@ def test_unknown_config_key_is_an_error(tmp_path):
 
 def test_config_values_of_the_wrong_type_are_errors(tmp_path):
     config = tmp_path / "run.toml"
-    config.write_text('seq_len = "long"\n')
-    with pytest.raises(UserError, match="'seq_len' must be int"):
+    config.write_text('max_seq_len = "long"\n')
+    with pytest.raises(UserError, match="'max_seq_len' must be int"):
         read_settings(PretrainConfig, config)
     config.write_text('max_time = "20m"\nlr = 1\nmodel = {pre_layer_norm = true}\ntokenizer = "x"\n')
     assert read_settings(PretrainConfig, config)["lr"] == 1
@@ -311,7 +340,7 @@ def test_skip_bad_lines_also_holds_when_pretrain_trains_its_own_vocabulary(corpu
     (tmp_path / "bad.txt").write_bytes((corpus / "wiki.txt").read_bytes()[:200000] + b"\nbroken \xff line\n")
     status = main(["pretrain", "--corpus", str(tmp_path / "bad.txt"), "--skip-bad-lines", "--vocab-size", "1000",
                    "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "--preset", "tiny",
-                   "--seq-len", "64", "--batch-size", "8", "--max-steps", "2", "--precision", "fp32",
+                   "--max-seq-len", "64", "--batch-size", "8", "--max-steps", "2", "--precision", "fp32",
                    "--no-progress"])
     err = capsys.readouterr().err
     assert status == 0, err
@@ -333,7 +362,7 @@ def test_pretrain_reads_a_folder_of_jsonl_gz_and_parquet(corpus, tmp_path, capsy
     pyarrow.parquet.write_table(pyarrow.table({"content": articles[half:]}), folder / "part-1.parquet")
     status = main(["pretrain", "--corpus", str(folder), "--text-field", "content", "--vocab-size", "1000",
                    "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "--preset", "tiny",
-                   "--seq-len", "64", "--batch-size", "8", "--max-steps", "2", "--precision", "fp32",
+                   "--max-seq-len", "64", "--batch-size", "8", "--max-steps", "2", "--precision", "fp32",
                    "--no-progress"])
     err = capsys.readouterr().err
     assert status == 0, err
@@ -547,7 +576,7 @@ def test_t5_needs_a_tokenizer_with_enough_sentinels(corpus, tmp_path, capsys):
     assert status == 2 and "has no sentinel tokens <extra_id_N>" in err and "--model unigram --sentinels 100" in err
     train_tokenizer([corpus / "wiki.txt"], vocab_size=500, model="unigram", sentinels=3, out_dir=tmp_path / "few")
     status = main(["pretrain", "--arch", "t5", "--corpus", str(corpus / "wiki.txt"), "--tokenizer",
-                   str(tmp_path / "few"), "--out", str(tmp_path / "b"), "--max-steps", "1", "--seq-len", "128"])
+                   str(tmp_path / "few"), "--out", str(tmp_path / "b"), "--max-steps", "1", "--max-seq-len", "128"])
     err = capsys.readouterr().err.strip()
     assert status == 2 and "drops 6 spans per text: more than the tokenizer's 3 sentinels allow" in err
     assert len(err.splitlines()) == 1

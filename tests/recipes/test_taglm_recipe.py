@@ -67,7 +67,7 @@ def test_with_a_biLM_and_static_vectors_then_evaluate_predict_and_serve(capsys, 
     StaticVectors(StaticConfig("imported", 8, lowercase=True), words,
                   np.random.default_rng(0).normal(size=(3, 8)).astype(np.float32)).save_pretrained(vectors)
     run = tmp_path / "run"
-    status, out, err = train(capsys, names_task, run, "--lm", tiny_elmo, "--word-vectors", vectors)
+    status, out, err = train(capsys, names_task, run, "--lm", tiny_elmo, "--vectors", vectors)
     assert status == 0, err
     assert "reading the biLM" in out
     config = json.loads((run / "config.json").read_text())

@@ -322,4 +322,4 @@ def test_a_t5_refuses_windows_in_one_line(task_files, tmp_path, capsys):
     status = main(["finetune", "--task", "conll2003", "--data", str(task_files / "conll"), "--model",
                    str(task_files / "vocab/model"), "--out", str(tmp_path / "o"), "--long-inputs", "window"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert status == 2 and len(err) == 1 and "a T5's inputs are cut at --max-seq-len" in err[0]
+    assert status == 2 and len(err) == 1 and "a text-to-text model's inputs are cut at --max-seq-len" in err[0]

@@ -68,7 +68,7 @@ def pretrained(files):
     """A tiny XLNet pre-trained for 20 steps: (its directory, the command's stdout)."""
     out = files / "xlnet"
     status, stdout = run("pretrain", "--arch", "xlnet", "--corpus", files / "corpus.txt", "--out", out,
-                         "--preset", "tiny", "--max-steps", 20, "--seq-len", 32, "--batch-size", 8, "--vocab-size", 200,
+                         "--preset", "tiny", "--max-steps", 20, "--max-seq-len", 32, "--batch-size", 8, "--vocab-size", 200,
                          "--cache-dir", files / "cache", "--doc-format", "lines", "--eval-fraction", 0.2,
                          "--eval-every", 10, "--lr", 1e-3, "--precision", "fp32", "--no-progress")
     assert status == 0
@@ -140,7 +140,7 @@ def test_xlnet_task_heads_and_its_layers_have_depths(pretrained):
 def settings(files, out, **overrides) -> PretrainConfig:
     """A tiny XLNet with memory on the generated corpus: 8 rows x 32 tokens, remembering 32 positions."""
     values = dict(arch="xlnet", corpus=[str(files / "corpus.txt")], out=str(out), cache_dir=str(files / "cache"),
-                  doc_format="lines", preset="tiny", vocab_size=200, seq_len=32, batch_size=8, mem_len=32, lr=1e-3,
+                  doc_format="lines", preset="tiny", vocab_size=200, max_seq_len=32, batch_size=8, mem_len=32, lr=1e-3,
                   eval_fraction=0.2, eval_every=0, log_every=1, save_every=0, precision="fp32", progress=False, seed=0)
     return PretrainConfig(**{**values, **overrides})
 
@@ -148,7 +148,7 @@ def settings(files, out, **overrides) -> PretrainConfig:
 def test_pretrain_xlnet_with_memory_reads_the_stream_and_evaluates_with_memory(files):
     out = files / "xlnet-memory"
     status, stdout = run("pretrain", "--arch", "xlnet", "--mem-len", 48, "--corpus", files / "corpus.txt", "--out",
-                         out, "--preset", "tiny", "--max-steps", 12, "--seq-len", 32, "--batch-size", 8,
+                         out, "--preset", "tiny", "--max-steps", 12, "--max-seq-len", 32, "--batch-size", 8,
                          "--vocab-size", 200, "--cache-dir", files / "cache", "--doc-format", "lines",
                          "--eval-fraction", 0.2, "--eval-every", 6, "--lr", 1e-3, "--precision", "fp32",
                          "--no-progress")

@@ -81,7 +81,7 @@ def test_the_command_probes_every_layer(tmp_path, tiny_model, capsys):
     results = json.loads((tmp_path / "r.json").read_text())
     assert [row["layer"] for row in results["layers"]] == ["embeddings", "layer 1", "layer 2", "mean of all layers"]
     assert results["train_pairs"] == 20 and results["dev_pairs"] == 4 and results["majority"] == 0.5
-    assert main(["wic", "--data", str(folder), "--model", str(tiny_model), "--max-train-pairs", "8",
+    assert main(["wic", "--data", str(folder), "--model", str(tiny_model), "--max-train-examples", "8",
                  "--out", str(tmp_path / "s.json")]) == 0
     subset = json.loads((tmp_path / "s.json").read_text())
     assert subset["train_pairs"] == 8 and subset["dev_pairs"] == 4
@@ -157,7 +157,7 @@ def reference_states(model_dir, ids):
     """Every layer's states (T, H) of one unpadded row of ids, computed by transformers' own
     classes from the saved directory (an AWD-LSTM: its language model's LSTM outputs under its
     embedding rows), independently of the probe and of bertology's output_hidden_states."""
-    transformers = pytest.importorskip("transformers", reason="transformers is the reference (a dev dependency)")
+    transformers = pytest.importorskip("transformers")  # the reference (tests/test_references.py)
     name = model_dir.name
     batch = torch.tensor([ids])
     with torch.no_grad():
@@ -233,14 +233,14 @@ def test_context_reaches_the_target_only_from_where_the_model_reads(family_dirs,
 def test_run_wic_and_the_command_probe_every_layer_of_each_family(family_dirs, name, tmp_path, capsys):
     folder = write_wic(tmp_path / "wic", PAIRS * 5)
     write_wic(folder, PAIRS, split="dev")
-    summary = run_wic(WicConfig(data=str(folder), model=str(family_dirs[name]), max_train_pairs=8,
+    summary = run_wic(WicConfig(data=str(folder), model=str(family_dirs[name]), max_train_examples=8,
                                 precision="fp32"))
     # An AWD-LSTM's LSTMs (24 wide) are wider than its embedding and last LSTM (16): no mean of them.
     names = LAYER_NAMES[name] + ([] if name.startswith("awd-lstm") else ["mean of all layers"])
     assert [row["layer"] for row in summary["layers"]] == names
     assert summary["train_pairs"] == 8 and summary["dev_pairs"] == 4
     assert all(0.0 <= row["dev_accuracy"] <= 1.0 for row in summary["layers"])
-    assert main(["wic", "--data", str(folder), "--model", str(family_dirs[name]), "--max-train-pairs", "8",
+    assert main(["wic", "--data", str(folder), "--model", str(family_dirs[name]), "--max-train-examples", "8",
                  "--out", str(tmp_path / "r.json")]) == 0
     assert names[-1] in capsys.readouterr().out
     assert json.loads((tmp_path / "r.json").read_text())["layers"] == summary["layers"]
