@@ -6,7 +6,10 @@ On a padded batch of WikiText-2 sentence pairs, bertology's tokenizer gives tran
 AutoTokenizer's ids, and its model transformers' logits within 1e-4 at every real position; what
 bertology writes back (model and tokenizer) loads in transformers' class and AutoTokenizer with no
 missing or unexpected key and the same outputs, and loads here again bit for bit; `bertology info`
-names the family and the tokenizer."""
+names the family and the tokenizer. embed, finetune (SST-2, 64 examples) and evaluate take each
+directory, and the fine-tuned model loads in transformers with the same logits."""
+
+import json
 
 import pytest
 import torch
@@ -58,6 +61,8 @@ def transformers_directory(model_type: str, tokenizer_dir, directory):
     elif model_type == "t5":
         extra = dict(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                      decoder_start_token_id=tokenizer.pad_token_id)
+    elif model_type == "gpt2":
+        extra = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
     config = transformers.AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **sizes, **extra)
     torch.manual_seed(0)
     model = getattr(transformers, class_name)(config).eval()
@@ -67,6 +72,20 @@ def transformers_directory(model_type: str, tokenizer_dir, directory):
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+@pytest.fixture(scope="module")
+def directories(transformers_tokenizers, tmp_path_factory):
+    """model_type -> its directory as transformers writes it (`transformers_directory`), built on first use."""
+    built = {}
+
+    def build(model_type: str):
+        if model_type not in built:
+            built[model_type] = transformers_directory(model_type, transformers_tokenizers[model_type][1],
+                                                       tmp_path_factory.mktemp(model_type) / "theirs")
+        return built[model_type]
+
+    return build
 
 
 def their_batch(tokenizer, pairs, model_type: str) -> dict:
@@ -95,9 +114,9 @@ def unpadded(model_type: str) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("model_type", list(MODELS))
 def test_a_transformers_directory_gives_transformers_outputs_and_what_bertology_writes_loads_there(
-        model_type, transformers_tokenizers, pairs, tmp_path, capsys):
+        model_type, directories, pairs, tmp_path, capsys):
     class_name, family, _ = MODELS[model_type]
-    directory = transformers_directory(model_type, transformers_tokenizers[model_type][1], tmp_path / "theirs")
+    directory = directories(model_type)
     seq2seq = model_type == "t5"
     opened = open_model_dir(directory)
     assert opened.family.name == family
@@ -139,3 +158,38 @@ def test_a_transformers_directory_gives_transformers_outputs_and_what_bertology_
     assert lines["family"].strip().startswith(f"{family}: ")
     # The class AutoTokenizer makes of the directory (transformers 5 saves ELECTRA's as BertTokenizer).
     assert lines["tokenizer"].strip().startswith(f"{tokenizer.kind} ({type(their_tokenizer).__name__.removesuffix('Fast')})")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", list(MODELS))
+def test_finetune_evaluate_and_embed_take_a_transformers_directory(model_type, directories, data_dir, tmp_path, capsys):
+    directory, sst2 = directories(model_type), data_dir / "glue/SST-2"
+    lines = [row.split("\t")[0] for row in (sst2 / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:4]]
+    (tmp_path / "lines.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    status, _, err = run_cli(capsys, "embed", "--model", directory, "--input", tmp_path / "lines.txt", "--level", "token",
+                             "--out", tmp_path / "words.jsonl")
+    if unpadded(model_type):  # a batch needs a token to pad with
+        assert status == 2 and err.count("\n") == 1 and "has no pad token" in err, err
+        return
+    assert status == 0, err
+    words = [json.loads(line)["words"] for line in (tmp_path / "words.jsonl").read_text().splitlines()]
+    assert words == [line.split() for line in lines]  # one vector per word, whatever the frame
+    status, _, err = run_cli(capsys, "finetune", "--task", "sst2", "--data", sst2, "--model", directory,
+                             "--out", tmp_path / "sst2", "--max-train-examples", "64", "--epochs", "1",
+                             "--max-seq-len", "32", "--batch-size", "16", "--precision", "fp32", "--no-progress",
+                             "--no-learning-curve")
+    assert status == 0, err
+    status, out, err = run_cli(capsys, "evaluate", "--model", tmp_path / "sst2", "--data", sst2, "--precision", "fp32")
+    assert status == 0 and "accuracy" in out, err
+    # What finetune saved loads in transformers with every key: a classifier (a T5 stays text to text).
+    seq2seq = model_type == "t5"
+    auto = transformers.AutoModelForSeq2SeqLM if seq2seq else transformers.AutoModelForSequenceClassification
+    theirs, info = auto.from_pretrained(tmp_path / "sst2", output_loading_info=True)
+    assert not any(info.values()), info
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "sst2")
+    batch = their_batch(tokenizer, (lines, lines[::-1]), model_type)
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if model_type in SEGMENTS else [])
+    theirs.config.pad_token_id = tokenizer.pad_token_id  # GPT-2's classifier finds each row's last token by it
+    expected = logits_of(theirs.eval(), batch, names, seq2seq)
+    torch.testing.assert_close(logits_of(load_model(tmp_path / "sst2").eval(), batch, names, seq2seq), expected,
+                               rtol=0, atol=1e-4)
