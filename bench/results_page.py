@@ -75,6 +75,8 @@ def write_section(page: str, name: str, title: str, body: str, *, script: str | 
     The page's other sections stay as they are; a missing page is created. Returns its path."""
     path = RESULTS / f"{page}.md"
     script = script or os.path.relpath(sys.argv[0], REPO)
+    if not name[:1].isalpha():
+        name = "s-" + name  # a snippet section's name starts with a letter
     start, end = _markers(name)
     section = f"{start}\n### {title}\n\n{provenance or stamp()}\n\n{body.strip()}\n{end}\n"
     if path.exists():
@@ -87,8 +89,14 @@ def write_section(page: str, name: str, title: str, body: str, *, script: str | 
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(text, encoding="utf-8")
     temporary.replace(path)  # atomic: a page is never half-written
-    print(f"wrote {path.relative_to(REPO)} (section {name})", flush=True)
+    print(f"wrote {os.path.relpath(path, REPO)} (section {name})", flush=True)
     return path
+
+
+def slug(*parts: object) -> str:
+    """A section name from a run's settings: `slug("preset", "base", "bf16")` -> "preset-base-bf16"."""
+    text = "-".join(str(part) for part in parts if part not in (None, "")).lower()
+    return re.sub(r"[^0-9a-z]+", "-", text).strip("-") or "run"
 
 
 def markdown_table(header: list[str], rows: list[list[object]], align: str | None = None) -> str:
