@@ -64,7 +64,7 @@ def train_methods(args, out: Path) -> list[dict]:
 
 
 def table(summaries: list[dict]) -> str:
-    """The README's table (markdown)."""
+    """The methods' table (Markdown), as docs/results/static-vectors.md shows it."""
     lines = ["| method | dim | window | epochs | training time | total time | WordSim-353 | SimLex-999 | analogy (3CosAdd) "
              "| OOV pairs / questions | held-out OOV tokens |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
