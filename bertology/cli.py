@@ -280,9 +280,10 @@ def run_tokenizer_train(cfg: TokenizerTrainConfig) -> None:
 
 
 def run_info(cfg: InfoConfig) -> None:
-    """Load the model (which validates every tensor) and print what it is; with --check, list
-    every problem of the directory instead (exit status 2 when there is one)."""
-    from .inference.modeldir import check_model_dir, load_model
+    """Load the model and its tokenizer (which validates every tensor and file) and print what it is:
+    its family, tokenizer, the commands that take it and its config; with --check, list every
+    problem of the directory instead (exit status 2 when there is one)."""
+    from .inference.modeldir import check_model_dir, open_model_dir
     from .training.loop import run_problems
 
     if cfg.check:
@@ -295,16 +296,20 @@ def run_info(cfg: InfoConfig) -> None:
               "tokenizer)")
         return
 
-    model = load_model(cfg.model)
+    model_dir = open_model_dir(cfg.model)
+    model = model_dir.load_model()
+    tokenizer = model_dir.tokenizer() if model_dir.spec.tokenized else None
     config = model.config
-    vocab = Path(cfg.model) / "vocab.txt"
-    vocab_entries = sum(1 for _ in vocab.open("rb")) if vocab.is_file() else None
-    print(f"model:        {Path(cfg.model).resolve()}")
+    print(f"model:        {model_dir.path.resolve()}")
+    print(f"family:       {model_dir.family.name}: {model_dir.describe()}")
     print(f"architecture: {type(model).__name__}")
     print(f"parameters:   {model.num_parameters():,}")
-    if hasattr(config, "vocab_size"):  # a TagLM tagger's words are in its words.txt (word_vocab_size below)
-        print(f"vocabulary:   {vocab_entries if vocab_entries is not None else 'no vocab.txt'} tokens in vocab.txt, "
-              f"{config.vocab_size} embedding rows")
+    if tokenizer is not None:
+        print(f"tokenizer:    {tokenizer.kind} ({tokenizer.tokenizer_class}), {tokenizer.vocab_size:,} tokens, "
+              f"{config.vocab_size:,} embedding rows")
+    else:
+        print("tokenizer:    none: the model reads words")
+    print(f"commands:     {', '.join(model_dir.commands()) or 'none'}")
     print("config:")
     for key, value in config.to_dict().items():
         print(f"  {key}: {value}")
@@ -591,7 +596,8 @@ COMMANDS = [
             "write vocab.txt, tokenizer.json and tokenizer_config.json into --out; with --model bpe GPT-2's "
             "byte-level BPE, written as transformers writes GPT-2's (vocab.json, merges.txt, tokenizer.json, "
             "tokenizer_config.json)."),
-    Command("info", "print a model directory's config, size and vocabulary", ":InfoConfig", run_info),
+    Command("info", "print a model directory's family, tokenizer, the commands that take it, size and config",
+            ":InfoConfig", run_info),
     Command("pretrain", "pre-train an encoder on raw text (BERT, RoBERTa, ALBERT, ELECTRA or a left-to-right LM)",
             ".recipes.pretrain:PretrainConfig", run_pretrain, config_file=True,
             description="Pre-train an encoder on your text. Interrupt with Ctrl-C at any time: a checkpoint is "

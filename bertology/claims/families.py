@@ -64,7 +64,7 @@ from ..plots import plot_seed_bars
 from ..recipes.task_training import load_task_model
 from ..tasks.readers import TASKS
 from ..uses.wic import WicConfig, run_wic
-from .albert import finetuned_model
+from .albert_savings import finetuned_model
 from .contextual_vs_static import COVE, ELMO, FEATURE_HEAD_LR, GLOVE, QUICK_COVE, QUICK_STATIC, WORD2VEC
 from .contextual_vs_static import TASKS as FEATURE_HEADS
 from .distillation import AUGMENT, DISTILL_EPOCHS, QUICK_AUGMENT, STUDENT_LR, distilled_over_seeds

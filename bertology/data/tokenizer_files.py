@@ -40,6 +40,7 @@ from tokenizers.models import BPE, Unigram
 
 from ..errors import UserError
 from ..files import atomic_path, loads_json, write_json_atomic, write_text_atomic
+from ..models import family_with_model_type
 
 PIPELINE_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
@@ -88,10 +89,6 @@ CLASSES = {
 }
 BERT_CLASSES = ("BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer")
 GENERIC_CLASS = "PreTrainedTokenizerFast"  # transformers runs such a tokenizer.json as is
-# config.json model_type -> the tokenizer class transformers' AutoTokenizer picks for it
-MODEL_TYPES = {"bert": "BertTokenizer", "distilbert": "DistilBertTokenizer", "electra": "ElectraTokenizer",
-               "roberta": "RobertaTokenizer", "gpt2": "GPT2Tokenizer", "openai-gpt": "OpenAIGPTTokenizer",
-               "t5": "T5Tokenizer", "xlnet": "XLNetTokenizer", "albert": "AlbertTokenizer"}
 # The special tokens each class puts around text A and the pair A B: role names stand for the
 # class's tokens; ":1" (":2") gives a token type other than 0. RoBERTa's is `RobertaProcessing`,
 # the same tokens with offsets trimmed; a class not named adds nothing (or bos/eos when its
@@ -202,8 +199,18 @@ def _class_name(directory: Path, config: dict) -> str | None:
             model_type = loads_json((directory / MODEL_CONFIG_FILE).read_bytes()).get("model_type")
         except (json.JSONDecodeError, AttributeError):
             model_type = None  # the model's loader reports a broken config.json
-        name = MODEL_TYPES.get(model_type)
+        name = _class_of_model_type(model_type)
     return name.removesuffix("Fast") if name else None
+
+
+def _class_of_model_type(model_type: Any) -> str | None:
+    """The tokenizer class transformers' AutoTokenizer picks for a config.json's model_type, as the
+    model's family declares it (its spec's `tokenizer_classes`); None for a model_type no family reads."""
+    try:
+        family = family_with_model_type(model_type)
+    except UserError:
+        return None
+    return family.spec.tokenizer_classes.get(model_type)
 
 
 def _kind_of_model(engine: tokenizers.Tokenizer) -> str:

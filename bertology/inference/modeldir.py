@@ -117,6 +117,26 @@ class ModelDir:
                 raise UserError(problems[0])
         return tokenizer
 
+    def commands(self) -> list[str]:
+        """The commands that take this directory, as its family's spec says (`bertology info`), with
+        the role where a command takes it in one of several: "distill (teacher, student)"."""
+        spec, finetuned = self.spec, self.is_finetuned
+        layers = spec.feature_encoder is not None
+        distill = [role for role, takes in (("teacher", finetuned and spec.student_config is not None),
+                                            ("student", bool(spec.heads) and spec.student_config is not None),
+                                            ("cut to --student-layers", spec.keep_layers is not None)) if takes]
+        formats = [fmt for fmt in spec.export_formats
+                   if fmt != "hf" or self.config.transformers_incompatibility() is None]
+        named = [("generate", spec.generation is not None and not finetuned),
+                 ("finetune", bool(spec.heads or spec.finetune_modes)),
+                 ("evaluate", finetuned), ("predict", finetuned),
+                 ("serve", finetuned or layers or spec.generation is not None),
+                 ("embed", layers), ("explain attention", spec.attention_maps), ("explain senses", layers),
+                 ("wic", layers or spec.word_views is not None),
+                 (f"distill ({', '.join(distill)})", bool(distill)),
+                 (f"export ({', '.join(formats)})", bool(formats) and self.export_format is None)]
+        return [name for name, takes in named if takes]
+
     def feature_encoder(self, device: str | torch.device | None = None) -> tuple[FeatureEncoder, Tokenizer]:
         """Its layers as a feature source (task heads and an LM's output left out) in eval mode on
         `device` (default the GPU when there is one), and its tokenizer, whose length limit is cut
