@@ -112,7 +112,7 @@ def pretrained_at_steps(experiment: Experiment, steps: Sequence[int], **settings
 
     def train(partial: Path, resume: bool) -> None:
         cfg = PretrainConfig(out=str(partial), cache_dir=str(experiment.cache), resume=resume, progress=False,
-                             save_every=every, keep_last=steps[-1] // every, **settings)
+                             save_every=every, keep_last=steps[-1] // every, device=experiment.device, **settings)
         if run_pretraining(cfg) == "interrupted":
             raise KeyboardInterrupt
         for step in steps:

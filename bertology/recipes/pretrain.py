@@ -514,7 +514,7 @@ def run_pretraining(cfg: PretrainConfig, on_speed: Callable[[float], None] | Non
     cfg.validate()
     spec = family_named(cfg.arch).spec
     objective_spec = OBJECTIVES[cfg.objective]
-    dist = Distributed()
+    dist = Distributed(cfg.device)
     out = Path(cfg.out)
     check_writable(out, needed_bytes=0)  # the Trainer checks the space once the model's size is known
     if not cfg.resume:

@@ -42,10 +42,10 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..config import Threads, check_settings, setting
+from ..config import Device, check_settings, setting
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
-from ..ops import PRECISIONS, autocast, resolve_precision
+from ..ops import PRECISIONS, autocast, resolve_device, resolve_precision
 
 
 @dataclass
@@ -101,7 +101,7 @@ TENSORBOARD_DIR = "tensorboard"
 
 
 @dataclass
-class LoopConfig(Threads):
+class LoopConfig(Device):
     """The training loop: optimiser, schedule, precision, seed.
 
     Every training command's settings are composed with these (a recipe may change a default).
@@ -242,15 +242,16 @@ def make_adamw(groups: list[dict], config: LoopConfig) -> torch.optim.AdamW:
 
 
 class Distributed:
-    """Rank and world size under torchrun (WORLD_SIZE > 1), or a single process."""
+    """Rank and world size under torchrun (WORLD_SIZE > 1), or a single process; `device`: the
+    `--device` setting, which picks the backend (NCCL between GPUs, else Gloo)."""
 
-    def __init__(self):
+    def __init__(self, device: str = "auto"):
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.enabled = self.world_size > 1
         if self.enabled and not torch.distributed.is_initialized():
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            backend = "nccl" if resolve_device(device).type == "cuda" else "gloo"  # the --device setting's
             torch.distributed.init_process_group(backend)
 
     @property
@@ -258,9 +259,10 @@ class Distributed:
         """Only rank 0 writes files and shows progress."""
         return self.rank == 0
 
-    def device(self) -> torch.device:
-        """This rank's device: its GPU under CUDA, else the CPU."""
-        if torch.cuda.is_available():
+    def device(self, requested: str = "auto") -> torch.device:
+        """This rank's device for a `--device` setting (ops.resolve_device): under CUDA its own GPU
+        (LOCAL_RANK), else the CPU."""
+        if resolve_device(requested).type == "cuda":
             torch.cuda.set_device(self.local_rank)
             return torch.device("cuda", self.local_rank)
         return torch.device("cpu")
@@ -470,8 +472,8 @@ class Trainer:
         config.validate()
         self.config = config
         self.out_dir = Path(out_dir)
-        self.dist = dist or Distributed()
-        self.device = self.dist.device()
+        self.dist = dist or Distributed(config.device)
+        self.device = self.dist.device(config.device)
         self.precision = resolve_precision(config.precision, self.device)
         self.module = module.to(self.device)
         self.micro_batches = micro_batches
@@ -590,7 +592,7 @@ class Trainer:
             save_model(self.module, str(tmp / "module.safetensors"))  # handles tied/shared weights
             torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
             torch.save({"torch": torch.get_rng_state(),
-                        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+                        "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []},
                        tmp / "rng.pt")
             write_json_atomic(tmp / "state.json", {"step": self.step, "elapsed": self.elapsed,
                                                    "config": asdict(self.config)})
@@ -625,7 +627,7 @@ class Trainer:
         except Exception as err:  # a damaged checkpoint is the user's to fix or delete
             raise UserError(f"{latest}: cannot resume from this checkpoint ({err})") from None
         torch.set_rng_state(rng["torch"])
-        if rng["cuda"] and torch.cuda.is_available():
+        if rng["cuda"] and self.device.type == "cuda":
             torch.cuda.set_rng_state_all(rng["cuda"])
         self.step, self.elapsed = state["step"], state["elapsed"]
         self.log.truncate_after(self.step)
