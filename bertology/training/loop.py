@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from safetensors.torch import load_model, save_model
 from torch import nn
 from tqdm.auto import tqdm
 
+from ..checkpoint import load_module_state, save_module_state
 from ..config import Device, check_settings, setting
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
@@ -582,26 +582,52 @@ class Trainer:
         return self.out_dir / CHECKPOINTS_DIR / f"step-{step:08d}"
 
     def save_checkpoint(self) -> Path | None:
-        """Write model, optimizer, RNG states and step into a temp folder, then rename it into place."""
+        """Write model, optimizer, RNG states and step into a temp folder, then rename it into place;
+        then the user-facing model (`save_model`).
+
+        Trained weights are never lost to a failed save: a checkpoint that cannot be written leaves
+        the earlier ones as they were (pruned only after the new one is in place), and when the
+        user-facing model cannot be written the checkpoint holding its weights is complete: the
+        error says where, and --resume writes the model again."""
         self.dist.barrier()
         final = self.checkpoint_dir(self.step)
-        if self.dist.is_main and not final.exists():
-            tmp = final.with_name(f".{final.name}.tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
+        if self.dist.is_main:
+            if not final.exists():
+                self.write_checkpoint(final)
+            if self.save_model_fn is not None:
+                try:
+                    self.save_model_fn(self.module)
+                except BaseException:
+                    print(f"writing the model failed; its weights (step {self.step:,}) are safe in {final}: fix the "
+                          "cause and run again with --resume to write it", file=sys.stderr)
+                    raise
+        self.dist.barrier()
+        return final
+
+    def write_checkpoint(self, final: Path) -> None:
+        """The checkpoint folder `final`, written as `.<name>.tmp` and renamed into place; older
+        ones beyond `keep_last` are removed after. A failed write removes its temp folder and says
+        which checkpoint is the last complete one."""
+        tmp = final.with_name(f".{final.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
             tmp.mkdir(parents=True)
-            save_model(self.module, str(tmp / "module.safetensors"))  # handles tied/shared weights
+            save_module_state(self.module, tmp / "module.safetensors")  # tied weights, and cuDNN's LSTM buffers
             torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
             torch.save({"torch": torch.get_rng_state(),
                         "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []},
                        tmp / "rng.pt")
             write_json_atomic(tmp / "state.json", {"step": self.step, "elapsed": self.elapsed,
                                                    "config": asdict(self.config)})
-            os.replace(tmp, final)
-            self.prune_checkpoints()
-            if self.save_model_fn is not None:
-                self.save_model_fn(self.module)
-        self.dist.barrier()
-        return final
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            found = self.checkpoints()
+            print(f"writing the checkpoint of step {self.step:,} failed; "
+                  + (f"the last complete one is {found[-1]} (--resume continues from it)" if found
+                     else "no earlier checkpoint was written"), file=sys.stderr)
+            raise
+        os.replace(tmp, final)
+        self.prune_checkpoints()
 
     def prune_checkpoints(self) -> None:
         """Keep only the newest `keep_last` checkpoints."""
@@ -619,7 +645,7 @@ class Trainer:
             return False
         latest = found[-1]
         try:
-            load_model(self.module, str(latest / "module.safetensors"), device=str(self.device))
+            load_module_state(self.module, latest / "module.safetensors", self.device)
             self.optimizer.load_state_dict(torch.load(latest / "optimizer.pt", map_location=self.device,
                                                       weights_only=True))
             rng = torch.load(latest / "rng.pt", weights_only=True)
