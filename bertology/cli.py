@@ -21,10 +21,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import itertools
 import json
 import os
 import shutil
+import signal
 import sys
 from dataclasses import dataclass
 from importlib import import_module
@@ -37,6 +39,7 @@ from .config import (
     Threads,
     alternatives,
     bounds_problem,
+    check_settings,
     choices_of,
     default_of,
     option_name,
@@ -281,9 +284,10 @@ def run_info(cfg: InfoConfig) -> None:
     """Load the model (which validates every tensor) and print what it is; with --check, list
     every problem of the directory instead (exit status 2 when there is one)."""
     from .inference.modeldir import check_model_dir, load_model
+    from .training.loop import run_problems
 
     if cfg.check:
-        problems = check_model_dir(cfg.model)
+        problems = check_model_dir(cfg.model) + run_problems(Path(cfg.model))
         for problem in problems:
             print(problem)
         if problems:
@@ -442,7 +446,8 @@ def run_explain_attention(cfg: ExplainAttentionConfig) -> None:
     """Draw the attention maps."""
     from .uses.explain import explain_attention
 
-    path = explain_attention(cfg.model, cfg.text, cfg.out, cfg.text_pair, cfg.layer, cfg.head, cfg.model_name, cfg.device)
+    path = explain_attention(cfg.model, cfg.text, cfg.out, cfg.text_pair, cfg.layer, cfg.head, cfg.model_name,
+                             cfg.device)
     print(f"wrote {path}")
 
 
@@ -765,6 +770,26 @@ def no_empty_folder_left(paths: list[Path]) -> Iterator[None]:
         raise
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (`kill`, a job's end) stops a command as Ctrl-C does, so that its temporary files and
+    staging folders are removed on the way out (the training loop and the server handle both signals
+    their own way while they run)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def output_folders(cfg: Any) -> list[Path]:
     """Where the settings say the command writes: its output folders, and the folders of its output files."""
     folders = []
@@ -794,6 +819,7 @@ def parse(argv: list[str]) -> tuple[Command, Any]:
     for name, field in setting_fields(cfg).items():
         if field.metadata["model_dir"] and getattr(cfg, name):
             setattr(cfg, name, str(resolve_model_dir(getattr(cfg, name))))
+    check_settings(cfg)  # flags and file alike, and where the outputs go, before any work
     return args.command_to_run, cfg
 
 
@@ -838,7 +864,7 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as exit_:  # argparse has printed the help, the version or the usage mistake
             return exit_.code or 0
         apply_threads(cfg)
-        with no_empty_folder_left(output_folders(cfg)):
+        with no_empty_folder_left(output_folders(cfg)), sigterm_interrupts():
             command.run(cfg)
         sys.stdout.flush()  # a closed pipe shows up here, inside these handlers, not at exit
     except UserError as err:
@@ -852,6 +878,13 @@ def main(argv: list[str] | None = None) -> int:
         # with stdout pointed at /dev/null so that Python's own flush at exit does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        # A full disk is the machine's state, not a bug: say where, in one line (writes through
+        # files.py name their file already; this is every other write).
+        print(f"bertology: error: {err.filename or 'a write'}: {err.strerror}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import functools
 import json
+import math
 import os
 import sys
 import types
@@ -34,10 +35,10 @@ else:  # Python 3.10: the same parser, published as tomli before it joined the s
 
 
 def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], Any] | None = None,
-            choices: Sequence | Callable[[], Sequence] | None = None, metavar: str | tuple[str, ...] | None = None, required: bool = False,
-            positive: bool = False, minimum: float | None = None, positional: bool = False,
-            output: str | None = None, model_dir: bool = False, formerly: Sequence[str] = (),
-            was_positional: bool = False) -> Any:
+            choices: Sequence | Callable[[], Sequence] | None = None, metavar: str | tuple[str, ...] | None = None,
+            required: bool = False, positive: bool = False, minimum: float | None = None, maximum: float | None = None,
+            below: float | None = None, positional: bool = False, output: str | None = None, model_dir: bool = False,
+            formerly: Sequence[str] = (), was_positional: bool = False) -> Any:
     """A dataclass field that is also a flag and a config-file key.
 
     Args:
@@ -52,7 +53,10 @@ def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], 
         metavar: the value's name in `--help` (e.g. DIR, FILE).
         required: `--help` shows the flag as required; the command line asks for it unless
             the config file has it, and `check_settings` refuses an empty value.
-        positive: the value must be > 0; minimum: the value must be >= this.
+        positive: the value must be > 0; minimum: >= this; maximum: <= this; below: < this.
+            Every number, and each number of a list, must be finite as well, an integer must
+            fit in 64 bits, and a setting named `seed` (or `..._seed`) must be in the random
+            generators' range, 0 .. MAX_SEED.
         positional: a positional argument instead of a --flag.
         output: "dir" or "file" when the setting is where the command writes (a run that
             fails before writing there leaves no empty folder behind).
@@ -67,8 +71,8 @@ def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], 
     if choices is not None and not callable(choices):
         choices = tuple(choices)
     metadata = {"help": help, "choices": choices, "metavar": metavar,
-                "required": required, "positive": positive, "minimum": minimum, "positional": positional,
-                "output": output, "model_dir": model_dir, "formerly": tuple(formerly),
+                "required": required, "positive": positive, "minimum": minimum, "maximum": maximum, "below": below,
+                "positional": positional, "output": output, "model_dir": model_dir, "formerly": tuple(formerly),
                 "was_positional": was_positional}
     if isinstance(default, (list, dict)):
         default_factory = functools.partial(copy.deepcopy, default)
@@ -169,25 +173,61 @@ def value_problem(field: dataclasses.Field, value: Any) -> str | None:
     return bounds_problem(field, value)
 
 
+MAX_SEED = 2**32 - 1  # every generator takes it: numpy's legacy RandomState (and what uses it) stops here
+_INT64 = 2**63  # what a tensor, numpy and the C libraries below them hold
+
+
 def bounds_problem(field: dataclasses.Field, value: Any) -> str | None:
-    """What is wrong with a number by the setting's bounds, or None."""
-    meta = field.metadata
-    if value is None:
+    """What is wrong with a number (or each number of a list) by the setting's bounds, or None.
+
+    `nan <= 0` is False, so a bound alone lets NaN through: every number must be finite first.
+    """
+    if isinstance(value, (list, tuple)):
+        return next(filter(None, (bounds_problem(field, item) for item in value)), None)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
+    meta = field.metadata
+    if not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if isinstance(value, int) and not -_INT64 <= value < _INT64:
+        return f"must fit in 64 bits (at most {_INT64 - 1:,}), got {value}"
+    if (field.name == "seed" or field.name.endswith("_seed")) and not 0 <= value <= MAX_SEED:
+        return f"must be a seed from 0 to {MAX_SEED:,} (the random generators' range), got {value}"
     if meta["positive"] and value <= 0:
         return f"must be positive, got {value}"
     if meta["minimum"] is not None and value < meta["minimum"]:
         return f"must be at least {meta['minimum']:g}, got {value}"
+    if meta.get("maximum") is not None and value > meta["maximum"]:
+        return f"must be at most {meta['maximum']:g}, got {value}"
+    if meta.get("below") is not None and value >= meta["below"]:
+        return f"must be below {meta['below']:g}, got {value}"
+    return None
+
+
+def output_problem(field: dataclasses.Field, value: Any) -> str | None:
+    """What stops a command from writing where an output setting says, seen before any work: a
+    folder where a file goes, a file where a folder goes, a file on the way to either; or None."""
+    if not field.metadata["output"] or not value:
+        return None
+    path = Path(value)
+    if field.metadata["output"] == "file" and path.is_dir():
+        return f"{value}: is a folder; give a file name"
+    if field.metadata["output"] == "dir" and path.exists() and not path.is_dir():
+        return f"{value}: is a file, not a folder"
+    parent = next((folder for folder in path.parents if folder.exists()), None)
+    if parent is not None and not parent.is_dir():
+        return f"{value}: cannot be made, {parent} is a file, not a folder"
     return None
 
 
 def check_settings(config: Any) -> None:
-    """Raise a one-line UserError naming the flag of the first setting that is missing or out of bounds."""
+    """Raise a one-line UserError naming the flag of the first setting that is missing, out of
+    bounds, or an output that cannot be written where it says."""
     for name, field in setting_fields(config).items():
         value = getattr(config, name)
         if field.metadata["required"] and value in (None, "", []):
             raise UserError(f"{option_name(name)} is required")
-        problem = value_problem(field, value)
+        problem = value_problem(field, value) or output_problem(field, value)
         if problem:
             raise UserError(f"{option_name(name)} {problem}")
 
@@ -245,7 +285,7 @@ class Threads:
     (ops.use_threads) before the command runs.
     """
 
-    threads: int | None = setting(None, positive=True, metavar="N",
+    threads: int | None = setting(None, positive=True, maximum=256, metavar="N",
                                   help=f"CPU threads for PyTorch (default: ${THREADS_ENV}, else every core this "
                                        "process may use: the fastest choice on a free machine, and on a busy one "
                                        "too, since idle threads sleep instead of spinning)")
@@ -258,9 +298,10 @@ DEVICES = ("auto", "cpu", "cuda")
 class Device(Threads):
     """The device.
 
-    With Threads's CPU threads, where it computes: every command that places a model (trains, runs or checks one) is composed with this setting;
-    the command line checks it (ops.resolve_device) before the command runs, and each place that
-    puts a model on a device asks `resolve_device(cfg.device)`.
+    With Threads's CPU threads, where it computes: every command that places a model (trains, runs
+    or checks one) is composed with this setting; the command line checks it (ops.resolve_device)
+    before the command runs, and each place that puts a model on a device asks
+    `resolve_device(cfg.device)`.
     """
 
     device: str = setting("auto", choices=DEVICES,

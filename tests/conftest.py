@@ -6,12 +6,16 @@ instead of failing on a machine that lacks them.
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 # Never reach the Hugging Face Hub from a test: everything is read from local folders.
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Hypothesis keeps caches (its constants cache, even with database=None) in .hypothesis/ under the
+# working directory, which is the checkout: keep them in the temporary folder instead.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(Path(tempfile.gettempdir()) / "bertology-hypothesis"))
 # pytest-xdist (`-n auto` in pyproject's addopts) runs one worker per core: each takes its share of
 # the cores for PyTorch, set before torch is imported and passed on to the commands tests start,
 # so that the workers do not oversubscribe the machine (the tiny models here gain little from threads).

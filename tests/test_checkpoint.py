@@ -261,7 +261,8 @@ def tied_groups(module: torch.nn.Module) -> set[tuple[str, ...]]:
     return {tuple(group) for group in names.values() if len(group) > 1}
 
 
-@pytest.mark.parametrize("family, kinds", [pytest.param(f, (torch.nn.LSTM,), id=f"lstm-buffer-{f}") for f in LSTM_FAMILIES]
+@pytest.mark.parametrize("family, kinds",
+                         [pytest.param(f, (torch.nn.LSTM,), id=f"lstm-buffer-{f}") for f in LSTM_FAMILIES]
                          + [pytest.param(f, (torch.nn.Module,), id=f"all-one-buffer-{f}")
                             for f in tiny_of_every_family()])
 def test_every_family_saves_exactly_its_weights_whatever_their_layout(family, kinds, tmp_path):

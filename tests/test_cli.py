@@ -1,5 +1,6 @@
 """The command line: help, version, info, tokenizer training, and one-line user errors."""
 
+import json
 import os
 import re
 import shutil
@@ -422,3 +423,95 @@ def test_an_installed_model_is_found_by_name(minilm_dir, tmp_path, capsys):
     assert status == 2 and err == ("bertology: error: no-such-model: no such model directory, and no installed "
                                    "package ships a model of that name\n")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command, message", [
+    (["generate", "--model", "MODEL", "--prompt", "hi", "--out", "DIR"], "--out DIR: is a folder; give a file name"),
+    (["reproduce", "model-size", "--quick", "--out", "FILE"], "--out FILE: is a file, not a folder"),
+    (["static", "train", "--corpus", "FILE", "--out", "FILE/sub"], "cannot be made, FILE is a file, not a folder"),
+    (["pretrain", "--corpus", "FILE", "--out", "DIR/run", "--max-steps", "1", "--cache-dir", "FILE/cache"],
+     "--cache-dir FILE/cache: cannot be made, FILE is a file"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(capsys, tmp_path, command, message):
+    (tmp_path / "FILE").write_text("the user's file\n")
+    (tmp_path / "DIR").mkdir()
+    args = [str(tmp_path / a) if a.split("/")[0] in ("FILE", "DIR") else a for a in command]
+    args = [str(tmp_path / "MODEL") if a == "MODEL" else a for a in args]
+    (tmp_path / "MODEL").mkdir()
+    status, out, err = run_cli(capsys, *args)
+    assert status == 2 and not out and len(err.strip().splitlines()) == 1
+    assert message.replace("FILE", str(tmp_path / "FILE")).replace("DIR", str(tmp_path / "DIR")) in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR", "FILE", "MODEL"]
+    assert (tmp_path / "FILE").read_text() == "the user's file\n" and not any((tmp_path / "DIR").iterdir())
+
+
+def test_a_full_disk_anywhere_is_one_line(capsys, tmp_path, monkeypatch):
+    import errno
+
+    import bertology.recipes.static_vectors
+
+    def full(cfg):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out" / "train.tmp"))
+
+    monkeypatch.setattr(bertology.recipes.static_vectors, "train", full)
+    (tmp_path / "corpus.txt").write_text("a b c\n")
+    status, out, err = run_cli(capsys, "static", "train", "--corpus", tmp_path / "corpus.txt", "--out",
+                               tmp_path / "out")
+    assert status == 2 and err.strip() == f"bertology: error: {tmp_path / 'out' / 'train.tmp'}: No space left on device"
+
+
+# ----- a training run never writes over what a user owns ------------------------------------------
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune", "translate train"])
+def test_a_training_run_refuses_a_folder_of_the_users_files(capsys, tmp_path, small_corpus, command):
+    out = tmp_path / "mine"
+    out.mkdir()
+    owned = {"model.safetensors": b"an export copy", "vocab.txt": b"my\nvocabulary\n", "config.json": b"{}"}
+    for name, data in owned.items():
+        (out / name).write_bytes(data)
+    flags = {"pretrain": ["--corpus", small_corpus / "text.txt", "--max-steps", "1", "--vocab-size", "200"],
+             "finetune": ["--task", "sst2", "--model", tmp_path],
+             "translate train": ["--data", tmp_path, "--vectors", tmp_path]}[command]
+    status, _, err = run_cli(capsys, *command.split(), *flags, "--out", out, "--no-progress")
+    assert status == 2 and f"{out} is not empty (config.json, model.safetensors, vocab.txt)" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == owned
+
+
+@pytest.mark.slow
+def test_pretrain_records_its_settings_only_once_it_runs_and_a_resume_keeps_them(capsys, tmp_path, small_corpus):
+    out = tmp_path / "run"
+    base = ["pretrain", "--corpus", small_corpus / "text.txt", "--tokenizer", small_corpus / "tokenizer",
+            "--cache-dir", tmp_path / "cache", "--arch", "gpt", "--preset", "tiny", "--seq-len", "32",
+            "--batch-size", "4", "--max-steps", "2", "--eval-batches", "1", "--out", out, "--no-progress"]
+    # A run that fails before it starts leaves nothing: not even its record.
+    status, _, err = run_cli(capsys, *base[:-3], "--seq-len", "4096", "--out", tmp_path / "failed")
+    assert status == 2 and "--seq-len 4096 is larger than the model's context" in err
+    assert not (tmp_path / "failed").exists()
+    assert run_cli(capsys, *base)[0] == 0
+    record = (out / "pretrain_config.json").read_bytes()
+    assert json.loads(record)["seq_len"] == 32
+    status, _, err = run_cli(capsys, *base, "--seed", "1")  # a second run into the same folder
+    assert status == 2 and "already holds a training run" in err
+    status, _, err = run_cli(capsys, *base, "--resume", "--seq-len", "64", "--preset", "mini")
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert '(--preset "tiny" -> "mini"; --seq-len 32 -> 64)' in err, err
+    assert (out / "pretrain_config.json").read_bytes() == record
+    assert run_cli(capsys, *base, "--resume", "--max-steps", "3")[0] == 0  # a longer budget is no other run
+
+
+def test_info_check_flags_a_run_that_diverged(capsys, tmp_path):
+    from helpers import save_tiny_gpt
+
+    model = save_tiny_gpt(tmp_path)
+    (model / "metrics.jsonl").write_text('{"step": 2, "loss": 5.1}\n{"step": 2, "split": "eval", "loss": NaN}\n')
+    status, out, err = run_cli(capsys, "info", "--check", model)
+    assert status == 2 and out.strip() == f"{model / 'metrics.jsonl'}: the last evaluation (step 2) has loss nan: " \
+                                          "the run diverged", out
+
+
+def test_pretrain_refuses_a_batch_the_machine_cannot_hold_before_building_it(capsys, tmp_path, small_corpus):
+    status, _, err = run_cli(capsys, "pretrain", "--corpus", small_corpus / "text.txt", "--tokenizer",
+                             small_corpus / "tokenizer", "--cache-dir", tmp_path / "cache", "--batch-size", str(10**9),
+                             "--max-steps", "1", "--out", tmp_path / "run")
+    assert status == 2 and "--batch-size 1,000,000,000 x --max-seq-len 128 over 93 tokens, with a model of" in err, err
+    assert "needs about" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()

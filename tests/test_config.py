@@ -171,3 +171,67 @@ def test_training_commands_share_flag_names_for_the_same_setting():
     assert {"finetune", "distill"} <= by_flag["--max-train-examples"]
     assert "--max-transfer-examples" not in by_flag
     assert {"pretrain", "finetune", "distill"} <= by_flag["--tensorboard"] & by_flag["--seed"] & by_flag["--resume"]
+
+
+# Values that passed every bound before: `nan <= 0` is False, and Python's integers have no size.
+BAD_NUMBERS = [
+    ("pretrain", ["--lr", "nan"], "must be a finite number, got nan"),
+    ("pretrain", ["--adam-eps", "inf"], "must be a finite number, got inf"),
+    ("pretrain", ["--adam-betas", "2", "5"], "must be below 1, got 2.0"),
+    ("pretrain", ["--eval-fraction", "nan"], "must be a finite number, got nan"),
+    ("pretrain", ["--short-seq-prob", "5"], "must be at most 1, got 5.0"),
+    ("pretrain", ["--seed", "-1"], "must be a seed from 0 to 4,294,967,295"),
+    ("pretrain", ["--seed", str(2**64)], "must fit in 64 bits"),
+    ("pretrain", ["--max-steps", str(10**30)], "must fit in 64 bits"),
+    ("finetune", ["--epochs", "nan"], "must be a finite number, got nan"),
+    ("static train", ["--lr", "inf"], "must be a finite number, got inf"),
+    ("static train", ["--x-max", "nan"], "must be a finite number, got nan"),
+    ("static train", ["--alpha", "nan"], "must be a finite number, got nan"),
+    ("static train", ["--sample", "nan"], "must be a finite number, got nan"),
+    ("serve", ["--max-wait-ms", "inf"], "must be a finite number, got inf"),
+    ("serve", ["--max-wait-ms", "nan"], "must be a finite number, got nan"),
+    ("generate", ["--temperature", "nan"], "must be a finite number, got nan"),
+    ("generate", ["--seed", str(2**40)], "must be a seed from 0"),
+]
+
+
+@pytest.mark.parametrize("command, flags, message", BAD_NUMBERS, ids=[" ".join(c[1]) for c in BAD_NUMBERS])
+def test_non_finite_and_out_of_range_numbers_are_refused_naming_the_flag(capsys, command, flags, message):
+    with pytest.raises(SystemExit) as stop:
+        parse([*command.split(), *flags])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert f"argument {flags[0]}: {message}" in error and len(error.splitlines()) == 1, error
+
+
+def test_config_files_and_python_configs_get_the_same_finite_and_range_checks(tmp_path):
+    config = tmp_path / "run.toml"
+    for text, message in (("lr = nan", "setting 'lr' must be a finite number, got nan"),
+                          ("warmup = inf", "setting 'warmup' must be a finite number, got inf"),
+                          ("adam_betas = [0.9, nan]", "setting 'adam_betas' must be a finite number, got nan"),
+                          ("seed = -5", "setting 'seed' must be a seed from 0"),
+                          (f"seed = {2**63 - 1}", "setting 'seed' must be a seed from 0")):
+        config.write_text(text + "\n")
+        with pytest.raises(UserError, match=f"run.toml: {message}"):
+            read_settings(PretrainConfig, config)
+    (tmp_path / "run.json").write_text('{"lr": NaN}')  # Python's JSON reads NaN and Infinity
+    with pytest.raises(UserError, match="setting 'lr' must be a finite number, got nan"):
+        read_settings(FinetuneConfig, tmp_path / "run.json")
+    with pytest.raises(UserError, match="^--lr must be a finite number, got nan$"):
+        check_settings(FinetuneConfig(task="sst2", model=".", out="o", lr=float("nan")))
+
+
+@pytest.mark.parametrize("budget", ["nan", "infs", "-inf", "nanm"])
+def test_a_non_finite_time_budget_is_refused(tmp_path, budget):
+    with pytest.raises(UserError, match="a duration must be a finite number of seconds"):
+        TrainConfig(max_time=budget).validate()
+    with pytest.raises(UserError, match="a duration must be a finite number of seconds"):
+        PretrainConfig(corpus=[str(tmp_path)], out="o", max_time=budget).validate()
+
+
+def test_word2vec_min_lr_above_its_lr_is_refused(tmp_path):
+    from bertology.recipes.static_vectors import StaticTrainConfig
+
+    with pytest.raises(UserError, match=r"--min-lr \(0.1\) must be at most --lr \(0.025\)"):
+        StaticTrainConfig(corpus=[str(tmp_path)], out="o", min_lr=0.1).validate()
+    StaticTrainConfig(corpus=[str(tmp_path)], out="o", method="glove", min_lr=0.1).validate()  # GloVe has no min_lr

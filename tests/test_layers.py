@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "bertology"
 # Lower number = lower layer. A module may import its own folder and any lower layer.
 LAYERS = {
     "errors": 0,
-    "files": 1, "ops": 1, "text": 1,
+    "files": 1, "memory": 1, "ops": 1, "text": 1,
     "checkpoint": 2, "config": 2, "plots": 2,
     "models": 3,
     "data": 4,

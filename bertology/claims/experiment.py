@@ -102,7 +102,7 @@ class ReproduceConfig(Device):
     quick: bool = setting(False, help="a reduced version in minutes (tiny models, few examples, 2 seeds): it checks "
                                       "the claim's code, not the claim")
     seeds: int | None = setting(None, positive=True, help="fine-tuning seeds per number (default: 3; --quick 2)")
-    cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR",
+    cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR", output="dir",
                              help="where pre-trained models are kept for every claim ($BERTOLOGY_CACHE)")
 
 

@@ -115,8 +115,9 @@ class ModelDir:
 
     def feature_encoder(self, device: str | torch.device | None = "auto") -> tuple[FeatureEncoder, Tokenizer]:
         """Its layers as a feature source (task heads and an LM's output left out) in eval mode on
-        `device` (the `--device` setting, ops.resolve_device: "auto" is the GPU when there is one), and its tokenizer, whose length limit is cut
-        to the model's context and, for a sentence-transformers folder, to its training length."""
+        `device` (the `--device` setting, ops.resolve_device: "auto" is the GPU when there is one),
+        and its tokenizer, whose length limit is cut to the model's context and, for a
+        sentence-transformers folder, to its training length."""
         tokenizer = self.tokenizer()
         encoder = load_feature_encoder(self.path, self.data)
         for limit in (encoder.context_length, sentence_transformers_limit(self.path)):

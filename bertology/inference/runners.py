@@ -78,7 +78,8 @@ class HeadRunner(Runner):
         spec, settings = model_dir.task()
         exported = model_dir.export_format
         if exported in CPU_FORMATS and device not in ("auto", "cpu"):
-            raise UserError(f"--device {device}: an {exported} export computes on the CPU only; use --device cpu or auto")
+            raise UserError(f"--device {device}: an {exported} export computes on the CPU only; "
+                            "use --device cpu or auto")
         model = OnnxModel(model_dir.path) if exported == "onnx" else model_dir.load_model()
         if exported not in CPU_FORMATS:
             model = model.to(resolve_device(device))

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy
 from .base import ConfigFile, FamilySpec, ModelOutput, PreTrainedModel
 
@@ -61,6 +62,17 @@ CLASSIFIER_DROPOUTS = {"output_p": 0.4, "hidden_p": 0.3, "input_p": 0.4, "embed_
 DROPOUTS = ("output_p", "hidden_p", "input_p", "embed_p", "weight_p")
 
 
+AWD_LSTM_SIZE_FIELDS = ("vocab_size", "emb_sz", "n_hid", "n_layers")
+
+
+def awd_lstm_parameters(values: dict[str, Any]) -> int:
+    """An AWD-LSTM's parameter count from its config's fields: the embedding (and an untied output
+    layer), the output bias, and each LSTM's 4 gates over its input and its state."""
+    widths = [values["emb_sz"]] + [values["n_hid"]] * (values["n_layers"] - 1) + [values["emb_sz"]]
+    lstms = sum(4 * (inputs * size + size * size + 2 * size) for inputs, size in zip(widths, widths[1:]))
+    vocab = values["vocab_size"]
+    return vocab * values["emb_sz"] * (1 if values["tie_weights"] else 2) + vocab + lstms
+
 @dataclass
 class AWDLSTMConfig(ConfigFile):
     """Hyper-parameters of an AWD-LSTM (fastai's names; the dropouts are its language model's).
@@ -69,6 +81,9 @@ class AWDLSTMConfig(ConfigFile):
     over 64-wide embeddings; `from_preset("base")` is ULMFiT's 400/1152/3.
     """
 
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(awd_lstm_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = AWD_LSTM_SIZE_FIELDS
     MODEL_TYPE: ClassVar[str] = MODEL_TYPE
     WHAT: ClassVar[str] = "an AWD-LSTM"
 
@@ -114,12 +129,13 @@ class AWDLSTMConfig(ConfigFile):
             if type(getattr(self, name)) not in (int, float) or not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"config field {name!r} must be a number in [0, 1), got {getattr(self, name)!r}")
         for name in ("ar_alpha", "tar_beta", "init_range"):
-            if type(getattr(self, name)) not in (int, float) or getattr(self, name) < 0:
-                raise UserError(f"config field {name!r} must be a number >= 0, got {getattr(self, name)!r}")
+            if type(getattr(self, name)) not in (int, float) or not 0 <= getattr(self, name) < float("inf"):
+                raise UserError(f"config field {name!r} must be a finite number >= 0, got {getattr(self, name)!r}")
         if not isinstance(self.lin_ftrs, list) or not all(type(n) is int and n > 0 for n in self.lin_ftrs):
             raise UserError(f"config field 'lin_ftrs' must be a list of positive integers, got {self.lin_ftrs!r}")
         if type(self.pad_token_id) is not int or not 0 <= self.pad_token_id < self.vocab_size:
             raise UserError(f"config field 'pad_token_id' must be a token id below vocab_size, got {self.pad_token_id!r}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @classmethod
     def preset(cls, name: str) -> dict[str, Any]:

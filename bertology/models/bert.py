@@ -36,6 +36,7 @@ from torch import nn
 
 from .. import checkpoint
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import (
     IGNORE_INDEX,
     Dropout,
@@ -74,6 +75,20 @@ SIZE_LIMITS = {
 }
 
 
+BERT_SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "max_position_embeddings",
+                    "type_vocab_size", "embedding_size")
+
+
+def bert_parameters(values: dict[str, Any]) -> int:
+    """A BERT's parameter count from its config's fields: the embeddings (ALBERT's factorized ones
+    with their projection), each layer (one when shared) and the pooler."""
+    hidden, inner = values["hidden_size"], values["intermediate_size"]
+    width = values["embedding_size"] or hidden
+    embeddings = (values["vocab_size"] + values["max_position_embeddings"] + values["type_vocab_size"]) * width
+    layers = 1 if values["share_layers"] else values["num_hidden_layers"]
+    return (embeddings + (width * hidden if width != hidden else 0)
+            + layers * (4 * hidden * hidden + 2 * hidden * inner + 9 * hidden + inner) + hidden * hidden)
+
 @dataclass
 class BertConfig(ConfigFile):
     """Hyper-parameters of a BERT encoder and its task head (transformers' BertConfig names).
@@ -86,6 +101,9 @@ class BertConfig(ConfigFile):
     MODEL_TYPES: ClassVar[tuple[str, ...]] = ("bert", "bertology")  # a config.json without one is BERT's too
     WHAT: ClassVar[str] = "a BERT encoder"
 
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(bert_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = BERT_SIZE_FIELDS
     vocab_size: int = 30522  # the uncased English WordPiece vocabulary of the BERT release
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -200,6 +218,7 @@ class BertConfig(ConfigFile):
             if len(self.id2label) != self.num_labels:
                 raise UserError(f"config field 'id2label' has {len(self.id2label)} labels but 'num_labels' is "
                                 f"{self.num_labels}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @classmethod
     def sizes(cls, layers: int, width: int) -> dict[str, Any]:

@@ -56,6 +56,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..errors import UserError
+from ..memory import FP32_BYTES, check_fits, check_model_size
 from .base import ConfigFile, FamilySpec, ModelOutput, PreTrainedModel
 from .static import normalize_word, tokenize_words
 
@@ -104,6 +105,22 @@ def detokenize(tokens: list[str]) -> str:
     return _JOINERS.sub(r"\1", _NO_SPACE_AFTER.sub(r"\1", _NO_SPACE_BEFORE.sub(r"\1", text)))
 
 
+COVE_SIZE_FIELDS = ("input_size", "hidden_size", "num_layers", "target_embedding_size", "source_vocab_size",
+                    "decoder_vocab_size")
+
+
+def cove_parameters(values: dict[str, Any]) -> int:
+    """A CoVe translation model's parameter count from its config's fields: the fixed English vectors,
+    the encoder's BiLSTMs, the decoder's LSTMs (2 H wide, fed the attention's output too), the
+    attention and the German embedding and output layers."""
+    hidden, layers, target = values["hidden_size"], values["num_layers"], values["target_embedding_size"]
+    encoder = sum(2 * 4 * (inputs * hidden + hidden * hidden + 2 * hidden)
+                  for inputs in [values["input_size"]] + [2 * hidden] * (layers - 1))
+    decoder = sum(4 * (inputs * 2 * hidden + 4 * hidden * hidden + 4 * hidden)
+                  for inputs in [target + 2 * hidden] + [2 * hidden] * (layers - 1))
+    german = values["decoder_vocab_size"] * (target + 2 * hidden + 1)
+    return values["source_vocab_size"] * values["input_size"] + encoder + decoder + 8 * hidden * hidden + german
+
 @dataclass
 class CoVeConfig(ConfigFile):
     """Hyper-parameters of the MT-LSTM and its decoder (transformers' names where they exist).
@@ -112,6 +129,9 @@ class CoVeConfig(ConfigFile):
     decoder_vocab_size=8004)` is the paper's MT-LSTM over 300-d GloVe vectors.
     """
 
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(cove_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = COVE_SIZE_FIELDS
     MODEL_TYPE: ClassVar[str] = MODEL_TYPE
     WHAT: ClassVar[str] = "a CoVe model"
 
@@ -142,6 +162,7 @@ class CoVeConfig(ConfigFile):
                             f"tokens ({len(SOURCE_SPECIALS)} and {len(TARGET_SPECIALS)})")
         if type(self.dropout) not in (int, float) or not 0 <= self.dropout < 1:
             raise UserError(f"config field 'dropout' must be a number in [0, 1), got {self.dropout!r}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @property
     def features_size(self) -> int:
@@ -433,7 +454,12 @@ class CoVeForTranslation(CoVePreTrainedModel):
     def translate(self, texts: list[str], beam_size: int = 1, max_length: int | None = None,
                   batch_size: int = 64) -> list[str]:
         """English texts -> German texts (greedy for beam_size 1, else beam search), in order,
-        batched by length."""
+        batched by length. More beams than German words, or than the memory holds, is a one-line error."""
+        vocab_size = self.config.decoder_vocab_size
+        if beam_size > vocab_size:
+            raise UserError(f"--beam-size {beam_size} is more than the model's {vocab_size:,} German words")
+        check_fits(3 * FP32_BYTES * min(batch_size, len(texts)) * beam_size * vocab_size,
+                   f"--beam-size {beam_size} x --batch-size {batch_size} over {vocab_size:,} German words")
         sentences = [source_words(text, self.config.lowercase) for text in texts]
         order = sorted(range(len(texts)), key=lambda i: len(sentences[i]))
         out: list[str] = [""] * len(texts)

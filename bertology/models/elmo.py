@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy
 from .base import ConfigFile, FamilySpec, ModelOutput, PreTrainedModel
 
@@ -65,6 +66,23 @@ PRESETS: dict[str, tuple[list[list[int]], int, int, int]] = {
 }
 
 
+ELMO_SIZE_FIELDS = ("vocab_size", "max_characters_per_token", "char_embedding_dim", "n_highway", "projection_dim",
+                    "lstm_dim", "n_layers")
+
+
+def elmo_parameters(values: dict[str, Any]) -> int:
+    """An ELMo biLM's size from its config's fields, in fp32 parameters: the character CNN (its
+    filters, highway layers and projection), each direction's LSTMs with projections, the softmax
+    over the vocabulary, and the vocabulary's character ids (int64: two parameters' bytes each)."""
+    filters = sum(count for _, count in values["filters"])
+    projection, cells = values["projection_dim"], values["lstm_dim"]
+    cnn = (262 * values["char_embedding_dim"] + sum(width * values["char_embedding_dim"] * count
+                                                   for width, count in values["filters"])
+           + values["n_highway"] * 2 * (filters * filters + filters) + filters * projection)
+    lstms = 2 * values["n_layers"] * (4 * cells * (2 * projection + 2) + cells * projection)
+    vocab = values["vocab_size"]
+    return cnn + lstms + vocab * (projection + 1) + 2 * vocab * values["max_characters_per_token"]
+
 @dataclass
 class ELMoConfig(ConfigFile):
     """Hyper-parameters of an ELMo biLM (the names of bilm-tf's options file, flattened).
@@ -72,6 +90,9 @@ class ELMoConfig(ConfigFile):
     Example: `ELMoConfig.from_preset("base", vocab_size=30522)` is the original ELMo's biLM.
     """
 
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(elmo_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = ELMO_SIZE_FIELDS
     MODEL_TYPE: ClassVar[str] = MODEL_TYPE
     WHAT: ClassVar[str] = "an ELMo biLM"
 
@@ -105,6 +126,7 @@ class ELMoConfig(ConfigFile):
                             f"({self.lstm_dim}): the LSTMs project their cells down to it")
         if type(self.dropout) not in (int, float) or not 0 <= self.dropout < 1:
             raise UserError(f"config field 'dropout' must be a number in [0, 1), got {self.dropout!r}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @property
     def hidden_size(self) -> int:

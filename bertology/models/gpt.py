@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy, last_token_states, span_loss
 from .base import ConfigFile, FamilySpec, ModelOutput, PreTrainedModel, activation, init_module
 
@@ -49,6 +50,17 @@ MODEL_TYPES = ("openai-gpt", "gpt2")
 OPENAI_GPT_AFN = {"gelu": "gelu_new", "relu": "relu"}
 CACHE = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each (B, heads, S, head size)
 
+
+GPT_SIZE_FIELDS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_inner")
+
+
+def gpt_parameters(values: dict[str, Any]) -> int:
+    """A GPT's parameter count from its config's fields: embeddings, then per block the attention
+    (4 E^2), the feed-forward (2 E I) and their biases and LayerNorms."""
+    width = values["n_embd"]
+    inner = values["n_inner"] or 4 * width
+    return (values["vocab_size"] + values["n_positions"]) * width + values["n_layer"] * (
+        4 * width * width + 2 * width * inner + 9 * width + inner) + 2 * width
 
 @dataclass
 class GPTConfig(ConfigFile):
@@ -62,6 +74,9 @@ class GPTConfig(ConfigFile):
     WHAT: ClassVar[str] = "a GPT"
     NOT_STORED: ClassVar[tuple[str, ...]] = ("pre_layer_norm",)  # the model_type says it
 
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(gpt_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = GPT_SIZE_FIELDS
     vocab_size: int = 40478
     n_positions: int = 512  # the context length
     n_embd: int = 768
@@ -103,12 +118,14 @@ class GPTConfig(ConfigFile):
             raise UserError(f"config field 'activation_function' {self.activation_function!r} is not known") from None
         if type(self.num_labels) is not int or self.num_labels < 1:
             raise UserError(f"config field 'num_labels' must be a positive integer, got {self.num_labels!r}")
-        if type(self.lm_coef) not in (int, float) or self.lm_coef < 0:
-            raise UserError(f"config field 'lm_coef' must be a number >= 0, got {self.lm_coef!r}")
+        for name in ("lm_coef", "initializer_range"):  # `nan < 0` is False: the range is written to fail on NaN
+            if type(getattr(self, name)) not in (int, float) or not 0 <= getattr(self, name) < math.inf:
+                raise UserError(f"config field {name!r} must be a finite number >= 0, got {getattr(self, name)!r}")
         for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
             # Not checked against vocab_size: transformers' GPT-2 config keeps 50256 at any size.
             if getattr(self, name) is not None and (type(getattr(self, name)) is not int or getattr(self, name) < 0):
                 raise UserError(f"config field {name!r} must be a token id or null, got {getattr(self, name)!r}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @property
     def model_type(self) -> str:

@@ -44,11 +44,13 @@ import numpy as np
 import torch
 from gensim.models.fasttext import FastTextKeyedVectors, ft_ngram_hashes
 from gensim.models.keyedvectors import KeyedVectors
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import UserError
 from ..files import atomic_path, write_text_atomic
+from ..text import sniff_encoding
 from .base import ConfigFile, FamilySpec
 
 MODEL_TYPE = "static"
@@ -133,6 +135,13 @@ class StaticConfig(ConfigFile):
             raise UserError(f"{source}: {err}") from None
         if config.method not in (*METHODS, IMPORTED):
             raise UserError(f"{source}: unknown method {config.method!r}")
+        for name in ("vector_size", "min_n", "max_n", "bucket"):
+            value = getattr(config, name)
+            if type(value) is not int or value < (1 if name == "vector_size" else 0):
+                raise UserError(f"{source}: {name} must be a {'positive' if name == 'vector_size' else 'non-negative'} "
+                                f"integer, got {value!r}")
+        if type(config.lowercase) is not bool or not isinstance(config.settings, dict):
+            raise UserError(f"{source}: lowercase must be true or false and settings an object")
         return config
 
 
@@ -284,11 +293,8 @@ class StaticVectors(nn.Module):
             path = directory / SUBWORDS_NAME
             if not path.is_file():
                 raise UserError(f"{path}: no such file (config.json says the vectors have subwords)")
-            tensors = load_file(str(path))
-            vocab_vectors, ngram_vectors = tensors["vocab_vectors"], tensors["ngram_vectors"]
-            if vocab_vectors.shape != vectors.shape or tuple(ngram_vectors.shape) != (config.bucket, config.vector_size):
-                raise UserError(f"{path}: matrix shapes {tuple(vocab_vectors.shape)}, {tuple(ngram_vectors.shape)} do not "
-                                f"match config.json ({len(words)} words, {config.bucket} buckets, {config.vector_size} dims)")
+            vocab_vectors, ngram_vectors = read_subwords(path, words, (len(words), config.vector_size),
+                                                         (config.bucket, config.vector_size))
         return cls(config, words, vectors, counts, vocab_vectors, ngram_vectors)
 
     def save_word2vec_format(self, path: str | os.PathLike, binary: bool) -> None:
@@ -345,6 +351,34 @@ class StaticVectors(nn.Module):
             self.to_gensim().save(str(tmp), separately=[], sep_limit=0, pickle_protocol=4)
 
 
+def read_subwords(path: Path, words: list[str], vocab_shape: tuple[int, int],
+                  ngram_shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """fastText's two matrices from subwords.safetensors: vocab_vectors (V, D), one row per word of
+    `words`, and ngram_vectors (bucket, D); damaged, misnamed, misshapen or non-finite ones are a
+    one-line error naming the file (and the word or bucket row)."""
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise UserError(f"{path}: cannot read safetensors file, it may be truncated or corrupt ({err})") from None
+    missing = sorted({"vocab_vectors", "ngram_vectors"} - set(tensors))
+    if missing:
+        held = ", ".join(sorted(tensors)) or "none"
+        raise UserError(f"{path}: no tensor named {', '.join(missing)} (it holds {held})")
+    vocab_vectors, ngram_vectors = tensors["vocab_vectors"], tensors["ngram_vectors"]
+    if tuple(vocab_vectors.shape) != vocab_shape or tuple(ngram_vectors.shape) != ngram_shape:
+        raise UserError(f"{path}: matrix shapes {tuple(vocab_vectors.shape)}, {tuple(ngram_vectors.shape)} do not "
+                        f"match config.json ({vocab_shape[0]} words, {ngram_shape[0]} buckets, {vocab_shape[1]} dims)")
+    for name, matrix in (("vocab_vectors", vocab_vectors), ("ngram_vectors", ngram_vectors)):
+        if not matrix.is_floating_point():
+            raise UserError(f"{path}: {name} is stored as {str(matrix.dtype).removeprefix('torch.')}, not as vectors")
+        finite = torch.isfinite(matrix).all(dim=1)
+        if not bool(finite.all()):
+            row = int((~finite).nonzero()[0])
+            what = f"the word {words[row]!r} (row {row + 1})" if name == "vocab_vectors" else f"bucket {row}"
+            raise UserError(f"{path}: {name}: the vector of {what} holds inf or nan")
+    return vocab_vectors.float(), ngram_vectors.float()
+
+
 # --- word2vec / GloVe files ---
 
 
@@ -367,23 +401,40 @@ def read_word2vec_format(path: str | os.PathLike, binary: bool | None = None) ->
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     data = path.read_bytes()
+    try:  # a byte order mark only: binary vectors hold NULs that read like UTF-16's
+        encoding, mark = sniff_encoding(data[:4])
+    except ValueError:
+        encoding, mark = "utf-8", 0
+    if encoding != "utf-8":  # a text file saved as UTF-16 or UTF-32 with its byte order mark
+        try:
+            data = data[mark:].decode(encoding).encode("utf-8")
+        except UnicodeDecodeError:
+            raise UserError(f"{path}: not {encoding.upper()} text, though it starts with that byte order "
+                            "mark") from None
+    else:
+        data = data[mark:]  # a UTF-8 byte order mark is no part of the first word
     first_end = data.find(b"\n") + 1 or len(data)
     if not data.strip():
         raise UserError(f"{path}: empty file (no vectors)")
-    if binary is None:
-        binary = _looks_binary(data[first_end:first_end + 4096])
+    if binary is None:  # only word2vec's format is binary, and it always starts with its "V D" header
+        binary = _header(path, data[:first_end]) is not None and _looks_binary(data[first_end:first_end + 4096])
     if binary:
         return _read_binary(path, data, first_end)
     return _read_text(path, data)
 
 
 def _looks_binary(sample: bytes) -> bool:
+    """Whether the bytes after a "V D" header are float32 vectors rather than text: those almost always
+    hold a NUL byte, and many bytes no text has (a text file with a word in Latin-1 has a few)."""
     if b"\0" in sample:
         return True
     try:
         sample.decode("utf-8")
     except UnicodeDecodeError as err:
-        return err.start < len(sample) - 3  # a multi-byte character cut by the sample's end is still text
+        if err.start >= len(sample) - 3:  # a multi-byte character cut by the sample's end is still text
+            return False
+        odd = sum(1 for byte in sample if byte >= 0x80 or (byte < 0x20 and byte not in b"\t\n\r"))
+        return odd > len(sample) // 10
     return False
 
 
@@ -392,6 +443,8 @@ def _header(path: Path, line: bytes) -> tuple[int, int] | None:
     fields = line.split()
     if len(fields) != 2 or not all(f.isdigit() for f in fields):
         return None
+    if any(len(f) > 18 for f in fields):  # beyond int64 (and beyond Python's 4,300 digits a ValueError)
+        raise UserError(f"{path}:1: the header's numbers are too large for a vocabulary and a dimension")
     count, size = int(fields[0]), int(fields[1])
     if size == 0:
         raise UserError(f"{path}:1: the header says the vectors have 0 dimensions")
@@ -454,6 +507,11 @@ def _read_binary(path: Path, data: bytes, start: int) -> tuple[list[str], np.nda
     if header is None:
         raise UserError(f"{path}:1: a binary vectors file must start with a 'V D' header line")
     count, size = header
+    # Each word takes at least a byte, a space and its D float32: a header claiming more than the
+    # file can hold is refused before its (count, size) matrix is allocated.
+    if count * (size * 4 + 2) > len(data) - start:
+        raise UserError(f"{path}:1: the header says {count:,} words of {size:,} dimensions, more than the file's "
+                        f"{len(data):,} bytes can hold")
     vectors = np.empty((count, size), dtype=np.float32)
     words: list[str] = []
     seen: set[str] = set()
@@ -489,7 +547,10 @@ def read_counts(path: Path, words: list[str]) -> np.ndarray:
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     counts = np.zeros(len(words), dtype=np.int64)
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not UTF-8 text (byte {err.start})") from None
     if len(lines) != len(words):
         raise UserError(f"{path}: {len(lines)} lines for {len(words)} vectors")
     for number, (line, word) in enumerate(zip(lines, words), start=1):

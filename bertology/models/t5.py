@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import IGNORE_INDEX, Dropout, Linear, cross_entropy_with_accuracy, dropout, relative_position_bucket
 from .base import ConfigFile, FamilySpec, ModelOutput, PreTrainedModel, activation
 
@@ -51,6 +52,22 @@ FEED_FORWARD_PROJ = {"relu": "relu", "gated-gelu": "gelu_new"}  # transformers' 
 # Per decoder layer: self-attention keys, values (B, heads, T, d_kv), cross-attention keys, values (B, heads, S, d_kv).
 CACHE = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
 
+
+T5_SIZE_FIELDS = ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
+                  "relative_attention_num_buckets")
+
+
+def t5_parameters(values: dict[str, Any]) -> int:
+    """A T5's parameter count from its config's fields: the embedding (and an untied output layer),
+    encoder blocks (attention, feed-forward, 2 norms), decoder blocks (two attentions, 3 norms)."""
+    width, inner = values["d_model"], values["num_heads"] * values["d_kv"]
+    gated = str(values["feed_forward_proj"]).startswith("gated")
+    feed_forward = (3 if gated else 2) * width * values["d_ff"]
+    decoder_layers = values["num_decoder_layers"] or values["num_layers"]
+    embeddings = values["vocab_size"] * width * (1 if values["tie_word_embeddings"] else 2)
+    return (embeddings + values["num_layers"] * (4 * width * inner + feed_forward + 2 * width)
+            + decoder_layers * (8 * width * inner + feed_forward + 3 * width) + 2 * width
+            + 2 * values["relative_attention_num_buckets"] * values["num_heads"])
 
 @dataclass
 class T5Config(ConfigFile):
@@ -63,6 +80,9 @@ class T5Config(ConfigFile):
     MODEL_TYPE: ClassVar[str] = MODEL_TYPE
     WHAT: ClassVar[str] = "a T5"
 
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(t5_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = T5_SIZE_FIELDS
     vocab_size: int = 32128
     d_model: int = 512
     d_kv: int = 64  # the width of each head (heads x d_kv need not be d_model)
@@ -99,11 +119,15 @@ class T5Config(ConfigFile):
                             f"{', '.join(FEED_FORWARD_PROJ)}")
         if type(self.dropout_rate) not in (int, float) or not 0.0 <= self.dropout_rate < 1.0:
             raise UserError(f"config field 'dropout_rate' must be a number in [0, 1), got {self.dropout_rate!r}")
+        if type(self.initializer_factor) not in (int, float) or not 0 <= self.initializer_factor < float("inf"):
+            raise UserError(f"config field 'initializer_factor' must be a finite number >= 0, got "
+                            f"{self.initializer_factor!r}")
         for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
             if type(value) is not int or not 0 <= value < self.vocab_size:
                 raise UserError(f"config field {name!r} must be a token id below vocab_size ({self.vocab_size}), "
                                 f"got {value!r}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @property
     def is_gated(self) -> bool:

@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy, span_loss
 from .base import ConfigFile, FamilySpec, ModelOutput, PreTrainedModel, activation
 
@@ -57,6 +58,16 @@ MODEL_TYPE = "xlnet"
 ATTENTION_TYPES = ("bi", "uni")  # XLNet's bidirectional attention, or Transformer-XL's causal one
 SUMMARY_ACTIVATIONS = ("tanh", "linear", None)
 
+
+XLNET_SIZE_FIELDS = ("vocab_size", "d_model", "n_layer", "d_inner")
+
+
+def xlnet_parameters(values: dict[str, Any]) -> int:
+    """An XLNet's parameter count from its config's fields: the embedding, then per layer the query,
+    key, value, output and position projections (5 D^2), the feed-forward (2 D I) and the small rest."""
+    width, inner = values["d_model"], values["d_inner"]
+    per_layer = 5 * width * width + 2 * width * inner + 12 * width + inner
+    return values["vocab_size"] * width + values["n_layer"] * per_layer
 
 @dataclass
 class XLNetConfig(ConfigFile):
@@ -69,6 +80,9 @@ class XLNetConfig(ConfigFile):
     MODEL_TYPE: ClassVar[str] = MODEL_TYPE
     WHAT: ClassVar[str] = "an XLNet"
 
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(xlnet_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = XLNET_SIZE_FIELDS
     vocab_size: int = 32000
     d_model: int = 1024
     n_layer: int = 24
@@ -114,6 +128,9 @@ class XLNetConfig(ConfigFile):
                 raise UserError(f"config field {name!r} must be a non-negative integer or null, got {value!r}")
         if type(self.clamp_len) is not int:
             raise UserError(f"config field 'clamp_len' must be an integer, got {self.clamp_len!r}")
+        if type(self.initializer_range) not in (int, float) or not 0 <= self.initializer_range < float("inf"):
+            raise UserError(f"config field 'initializer_range' must be a finite number >= 0, got "
+                            f"{self.initializer_range!r}")
         for name in ("dropout", "summary_last_dropout"):
             if type(getattr(self, name)) not in (int, float) or not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"config field {name!r} must be a number in [0, 1), got {getattr(self, name)!r}")
@@ -137,6 +154,7 @@ class XLNetConfig(ConfigFile):
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             if getattr(self, name) is not None and (type(getattr(self, name)) is not int or getattr(self, name) < 0):
                 raise UserError(f"config field {name!r} must be a token id or null, got {getattr(self, name)!r}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @property
     def model_type(self) -> str:

@@ -55,6 +55,7 @@ from ..training.loop import (
     Trainer,
     accuracy_counts,
     autocast,
+    check_resumed_record,
     resolve_precision,
 )
 from .task_training import (
@@ -113,7 +114,7 @@ class DistillConfig(TaskFiles, EpochLoop):
                                                         "layer and its teacher layer (0: off)")
     lr: float = override(EpochLoop, "lr", 1e-4)  # a small student learns faster than fine-tuning's 5e-5
     max_seq_len: int | None = setting(None, positive=True, help="tokens per row (default: the teacher's)")
-    cache_dir: str | None = setting(None, metavar="DIR", help="where the teacher's targets are kept "
+    cache_dir: str | None = setting(None, metavar="DIR", output="dir", help="where the teacher's targets are kept "
                                                               "(default: $BERTOLOGY_CACHE/distill)")
 
     def __post_init__(self) -> None:
@@ -405,6 +406,8 @@ def run_distillation(cfg: DistillConfig) -> dict:
                               cfg.eval_batch_size, cfg.precision)
     encoded = encode(spec, transfer, tokenizer, settings, training=True)
     teacher_scores = evaluate_splits(teacher, RunData(spec, teacher_tokenizer, settings, [], dev, encoded), cfg) if dev else {}
+    if cfg.resume:  # before the record is written again: the earlier run's settings, or a one-line refusal
+        check_resumed_record(out / CONFIG_NAME, dataclasses.asdict(cfg))
     write_json_atomic(out / CONFIG_NAME, {**dataclasses.asdict(cfg), "task_spec": dataclasses.asdict(spec),
                                           "transfer_examples": len(transfer), "student_parameters": student.num_parameters(),
                                           "teacher_parameters": teacher.num_parameters(),

@@ -44,7 +44,7 @@ from ..tasks.readers import (
     write_wic_predictions,
 )
 from ..tasks.splits import hold_out_dev, read_inputs, read_split, resolve_task, subset
-from ..training.loop import Trainer
+from ..training.loop import Trainer, check_resumed_record
 from .feature_mode import train_feature_head
 from .static_features import check_task, prepare_static_data, train_static_head
 from .task_training import (
@@ -130,8 +130,9 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                                 help="features mode: the head (bilstm: the paper's two-layer BiLSTM)")
     feature_pooling: str = setting("mean", choices=POOLINGS,
                                    help="features mode, sentence tasks: how the token features become one vector")
-    cache_dir: str | None = setting(None, metavar="DIR", help="features mode: where computed features are kept "
-                                                              "(default: $BERTOLOGY_CACHE/features)")
+    cache_dir: str | None = setting(None, metavar="DIR", output="dir",
+                                    help="features mode: where computed features are kept (default: "
+                                         "$BERTOLOGY_CACHE/features)")
 
     def __post_init__(self) -> None:
         for name in ("data", "model", "out", "train_file", "dev_file", "cache_dir", "lm", "vectors"):  # Paths welcome from Python
@@ -321,6 +322,8 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
         model_dir = open_model_dir(cfg.model)
         check_model_setup(cfg, model_dir, resolve_task(cfg).kind)
         data, train_one, too_long = PREPARE[model_dir.spec.runner](cfg)
+    if cfg.resume:  # before the record is written again: the earlier run's settings, or a one-line refusal
+        check_resumed_record(out / CONFIG_NAME, dataclasses.asdict(cfg))
     write_json_atomic(out / CONFIG_NAME, {**dataclasses.asdict(cfg), "task_spec": dataclasses.asdict(data.spec),
                                           "train_examples": len(data.train),
                                           "train_examples_longer_than_max_seq_len": too_long})

@@ -9,6 +9,7 @@ into the output directory."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from ..data.tokenizer import Tokenizer, train_tokenizer
 from ..data.tokenizer_files import has_tokenizer
 from ..errors import UserError
 from ..files import cache_root, write_json_atomic
+from ..memory import FP32_BYTES, check_fits, parameters_of
 from ..models import FAMILIES, family_named, family_of, trained_by
 from ..models.base import SIZES, ConfigFile, FamilySpec, load_pretrained
 from ..models.bert import POSITION_TYPES
@@ -35,6 +37,7 @@ from ..training.loop import (
     TrainConfig,
     Trainer,
     check_no_earlier_run,
+    check_resumed_record,
     check_writable,
     metrics_from_counts,
 )
@@ -67,7 +70,7 @@ class PretrainConfig(TrainConfig):
     tokenizer: str | None = setting(None, metavar="DIR", help="a tokenizer directory (default: train one on the corpus)")
     vocab_size: int = setting(30522, positive=True, help="the size of a vocabulary trained on the corpus")
     cased: bool = setting(False, help="train a cased vocabulary (case and accents kept)")
-    cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR",
+    cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR", output="dir",
                              help="where the tokenized corpus is kept for later runs ($BERTOLOGY_CACHE)")
     arch: str = setting("bert", choices=lambda: trained_by("pretrain"), help="the model family")
     preset: str = setting("mini", choices=SIZES, help="the model's size")
@@ -99,7 +102,7 @@ class PretrainConfig(TrainConfig):
                                help="tokens per sequence, at most (BERT packs sentences up to it; an LSTM's BPTT "
                                     "length)")
     batch_size: int = setting(32, positive=True, help="sequences per micro-batch")
-    short_seq_prob: float = setting(0.1, minimum=0, help="share of shorter sequences, as BERT's data has")
+    short_seq_prob: float = setting(0.1, minimum=0, maximum=1, help="share of shorter sequences, as BERT's data has")
     whole_word_masking: bool = setting(False, help="mask all the pieces of a word together")
     # Off by default: RoBERTa's dynamic masking, a fresh mask every time a sequence is seen.
     static_masks: int | None = setting(None, positive=True, metavar="N",
@@ -130,7 +133,7 @@ class PretrainConfig(TrainConfig):
                                 "the states of the last N positions its row read (per layer, no gradient; the model's "
                                 "mem_len); held out, the same. 0: off, independent sequences (the release: 384 at "
                                 "512 tokens; here --max-seq-len is a sensible N)")
-    eval_fraction: float = setting(0.01, positive=True, help="share of the documents held out for evaluation")
+    eval_fraction: float = setting(0.01, positive=True, below=1, help="share of the documents held out for evaluation")
     eval_batches: int = setting(20, positive=True, help="held-out batches per evaluation")
     lr: float = override(TrainConfig, "lr", 5e-4)  # an AWD-LSTM wants fastai's order, --lr 1e-2
     eval_every: int = override(TrainConfig, "eval_every", 200)
@@ -179,8 +182,6 @@ class PretrainConfig(TrainConfig):
             raise UserError(f"--layer-lr-decay must be at most 1, got {self.layer_lr_decay}")
         if not 0 < self.noise_density < 1:
             raise UserError(f"--noise-density must be between 0 and 1, got {self.noise_density}")
-        if self.eval_fraction >= 1:
-            raise UserError(f"--eval-fraction must be below 1, got {self.eval_fraction}")
 
     def flag_given(self, name: str) -> str:
         """The flag a setting was given with, for messages: --share-layers, --no-segment-embeddings,
@@ -235,6 +236,19 @@ def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> ConfigFile:
     if positions is not None and cfg.max_seq_len > positions:
         raise UserError(f"--max-seq-len {cfg.max_seq_len} is larger than the model's context ({positions} positions)")
     return config
+
+
+def check_training_memory(cfg: PretrainConfig, model_config) -> None:
+    """Refuse, before anything is allocated, a run the machine cannot hold: each parameter four
+    times in fp32 (the weights, their gradients, AdamW's two moments), and a micro-batch's logits
+    over the vocabulary three times (the logits, their softmax, its gradient), the largest
+    activations of the small models here."""
+    parameters = parameters_of(model_config)
+    logits = cfg.batch_size * cfg.max_seq_len * model_config.vocab_size
+    check_fits(FP32_BYTES * (4 * parameters + 3 * logits),
+               f"--batch-size {cfg.batch_size:,} x --max-seq-len {cfg.max_seq_len:,} over {model_config.vocab_size:,} "
+               f"tokens, with a model of {parameters:,} parameters,")
+
 
 
 def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer:
@@ -512,17 +526,38 @@ def discriminative_rates(spec: FamilySpec, num_layers: int, decay: float):
 def run_pretraining(cfg: PretrainConfig, on_speed: Callable[[float], None] | None = None) -> str:
     """Run a whole pre-training job; returns "completed" or "interrupted". `on_speed`: see `Trainer`."""
     cfg.validate()
-    spec = family_named(cfg.arch).spec
-    objective_spec = OBJECTIVES[cfg.objective]
     dist = Distributed(cfg.device)
     out = Path(cfg.out)
     check_writable(out, needed_bytes=0)  # the Trainer checks the space once the model's size is known
     if not cfg.resume:
         check_no_earlier_run(out)
+    else:  # other settings than the run's are refused before any work
+        check_resumed_record(out / RESOLVED_CONFIG_NAME, dataclasses.asdict(cfg))
+    fresh, started = not any(out.iterdir()), []
+    try:
+        return _pretrain(cfg, dist, out, on_start=lambda: started.append(True), on_speed=on_speed)
+    except BaseException:
+        if fresh and not started and dist.is_main:  # all there is this run's, and it never began: leave nothing
+            for path in out.iterdir():
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        raise
+
+
+def _pretrain(cfg: PretrainConfig, dist: Distributed, out: Path, on_start: Callable[[], None],
+              on_speed: Callable[[float], None] | None) -> str:
+    """The run, once `run_pretraining` has checked its output folder: its record of the settings
+    (pretrain_config.json) is written once the Trainer starts, after which `on_start` is called."""
+    spec = family_named(cfg.arch).spec
+    objective_spec = OBJECTIVES[cfg.objective]
     tokenizer = load_or_train_tokenizer(cfg, dist)
     model_config = build_model_config(cfg, tokenizer)
-    if dist.is_main:
-        write_json_atomic(out / RESOLVED_CONFIG_NAME, {**dataclasses.asdict(cfg), "model_config_resolved": model_config.to_dict()})
+    check_training_memory(cfg, model_config)
+
+    def record_run() -> None:
+        if dist.is_main:
+            write_json_atomic(out / RESOLVED_CONFIG_NAME,
+                              {**dataclasses.asdict(cfg), "model_config_resolved": model_config.to_dict()})
+        on_start()
 
     corpus = load_corpus(cfg, tokenizer, dist)
     train_docs, eval_docs = corpus.split(cfg.eval_fraction, cfg.seed)
@@ -561,7 +596,8 @@ def run_pretraining(cfg: PretrainConfig, on_speed: Callable[[float], None] | Non
         module.model_to_save().save_pretrained(out)
         tokenizer.save_pretrained(out)
 
-    trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist, lr_scale, on_speed)
+    trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist, lr_scale, on_speed,
+                      on_start=record_run)
     status = trainer.fit()
     if dist.is_main:
         plot_training_curves({cfg.objective: trainer.log.rows()}, out / "training_curves.png",

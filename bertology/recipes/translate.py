@@ -48,8 +48,12 @@ from ..models.static import StaticVectors
 from ..ops import resolve_device
 from ..plots import plot_training_curves
 from ..tasks.readers import read_text_lines
-from ..training.loop import LoopConfig, StepOutput, TrainConfig, Trainer, loop_settings
+from ..training.loop import LoopConfig, StepOutput, TrainConfig, Trainer, check_finite_metrics, loop_settings
 from .task_training import RESULTS_NAME, EpochBatches, check_output_dir
+
+
+# An LSTM decoder has no positions to run out of: a translation that never ends stops here.
+MAX_TRANSLATION_LENGTH = 1024
 
 
 @dataclass
@@ -108,8 +112,8 @@ class TranslateEvalConfig(Device):
     target_lang: str = setting("de", help="the target side's file suffix")
     beam_size: int = setting(5, positive=True, help="beam search's width, scored beside greedy decoding (1: greedy "
                                                     "only)")
-    max_length: int | None = setting(None, positive=True, help="the longest translation in tokens (default: the "
-                                                               "model's max_length)")
+    max_length: int | None = setting(None, positive=True, maximum=MAX_TRANSLATION_LENGTH,
+                                     help="the longest translation in tokens (default: the model's max_length)")
     batch_size: int = setting(64, positive=True, help="sentences decoded together")
     max_sentences: int | None = setting(None, positive=True, help="score the first N pairs only (default: all)")
 
@@ -126,8 +130,8 @@ class TranslateTextConfig(Device):
     out: str | None = setting(None, metavar="FILE", output="file", help="write the translations here (default: "
                                                                        "print them)")
     beam_size: int = setting(5, positive=True, help="beam width (1: greedy decoding)")
-    max_length: int | None = setting(None, positive=True, help="the longest translation in tokens (default: the "
-                                                               "model's max_length)")
+    max_length: int | None = setting(None, positive=True, maximum=MAX_TRANSLATION_LENGTH,
+                                     help="the longest translation in tokens (default: the model's max_length)")
     batch_size: int = setting(64, positive=True, help="sentences decoded together")
 
 
@@ -255,6 +259,7 @@ def train(cfg: TranslateTrainConfig) -> dict:
 
     def evaluate(module: TranslationModule) -> dict:
         values = perplexity(module.model, valid_data, cfg.eval_batch_size)
+        check_finite_metrics(values, trainer.step)  # before a diverged model could be kept as the best
         if not best or values["perplexity"] < best["perplexity"]:
             best.clear()
             best.update({"split": cfg.valid_split, **values, "step": trainer.step})

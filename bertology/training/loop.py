@@ -42,7 +42,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..checkpoint import load_module_state, save_module_state
-from ..config import Device, check_settings, setting
+from ..config import Device, check_settings, option_name, setting
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
 from ..ops import PRECISIONS, autocast, resolve_device, resolve_precision
@@ -112,7 +112,8 @@ class LoopConfig(Device):
                              help="adamw (BERT's, and most models') or adafactor (T5's: factored second moments, no "
                                   "first moment, at its lr 1e-2)")
     weight_decay: float = setting(0.01, minimum=0, help="decoupled weight decay (none on biases and LayerNorm weights)")
-    adam_betas: tuple[float, float] = setting((0.9, 0.999), metavar=("BETA1", "BETA2"), help="AdamW's betas")
+    adam_betas: tuple[float, float] = setting((0.9, 0.999), metavar=("BETA1", "BETA2"), minimum=0, below=1,
+                                              help="AdamW's betas")
     adam_eps: float = setting(1e-6, positive=True, help="AdamW's epsilon (BERT's value)")
     warmup: float = setting(0.06, minimum=0, help="learning-rate warmup: a fraction of the budget (< 1) or steps")
     schedule: str = setting("linear", choices=SCHEDULES,
@@ -176,11 +177,12 @@ def parse_duration(text: str | float) -> float:
     units = {"s": 1, "m": 60, "h": 3600}
     text = str(text).strip().lower()
     try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
+        seconds = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
     except ValueError:
         raise UserError(f"cannot read {text!r} as a duration (examples: 90s, 20m, 1.5h)") from None
+    if not math.isfinite(seconds):  # nan <= 0 is False: every later check would let it through
+        raise UserError(f"a duration must be a finite number of seconds, got {text!r}")
+    return seconds
 
 
 def lr_factor(schedule: str, progress: float, warmup: float) -> float:
@@ -423,6 +425,37 @@ def estimate_text(per_second: float, count: float, unit: str = "step", time_budg
     return text
 
 
+def check_finite_metrics(metrics: dict, step: int) -> None:
+    """Refuse an evaluation with a NaN or infinite number: the weights have diverged, and no command
+    reports such a metric as a result (nor writes the model that gave it)."""
+    bad = next((name for name, value in metrics.items() if isinstance(value, float) and not math.isfinite(value)), None)
+    if bad is not None:
+        raise UserError(f"the held-out {bad} became {metrics[bad]} at step {step}: the model's weights have diverged "
+                        "(most likely the learning rate is too high); lower --lr and start again")
+
+
+def run_problems(directory: Path) -> list[str]:
+    """What is wrong with a training run's record (`info --check`): its metrics.jsonl's last training
+    row or last evaluation holding a NaN or infinite number (the run diverged). Empty otherwise."""
+    path = directory / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    try:
+        rows = [loads_json(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return [f"{path}: cannot read the run's metrics ({err})"]
+    rows = [row for row in rows if isinstance(row, dict)]
+    last = {split: next((r for r in reversed(rows) if (r.get("split") == "eval") == (split == "eval")), None)
+            for split in ("train", "eval")}
+    problems = []
+    for split, row in last.items():
+        bad = [k for k, v in (row or {}).items() if isinstance(v, float) and not math.isfinite(v)]
+        if bad:
+            problems.append(f"{path}: the last {'evaluation' if split == 'eval' else 'training row'} (step "
+                            f"{row.get('step')}) has {bad[0]} {row[bad[0]]}: the run diverged")
+    return problems
+
+
 def check_writable(directory: Path, needed_bytes: int) -> None:
     """Fail before training, not after an hour, if `directory` cannot hold the checkpoints."""
     try:
@@ -438,11 +471,75 @@ def check_writable(directory: Path, needed_bytes: int) -> None:
                         f"{needed_bytes / 2**20:.0f} MiB")
 
 
+def holds_training_run(directory: Path) -> bool:
+    """Whether `directory` holds a run of the loop: its checkpoints or its metrics."""
+    return (directory / CHECKPOINTS_DIR).exists() or (directory / "metrics.jsonl").exists()
+
+
 def check_no_earlier_run(directory: Path) -> None:
-    """Refuse to start a fresh run over an earlier one's checkpoints and metrics (nothing written is lost)."""
-    if (directory / CHECKPOINTS_DIR).exists() or (directory / "metrics.jsonl").exists():
+    """Before a fresh run writes anything: `directory` must be new or empty. An earlier run is
+    continued with --resume; anything else there (a model copied in, the user's own vocab.txt)
+    is the user's, and the run would write over it."""
+    entries = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+    if holds_training_run(directory):
         raise UserError(f"{directory} already holds a training run; continue it with --resume "
                         "or choose another output directory")
+    if entries:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise UserError(f"{directory} is not empty ({shown}): a training run writes only into a new or empty "
+                        "folder, so that nothing of yours is overwritten; choose another output directory")
+
+
+# What a resumed run may change: its budget, where it is, and its bookkeeping. Any other setting would
+# make the rest of the run train something else than its first part did (and its record say so wrongly).
+CHANGEABLE_ON_RESUME = ("resume", "progress", "tensorboard", "compile", "precision", "out", "cache_dir",
+                        "max_steps", "max_time", "epochs", "log_every", "eval_every", "save_every", "keep_last",
+                        "eval_batches")
+
+
+def check_resumed_settings(previous: dict, current: dict, source: Path) -> None:
+    """On --resume: refuse, listing them, the settings (`current`, a config as a dict) that differ from
+    those the run was started with (`previous`, as its record or checkpoint holds them)."""
+    current = loads_json(json.dumps(current))  # tuples as lists, as a record holds them
+    changed = [f"{option_name(name)} {json.dumps(previous[name])} -> {json.dumps(value)}"
+               for name, value in current.items()
+               if name not in CHANGEABLE_ON_RESUME and name in previous and previous[name] != value]
+    if changed:
+        raise UserError(f"{source}: --resume with other settings than the run was started with "
+                        f"({'; '.join(changed)}); resume with the run's settings, or start a new run elsewhere")
+
+
+def check_resumed_record(record: Path, current: dict) -> None:
+    """On --resume, before any work: when `record` (a recipe's JSON record of the run's settings,
+    e.g. pretrain_config.json) exists, refuse settings that differ from it (check_resumed_settings)."""
+    if not record.is_file():
+        return
+    try:
+        previous = loads_json(record.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{record}: cannot read the earlier run's settings ({err})") from None
+    if not isinstance(previous, dict):
+        raise UserError(f"{record}: not a record of a run's settings")
+    check_resumed_settings(previous, current, record)
+
+
+def read_checkpoint_state(folder: Path) -> dict:
+    """A checkpoint's state.json, checked: the step its folder is named after (at most its run's
+    budget), a finite elapsed time, and the settings it was made with. A one-line error otherwise."""
+    path = folder / "state.json"
+    try:
+        state = loads_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{path}: cannot read this checkpoint's state ({err})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
+        raise UserError(f"{path}: not a checkpoint's state (step, elapsed, config)")
+    step, elapsed, budget = state.get("step"), state.get("elapsed"), state["config"].get("max_steps")
+    if type(step) is not int or f"step-{step:08d}" != folder.name or (type(budget) is int and step > budget):
+        raise UserError(f"{path}: step {step!r} is not the step of this checkpoint ({folder.name}"
+                        f"{f', of a run of {budget} steps' if type(budget) is int else ''}); the checkpoint is damaged")
+    if type(elapsed) not in (int, float) or not 0 <= elapsed < math.inf:
+        raise UserError(f"{path}: elapsed time {elapsed!r} is not a number of seconds; the checkpoint is damaged")
+    return state
 
 
 class Trainer:
@@ -460,6 +557,8 @@ class Trainer:
         on_speed: called once with the steps per second, when the run has timed its first steps
             (after `ESTIMATE_AFTER_SECONDS`), beside the estimate the loop prints: a recipe's own
             estimate of a longer job (the demo's).
+        on_start: called on rank 0 once the run starts (its output checked, a resume's checkpoint
+            and settings accepted): where a recipe writes its record of the run.
     """
 
     def __init__(self, module: nn.Module, config: TrainConfig, out_dir: str | os.PathLike,
@@ -468,7 +567,7 @@ class Trainer:
                  save_model: Callable[[nn.Module], None] | None = None,
                  dist: Distributed | None = None,
                  lr_scale: Callable[[str], float] | None = None,
-                 on_speed: Callable[[float], None] | None = None):
+                 on_speed: Callable[[float], None] | None = None, on_start: Callable[[], None] | None = None):
         config.validate()
         self.config = config
         self.out_dir = Path(out_dir)
@@ -480,6 +579,7 @@ class Trainer:
         self.evaluate_fn = evaluate
         self.save_model_fn = save_model
         self.on_speed = on_speed
+        self.on_start = on_start
         self.optimizer = make_optimizer(parameter_groups(module, config.weight_decay, config.lr, lr_scale), config)
         for group in self.optimizer.param_groups:
             group["peak_lr"] = group["lr"]
@@ -550,17 +650,32 @@ class Trainer:
                 (out.loss / len(batches)).backward()
             for key, value in {"loss": out.loss.detach(), "tokens": batch["attention_mask"].sum(), **out.counts}.items():
                 sums[key] = sums.get(key, 0.0) + value
+        norm = torch.zeros(())
         if self.config.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.config.max_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.config.max_grad_norm)
+        # The step's one host sync, before the optimizer steps: a NaN or infinite loss (or gradient)
+        # stops the run with the model as it was before this step.
+        values = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in sums.values()]
+                             + [norm.to(self.device, torch.float64)]).tolist()
+        totals, grad_norm = dict(zip(sums, values)), values[-1]
+        if not (math.isfinite(totals["loss"]) and math.isfinite(grad_norm)):
+            raise UserError(self.divergence(totals["loss"], grad_norm, lr))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        values = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in sums.values()])
-        totals = dict(zip(sums, values.tolist()))
         totals = self.dist.sum({**totals, "micro_batches": len(batches)})
         loss = totals.pop("loss") / totals.pop("micro_batches")
         tokens = int(totals.pop("tokens"))
         return loss, {**totals, "lr": lr}, tokens
+
+    def divergence(self, loss: float, grad_norm: float, lr: float) -> str:
+        """The one-line error of a step whose loss or gradient norm is NaN or infinite."""
+        what = f"the loss became {loss}" if not math.isfinite(loss) else f"the gradients' norm became {grad_norm}"
+        kept = self.checkpoints()
+        where = f"its last good checkpoint is {kept[-1]}" if kept else "no checkpoint had been written yet"
+        return (f"{what} at step {self.step + 1} (learning rate {lr:.3g}): the learning rate is most likely too "
+                f"high, or its warmup too short; lower --lr and start again. The run stopped before that step "
+                f"changed the model; {where}")
 
     # ----- evaluation, checkpoints ----------------------------------------------------------
 
@@ -573,6 +688,7 @@ class Trainer:
             self.module.eval()
             with torch.no_grad(), autocast(self.precision, self.device):
                 metrics = self.evaluate_fn(self.module)
+            check_finite_metrics(metrics, self.step)
             self.log.write({"step": self.step, "split": "eval", "elapsed": round(self.elapsed, 2), **metrics})
         self.dist.barrier()
         return metrics
@@ -644,16 +760,20 @@ class Trainer:
         if not found:
             return False
         latest = found[-1]
+        state = read_checkpoint_state(latest)
+        check_resumed_settings(state["config"], asdict(self.config), latest / "state.json")
         try:
             load_module_state(self.module, latest / "module.safetensors", self.device)
             self.optimizer.load_state_dict(torch.load(latest / "optimizer.pt", map_location=self.device,
                                                       weights_only=True))
             rng = torch.load(latest / "rng.pt", weights_only=True)
-            state = loads_json((latest / "state.json").read_text(encoding="utf-8"))
+            torch.set_rng_state(rng["torch"])
         except Exception as err:  # a damaged checkpoint is the user's to fix or delete
-            raise UserError(f"{latest}: cannot resume from this checkpoint ({err})") from None
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] and self.device.type == "cuda":
+            # The first line only: torch's state-dict and weights_only messages run to dozens of lines.
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UserError(f"{latest}: cannot resume from this checkpoint: it does not fit this model and "
+                            f"optimizer, or is damaged ({reason})") from None
+        if rng.get("cuda") and self.device.type == "cuda":
             torch.cuda.set_rng_state_all(rng["cuda"])
         self.step, self.elapsed = state["step"], state["elapsed"]
         self.log.truncate_after(self.step)
@@ -694,11 +814,13 @@ class Trainer:
         Returns "completed" or "interrupted"; either way the last state is checkpointed.
         """
         check_writable(self.out_dir, self.estimated_checkpoint_bytes())
-        if not self.config.resume:
+        if not self.config.resume and holds_training_run(self.out_dir):  # the recipe may have written its files
             check_no_earlier_run(self.out_dir)
         torch.manual_seed(self.config.seed + self.dist.rank)
         if self.config.resume and self.resume() and self.dist.is_main:
             print(f"resumed from step {self.step}", file=sys.stderr)
+        if self.on_start is not None and self.dist.is_main:
+            self.on_start()
         self.log.open(self.step)
         first_step, first_elapsed = self.step, self.elapsed
         bar = tqdm(total=self.config.max_steps, initial=self.step, disable=not (self.config.progress and self.dist.is_main),
@@ -717,9 +839,6 @@ class Trainer:
                     if timed_seconds >= ESTIMATE_AFTER_SECONDS and not self.finished():
                         self.announce_speed(timed_steps / timed_seconds, first_step, first_elapsed)
                         announced = True
-                if not math.isfinite(loss):
-                    raise UserError(f"the loss became {loss} at step {self.step}; lower the learning rate "
-                                    "(--lr) or use more warmup")
                 lr = counts.pop("lr")
                 window["loss"] += loss
                 window["steps"] += 1

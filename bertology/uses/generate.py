@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .. import __version__
-from ..config import Device, setting
+from ..config import MAX_SEED, Device, check_settings, setting
 from ..data.corpus import text_lines
 from ..data.padding import pad_rows
 from ..data.tokenizer import Tokenizer
@@ -31,7 +31,7 @@ from ..files import atomic_path
 from ..inference.generation import GenerationConfig, generate, is_encoder_decoder
 from ..inference.modeldir import ModelDir, open_model_dir
 from ..ops import resolve_device
-from ..text import is_invisible
+from ..text import is_invisible, normalize_text
 
 
 @dataclass
@@ -152,10 +152,13 @@ def generate_text(model: Generator, tokenizer: Tokenizer, prompts: list[str], co
     a `stop` string (left out of the text) or config.max_new_tokens. A prompt that is empty or
     does not fit the model's context is a one-line error naming it.
     """
-    stop = [s for s in stop or [] if s]
+    prompts = [normalize_text(prompt) for prompt in prompts]  # the readers' rules, lone surrogates included
+    stop = [normalize_text(s) for s in stop or [] if s]
     # A copy: the caller's settings are not changed by this tokenizer's ids.
     config = dataclasses.replace(config, eos_token_id=tokenizer.end_token_id, pad_token_id=tokenizer.pad_token_id)
     config.validate()
+    if type(seed) is not int or not 0 <= seed <= MAX_SEED:
+        raise UserError(f"seed (--seed) must be an integer from 0 to {MAX_SEED:,}, got {seed!r}")
     encoded = _encode_prompts(model, tokenizer, prompts, config.max_new_tokens)
     generator = torch.Generator().manual_seed(seed)
     if is_encoder_decoder(model):
@@ -214,11 +217,13 @@ def run_generate(cfg: GenerateConfig) -> list[dict]:
     """Continue (GPT) or transform (T5) every prompt of --prompt and --input; print each prompt
     with its continuation, or each output, and with --out write them as JSON lines ({prompt,
     continuation} or {prompt, output}). Returns the records."""
+    check_settings(cfg)  # --out among them: a folder there fails now, not after generating
     prompts = list(cfg.prompt)
     if cfg.input:
         if not Path(cfg.input).is_file():
             raise UserError(f"{cfg.input}: no such file")
         prompts += [line for _, line in text_lines(Path(cfg.input)) if not is_invisible(line)]
+    prompts = [normalize_text(prompt) for prompt in prompts]  # printed and written as generated from
     if not prompts:
         raise UserError("nothing to continue: give --prompt TEXT or --input FILE")
     model, tokenizer = load_generator(cfg.model, cfg.device)

@@ -32,17 +32,17 @@ import torch
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from .. import __version__
-from ..config import Device, check_settings, setting
+from ..config import MAX_SEED, Device, check_settings, setting
 from ..errors import UserError
 from ..inference.generation import GenerationConfig
 from ..inference.modeldir import open_model_dir
 from ..inference.predictor import Predictor
 from ..models import resolve_model_dir
 from ..ops import PRECISION_HELP, PRECISIONS, run_precision
-from ..text import is_invisible
+from ..text import is_invisible, replace_surrogates
 from .batching import MicroBatcher, Overloaded
 from .generate import TextGenerator
 
@@ -61,7 +61,7 @@ class ServeConfig(Device):
     host: str = setting("127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
     port: int = setting(8000, minimum=0, help="the port (0: a free one)")
     max_batch: int = setting(64, positive=True, help="texts per forward pass (1: no batching)")
-    max_wait_ms: float = setting(5.0, minimum=0, help="how long a batch's first text waits for more")
+    max_wait_ms: float = setting(5.0, minimum=0, maximum=60_000, help="how long a batch's first text waits for more")
     max_queue: int = setting(1024, positive=True, help="texts waiting for the model; more are refused with 503")
     max_texts: int = setting(64, positive=True, help="texts per request")
     max_text_chars: int = setting(10_000, positive=True, help="characters per text (tokens beyond the model's "
@@ -85,6 +85,9 @@ class ServeConfig(Device):
         self.model = str(resolve_model_dir(self.model))  # a name becomes the installed model's folder
 
 
+# A JSON string may hold a lone surrogate ("\ud800"), which the tokenizers refuse outright: it
+# becomes U+FFFD, as an undecodable byte of a file would (text.py).
+Text = Annotated[str, AfterValidator(lambda text: replace_surrogates(text)[0])]
 # A list, not a tuple: strict validation takes a tuple only from Python, never from a JSON array.
 TargetIndices = Annotated[list[int], Field(min_length=2, max_length=2)]
 
@@ -94,9 +97,9 @@ class PredictRequest(BaseModel):
     for WiC, the target word's place in each sentence of a pair)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
-    texts: list[str] = Field(description="the texts; for question answering, the questions; for WiC, each pair's "
+    texts: list[Text] = Field(description="the texts; for question answering, the questions; for WiC, each pair's "
                                          "first sentence")
-    text_pairs: list[str] | None = Field(None, description="pair tasks: the second text of each text; "
+    text_pairs: list[Text] | None = Field(None, description="pair tasks: the second text of each text; "
                                          "question answering: the context of each question; WiC: each pair's "
                                          "second sentence")
     target_indices: list[TargetIndices] | None = Field(
@@ -109,7 +112,7 @@ class EmbedRequest(BaseModel):
     """Texts to embed, and how."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
-    texts: list[str]
+    texts: list[Text]
     pooling: Literal["mean", "cls", "max"] = Field("mean", description="how token vectors become one vector")
     normalize: bool = Field(True, description="scale to unit length (a dot product is then the cosine similarity)")
 
@@ -118,7 +121,7 @@ class GenerateRequest(BaseModel):
     """Prompts to continue, and how (the settings of `bertology generate`, transformers' names)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
-    prompts: list[str] = Field(description="the texts to continue")
+    prompts: list[Text] = Field(description="the texts to continue")
     max_new_tokens: int | None = Field(None, description="the most tokens added to each prompt (default: 50, or "
                                                          "the server's limit if that is lower)")
     do_sample: bool = Field(False, description="sample each token instead of taking the most probable one")
@@ -126,8 +129,9 @@ class GenerateRequest(BaseModel):
     top_k: int | None = Field(None, description="sampling: only the k most probable tokens")
     top_p: float | None = Field(None, description="sampling: the most probable tokens up to this probability mass")
     num_beams: int = Field(1, description="beam search over this many continuations (1: none)")
-    stop: list[str] = Field([], description="end a continuation before the first of these strings")
-    seed: int = Field(0, description="the random seed of sampling (the same request gives the same answer)")
+    stop: list[Text] = Field([], description="end a continuation before the first of these strings")
+    seed: int = Field(0, ge=0, le=MAX_SEED,
+                      description="the random seed of sampling (the same request gives the same answer)")
 
 
 class GenerateResponse(BaseModel):
@@ -468,8 +472,8 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
         def run() -> list[str]:
             try:
                 return generator.generate(request.prompts, settings, request.stop, config.max_batch, request.seed)
-            except UserError as err:  # a prompt too long for the context
-                raise HTTPException(422, f"prompts: {err}") from None
+            except UserError as err:  # a prompt too long for the context, more beams than tokens
+                raise HTTPException(422, f"prompts: {err}" if str(err).startswith("prompt") else str(err)) from None
 
         app.state.generating += len(request.prompts)
         try:

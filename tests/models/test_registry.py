@@ -54,3 +54,10 @@ def test_the_registry_says_which_command_trains_each_family_as_its_spec_does():
     for family in FAMILIES.values():
         assert (family.trained_by == "pretrain") == bool(family.spec.objectives), family.name
         assert (family.trained_by == "finetune") == bool(family.recipe), family.name
+
+
+def test_directories_written_under_the_old_class_names_still_open():
+    from bertology.models import family_named
+
+    assert family_named("awd-lstm").spec.model_classes["AWDLSTMLanguageModel"].__name__ == "AWDLSTMLMHeadModel"
+    assert family_named("elmo").spec.model_classes["ELMoLanguageModel"].__name__ == "ELMoLMHeadModel"

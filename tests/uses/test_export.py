@@ -220,7 +220,8 @@ def test_user_mistakes_are_one_line_errors(tmp_path, models, sst2_data, monkeypa
         assert err.startswith("bertology: error:") and err.count("\n") == 1
         return err
 
-    assert "unknown export format" in fails("--model", source, "--format", "tflite", "--out", str(tmp_path / "a"))
+    assert "--format must be one of hf, int8, onnx, got 'tflite'" in fails("--model", source, "--format", "tflite",
+                                                                           "--out", str(tmp_path / "a"))
     assert "no such model directory" in fails("--model", str(tmp_path / "nope"), "--format", "hf", "--out",
                                               str(tmp_path / "b"))
     busy = tmp_path / "busy"
