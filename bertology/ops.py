@@ -125,7 +125,7 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """`F.dropout`, with a faster mask on the CPU (see `_keep_mask`)."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or torch.compiler.is_compiling():  # the compiler fuses F.dropout's mask itself
         return F.dropout(x, p, True)
     return _DropoutFunction.apply(x, p)
 
@@ -173,8 +173,13 @@ def cross_entropy_with_accuracy(logits: torch.Tensor, targets: torch.Tensor,
     The same loss as `F.cross_entropy`, computed for the large (positions x vocabulary)
     products of language-model heads: the rows are processed in chunks small enough to
     stay in cache, in fp32 whatever the logits' dtype, and the gradient is formed in the
-    same pass, so no (N, V) fp32 log-probabilities are ever materialised.
+    same pass, so no (N, V) fp32 log-probabilities are ever materialised. Under torch.compile,
+    F.cross_entropy, which the compiler fuses as well and traces for any N (the chunk loop's trip
+    count would be fixed into the graph).
     """
+    if torch.compiler.is_compiling():
+        correct = (logits.argmax(dim=-1) == targets).sum()
+        return F.cross_entropy(logits.float(), targets), correct
     return _ChunkedCrossEntropy.apply(logits, targets, chunk_rows)
 
 

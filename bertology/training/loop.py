@@ -596,6 +596,9 @@ class Trainer:
             # No buffer broadcast: a recurrent objective's buffers hold each rank's own carried state.
             module = nn.parallel.DistributedDataParallel(module, device_ids=device_ids, broadcast_buffers=False)
         if self.config.compile:
+            # The number of masked positions differs from batch to batch: traced as a size read from
+            # the data (the nonzero of the labels) instead of a graph break at every step.
+            torch._dynamo.config.capture_dynamic_output_shape_ops = True
             module = torch.compile(module)
         return module
 
@@ -629,9 +632,17 @@ class Trainer:
     # ----- one step -------------------------------------------------------------------------
 
     def to_device(self, batch: Batch) -> Batch:
-        """Move a batch's tensors to the training device."""
-        return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-                for k, v in batch.items()}
+        """Move a batch's tensors to the training device (under --compile, every size marked as one
+        that may change: a batch's length is its longest text's, and the last batch may be short, so
+        one compiled graph serves every batch instead of a recompilation at the first new size)."""
+        moved = {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+                 for k, v in batch.items()}
+        if self.config.compile:
+            for tensor in moved.values():
+                if isinstance(tensor, torch.Tensor):
+                    for dim in range(tensor.dim()):
+                        torch._dynamo.maybe_mark_dynamic(tensor, dim)
+        return moved
 
     def train_step(self) -> tuple[float, dict[str, float], int]:
         """One optimizer step over this rank's micro-batches -> (mean loss, counts, tokens)."""
@@ -834,6 +845,8 @@ class Trainer:
                 loss, counts, tokens = self.train_step()
                 seconds = time.perf_counter() - start
                 self.elapsed += seconds
+                if self.config.compile and self.step == first_step + 1 and self.dist.is_main:
+                    print(f"compiling took {seconds:.1f} s (the first step, compiled and run)", file=sys.stderr)
                 if self.step > first_step + 1 and not announced:  # not the first: its allocations are slow
                     timed_steps, timed_seconds = timed_steps + 1, timed_seconds + seconds
                     if timed_seconds >= ESTIMATE_AFTER_SECONDS and not self.finished():
