@@ -26,8 +26,9 @@ so a run cut short still leaves what it measured):
     python bench/gpu.py --smoke          # tiny sizes on any device (the CPU too): checks that it runs
     python bench/gpu.py --only peak pretrain_step generation
 
-It writes docs/results/gpu.md (--results), stamped with the date, device, driver, torch,
-transformers and commit. Data: WikiText-2 from $BERTOLOGY_DATA (or --corpus), SST-2 from
+It writes docs/results/gpu.md (--results) through results_page.py, a section at a time, each
+stamped with the date, machine, torch and commit, and naming the device, driver, CUDA and
+transformers. Data: WikiText-2 from $BERTOLOGY_DATA (or --corpus), SST-2 from
 $BERTOLOGY_DATA/glue/SST-2; a section whose data is absent says so and the others run.
 --budget stops starting sections once that many seconds have passed (the compile section takes
 what is left, up to its own cap).
@@ -37,12 +38,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import gc
 import io
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -50,7 +49,7 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -60,6 +59,7 @@ sys.path.insert(0, str(REPO))  # this checkout's bertology, wherever the script 
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from pretrain_throughput import MASK_ID, make_batches, model_flops_per_token  # noqa: E402
+from results_page import RESULTS, write_section  # noqa: E402
 
 from bertology import BertConfig, BertModel  # noqa: E402
 from bertology.training.loop import TrainConfig, Trainer  # noqa: E402
@@ -103,26 +103,6 @@ SMOKE = Sizes(presets=("tiny",), batch=4, seq_len=32, warmup_steps=1, timed_step
               gen_batches=(1, 2), repeats=1, cli_preset="tiny", cli_steps=4, family_steps=4, family_seq_len=32,
               family_batch=4, family_vocab=500, finetune_examples=32, compile_preset="tiny", compile_steps=3,
               compile_cap=300.0)
-
-
-@dataclass
-class Report:
-    """The results page: a header, then each section's table and notes, rewritten after every section."""
-
-    path: Path
-    header: list[str]
-    sections: list[tuple[str, list[str]]] = field(default_factory=list)
-
-    def add(self, title: str, lines: list[str]) -> None:
-        self.sections.append((title, lines))
-        text = "\n".join(self.header) + "\n"
-        for name, body in self.sections:
-            text += f"\n## {name}\n\n" + "\n".join(body) + "\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_name(self.path.name + ".partial")
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, self.path)
-        print(f"\n## {title}\n" + "\n".join(lines), flush=True)
 
 
 class Bench:
@@ -603,23 +583,20 @@ def command_output(argv: list[str]) -> str:
         return ""
 
 
-def header(bench: Bench, argv: list[str]) -> list[str]:
-    if bench.cuda:
-        device = torch.cuda.get_device_name(bench.device)
-        driver = command_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]) or "unknown"
-        device += f", driver {driver.splitlines()[0] if driver else 'unknown'}, CUDA {torch.version.cuda}"
-    else:
-        device = f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores), no GPU"
-    commit = command_output(["git", "rev-parse", "--short", "HEAD"]) or "unknown"
-    changed = command_output(["git", "status", "--porcelain", "--untracked-files=no"])
-    dirty = " (with uncommitted changes)" if changed else ""
-    return ["# bertology on a GPU against transformers (bench/gpu.py)", "",
-            f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-            f"- device: {device}",
-            f"- torch {torch.__version__}, transformers {transformers.__version__}, Python {platform.python_version()}",
-            f"- commit: {commit}{dirty}",
-            f"- command: `python bench/gpu.py {' '.join(argv)}`".rstrip() + ("" if not bench.smoke else
-                                                                             " (smoke sizes: not a measurement)")]
+def environment(bench: Bench) -> str:
+    """The device with its driver and CUDA, and transformers' version (results_page's stamp gives
+    the date, machine, torch and commit)."""
+    if not bench.cuda:
+        return f"Device: the CPU; transformers {transformers.__version__}."
+    driver = command_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).splitlines()
+    return (f"Device: {torch.cuda.get_device_name(bench.device)}, driver {driver[0] if driver else 'unknown'}, "
+            f"CUDA {torch.version.cuda}; transformers {transformers.__version__}.")
+
+
+TITLES = {"peak": "The card's bf16 matrix-product peak", "pretrain_step": "BERT pre-training step",
+          "inference": "Encoder inference", "embed": "embed on real text of mixed lengths",
+          "generation": "GPT-2 greedy generation", "pretrain_cli": "The pretrain command end to end",
+          "families": "Every family on the device", "compile": "--compile against eager"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -635,9 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=450.0, help="seconds after which no section starts")
     args = parser.parse_args(argv)
     bench = Bench(args)
-    default = Path(tempfile.gettempdir()) / "bertology-gpu-smoke.md" if args.smoke else REPO / "docs/results/gpu.md"
-    results = args.results or default
-    report = Report(results, header(bench, sys.argv[1:] if argv is None else argv))
+    results = args.results or (Path(tempfile.gettempdir()) / "gpu-smoke.md" if args.smoke else RESULTS / "gpu.md")
     bench.log(f"device {bench.device}; results go to {results}")
     failed = 0
     try:
@@ -645,17 +620,20 @@ def main(argv: list[str] | None = None) -> int:
             if args.only and name not in args.only:
                 continue
             if bench.left() <= 0:
-                report.add(name, [f"not run: the {args.budget:.0f} s budget was spent"])
-                continue
-            bench.log(f"section {name}")
-            try:
-                lines = section(bench)
-            except Exception as exc:  # one section's failure is its result; the others still run
-                failed += 1
-                traceback.print_exc()
-                lines = [f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"]
-            bench.free()
-            report.add(name, lines)
+                lines = [f"not run: the {args.budget:.0f} s budget was spent"]
+            else:
+                bench.log(f"section {name}")
+                try:
+                    lines = section(bench)
+                except Exception as exc:  # one section's failure is its result; the others still run
+                    failed += 1
+                    traceback.print_exc()
+                    lines = [f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"]
+                bench.free()
+            note = " Smoke sizes: not a measurement." if args.smoke else ""
+            write_section(results.stem, name, TITLES[name], "\n".join([environment(bench) + note, "", *lines]),
+                          directory=results.parent)
+            print("\n".join(lines), flush=True)
     finally:
         shutil.rmtree(bench.scratch, ignore_errors=True)
     bench.log(f"done: {results}")

@@ -41,6 +41,7 @@ from bertology.ops import (
 )
 from bertology.training.loop import TrainConfig, Trainer
 from bertology.training.objectives import build_objective
+from results_page import slug, write_section
 
 SEQ_LEN, BATCH, VOCAB, MASK_ID = 128, 32, 30522, 103
 
@@ -179,11 +180,11 @@ def main() -> None:
                     for lib, t in setups), flush=True)
     speed = {key: statistics.median(values) for key, values in samples.items()}
 
-    print(f"\nseq {SEQ_LEN}, batch {BATCH}, vocab {VOCAB}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-          f"transformers {transformers.__version__}, median of {args.rounds} rounds")
-    print("matmul peak measured now: " + ", ".join(f"{p} {v / 1e9:,.0f} GFLOP/s" for p, v in peaks.items()) + "\n")
-    print("| preset | precision | transformers tok/s | transformers + tuned malloc | bertology tok/s | ratio | bertology MFU |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    lines = [f"seq {SEQ_LEN}, batch {BATCH}, vocab {VOCAB}, MLM + NSP, {torch.get_num_threads()} threads, torch "
+             f"{torch.__version__}, transformers {transformers.__version__}, median of {args.rounds} rounds; "
+             "matmul peak measured now: " + ", ".join(f"{p} {v / 1e9:,.0f} GFLOP/s" for p, v in peaks.items()), "",
+             "| preset | precision | transformers tok/s | transformers + tuned malloc | bertology tok/s | ratio | bertology MFU |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for preset in args.presets:
         config = BertConfig.from_preset(preset, vocab_size=VOCAB)
         for precision in precisions:
@@ -191,16 +192,20 @@ def main() -> None:
             tuned = speed[(preset, precision, "transformers", True)]
             ours = speed[(preset, precision, "bertology", True)]
             mfu = ours * model_flops_per_token(config) / peaks[precision]
-            print(f"| {preset} | {precision} | {theirs:,.0f} | {tuned:,.0f} | {ours:,.0f} | {ours / theirs:.2f} | {mfu:.0%} |")
+            lines.append(f"| {preset} | {precision} | {theirs:,.0f} | {tuned:,.0f} | {ours:,.0f} | {ours / theirs:.2f} "
+                         f"| {mfu:.0%} |")
     default = "bf16" if "bf16" in precisions else "fp32"
-    print(f"\nratio = bertology / transformers, each as it runs by default. bertology's default precision here is "
-          f"{default}; its speed against transformers' default setups:")
+    lines += ["", f"ratio = bertology / transformers, each as it runs by default. bertology's default precision here "
+                  f"is {default}; its speed against transformers' default setups:", ""]
     for preset in args.presets:
         ours = speed[(preset, default, "bertology", True)]
         line = f"- {preset}: {ours / speed[(preset, 'fp32', 'transformers', False)]:.2f}x transformers fp32"
         if "bf16" in precisions:
             line += f", {ours / speed[(preset, 'bf16', 'transformers', False)]:.2f}x transformers with bf16 autocast"
-        print(line)
+        lines.append(line)
+    print("\n" + "\n".join(lines))
+    write_section("pretrain-throughput", slug("presets", *args.presets), "Training tokens/s per preset, bertology "
+                  "against transformers' BertForPreTraining", "\n".join(lines))
 
 
 if __name__ == "__main__":

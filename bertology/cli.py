@@ -832,8 +832,8 @@ def prepare_threads() -> None:
     programs keep busy, a spinning thread holds the core that another thread of the same
     operation waits for: the demo's pre-training on 2 threads beside one competing process
     fell to a tenth of its speed on 1 thread. Sleeping costs a wake-up per operation instead,
-    and keeps every core the fastest choice, busy or free (bench/threads.py measures this; the
-    README's set-up has the numbers). The runtime reads the policy once, when PyTorch loads.
+    and keeps every core the fastest choice, busy or free (bench/threads.py measures this;
+    docs/results/threads.md has the numbers). The runtime reads the policy once, when PyTorch loads.
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 

@@ -183,7 +183,7 @@ class Tokenizer:
         keep_hangul: recompose Hangul syllables after accent stripping (see the module
             docstring); False reproduces BERT exactly.
         model_max_length: the default `max_length` for encoding.
-        special_tokens: role -> token; default BERT's [PAD] [UNK] [CLS] [SEP] [MASK]. The
+        special_tokens: role -> token; default BERT's `[PAD] [UNK] [CLS] [SEP] [MASK]`. The
             text is framed "cls A sep" and "cls A sep B sep".
     """
 

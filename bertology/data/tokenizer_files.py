@@ -158,7 +158,10 @@ def read_tokenizer(directory: str | os.PathLike) -> tuple[tokenizers.Tokenizer |
     config = read_json_object(directory / CONFIG_FILE) if (directory / CONFIG_FILE).is_file() else {}
     if (directory / SPECIAL_TOKENS_FILE).is_file():  # older layouts: its entries win over the config's
         config = {**config, **read_json_object(directory / SPECIAL_TOKENS_FILE)}
-    if "tokenizer_model" in config:  # written by bertology before transformers' layouts were read
+    # Written by bertology before transformers' layouts were read; a WordPiece one resaved by transformers
+    # keeps the key but no vocab.txt, and is read as the BERT tokenizer its tokenizer.json holds.
+    if "tokenizer_model" in config and (config["tokenizer_model"] != "wordpiece" or (directory / VOCAB_FILE).is_file()
+                                        or not (directory / PIPELINE_FILE).is_file()):
         return _bertology_vocabulary(directory, config)
     class_name = _class_name(directory, config)
     paths = {name: directory / name for name in (PIPELINE_FILE, BPE_VOCAB_FILE, SENTENCEPIECE_FILE, VOCAB_FILE)}
@@ -540,6 +543,7 @@ def _bert_vocabulary(directory: Path, config: dict, class_name: str) -> tuple[Be
         check_vocab(tokens, str(directory / PIPELINE_FILE), _bert_order(files.special_tokens))
         added = [token for index, token in sorted(engine.get_added_tokens_decoder().items()) if index >= len(tokens)]
     options = bert_options(directory / CONFIG_FILE, config)
+    options.pop("tokenizer_model", None)
     return BertVocabulary(tokens, None, options, added + _configured_added_tokens(directory, config)), files
 
 

@@ -134,7 +134,8 @@ def embed_texts(model: FeatureEncoder, tokenizer: Tokenizer, texts: Sequence[str
     """One vector per text.
 
     Args:
-        model, tokenizer: from `load_encoder`.
+        model: from `load_encoder`.
+        tokenizer: from `load_encoder`, with the model.
         texts: the texts; each is encoded alone as "[CLS] text [SEP]".
         layers: a name of features.LAYER_CHOICES except "mix", or layer numbers "4,5,6" (summed).
         pooling: "mean" over real tokens ([CLS] and [SEP] included, as sentence-transformers),
@@ -228,14 +229,15 @@ def embed_tokens(model: FeatureEncoder, tokenizer: Tokenizer, texts: Sequence[st
                  stats: EmbedStats | None = None) -> list[WordVectors]:
     """Word vectors of each text.
 
+    The other arguments are `embed_texts`'s. Words that do not fit whole within `max_seq_len`,
+    and words the tokenizer drops entirely (only control characters), get no vector and
+    are left out of `words` (counted in `stats.dropped_words`).
+
     Args:
         word_pieces: how a whitespace-separated word's WordPieces become its vector: "first"
             (the BERT paper's choice for tagging), "mean", or "ends" (an ELMo's: the forward
             direction at the word's last piece, the backward one at its first); "none" keeps one vector per
             WordPiece ([CLS] and [SEP] left out), and `words` then lists the pieces.
-        Other arguments as `embed_texts`. Words that do not fit whole within `max_seq_len`,
-        and words the tokenizer drops entirely (only control characters), get no vector and
-        are left out of `words` (counted in `stats.dropped_words`).
     Returns:
         One WordVectors(words, vectors (len(words), width) float32) per text, in input order.
     """

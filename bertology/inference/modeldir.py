@@ -110,8 +110,13 @@ class ModelDir:
         return self.spec.load(self.path, self.config)
 
     def tokenizer(self) -> Tokenizer:
-        """The directory's tokenizer."""
-        return Tokenizer.from_pretrained(self.path)
+        """The directory's tokenizer, checked against the model it sits beside (`tokenizer_problems`)."""
+        tokenizer = Tokenizer.from_pretrained(self.path)
+        if self.spec.tokenized:
+            problems = tokenizer_problems(self.path, tokenizer, self.config)
+            if problems:
+                raise UserError(problems[0])
+        return tokenizer
 
     def feature_encoder(self, device: str | torch.device | None = "auto") -> tuple[FeatureEncoder, Tokenizer]:
         """Its layers as a feature source (task heads and an LM's output left out) in eval mode on
@@ -124,6 +129,27 @@ class ModelDir:
             if limit is not None:
                 tokenizer.model_max_length = min(tokenizer.model_max_length, limit)
         return encoder.to(resolve_device(device)).eval(), tokenizer
+
+
+def tokenizer_problems(directory: Path, tokenizer: Tokenizer, config: Any) -> list[str]:
+    """Everything that says a tokenizer is not its model's, one line each ([] when it fits): a
+    vocab.txt whose lines are not the embedding rows, more tokens than rows (their ids would index
+    past the table; fewer is how T5's table is padded), or a pad token the config gives another id
+    (the tokenizer of another model or family)."""
+    try:
+        checkpoint.check_vocab(directory, config.vocab_size)
+    except UserError as err:
+        return [str(err)]
+    problems = []
+    if len(tokenizer) > config.vocab_size:
+        problems.append(f"{directory}: the tokenizer has {len(tokenizer):,} tokens, but config.json's vocab_size is "
+                        f"{config.vocab_size:,}: it is not this model's tokenizer")
+    pad_id = getattr(config, "pad_token_id", None)
+    if pad_id is not None and "pad" in tokenizer.special_tokens and tokenizer.pad_token_id != pad_id:
+        problems.append(f"{directory}: the tokenizer's pad token {tokenizer.special_tokens['pad']!r} is id "
+                        f"{tokenizer.pad_token_id}, but config.json's pad_token_id is {pad_id}: it is not this "
+                        "model's tokenizer")
+    return problems
 
 
 def sentence_transformers_limit(directory: Path) -> int | None:
@@ -234,16 +260,10 @@ def check_model_dir(directory: str | os.PathLike) -> list[str]:
         config = model_dir.config
     except UserError as err:
         return [str(err)]
-    problems = []
+    problems = model_dir.spec.model_class(config).checkpoint_problems(directory, config)
     if model_dir.spec.tokenized:
         try:
-            checkpoint.check_vocab(directory, config.vocab_size)
-        except UserError as err:
-            problems.append(str(err))
-    problems += model_dir.spec.model_class(config).checkpoint_problems(directory, config)
-    if model_dir.spec.tokenized:
-        try:
-            Tokenizer.from_pretrained(directory)
+            problems += tokenizer_problems(directory, Tokenizer.from_pretrained(directory), config)
         except UserError as err:
             problems.append(str(err))
     return problems

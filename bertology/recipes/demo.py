@@ -73,14 +73,14 @@ MODEL_TITLES = {
 }
 
 
-# What the README measured with the defaults on 2 free cores ("The main job"; tests/recipes/test_demo.py
+# What docs/getting-started.md measured with the defaults on 2 free cores ("The main job"; tests/recipes/test_demo.py
 # checks that the two agree): the speed the slow-run note compares with.
 MEASURED_MINUTES_PER_SEED, MEASURED_STEPS_PER_SECOND = 6.3, 19
 
 
 @dataclass
 class DemoConfig(Device):
-    """The demo's settings. The defaults took 6.3 minutes a seed on 2 free CPU cores (see the README)."""
+    """The demo's settings. The defaults took 6.3 minutes a seed on 2 free CPU cores (see docs/getting-started.md)."""
 
     out: str = setting("bertology-demo", metavar="DIR", output="dir",
                        help="output directory: results.json, the plots, every model")
@@ -157,8 +157,8 @@ def _announce_speed(steps_per_second: float, cfg: DemoConfig) -> None:
           f"{estimate_text(steps_per_second, cfg.seeds * cfg.pretrain_steps)} ({cfg.seeds} x {cfg.pretrain_steps:,})",
           file=sys.stderr)
     if seconds / cfg.seeds > PROMISED_SECONDS:
-        print(f"note: that is slower than the demo is meant to be ({PROMISED_SECONDS // 60} min a seed; the README "
-              f"measured {MEASURED_STEPS_PER_SECOND} steps/s with 2 free cores). The results will be the same, only "
+        print(f"note: that is slower than the demo is meant to be ({PROMISED_SECONDS // 60} min a seed; the "
+              f"documentation measured {MEASURED_STEPS_PER_SECOND} steps/s with 2 free cores). The results will be the same, only "
               "later: the budget is in steps. Other programs busy on the CPU are the usual cause (see `top`): pause "
               "them if you can. When they hold every core, --threads 1 can be faster than the default of every core "
               "(its numbers differ a little: they depend on the thread count); --pretrain-steps 1000 gives a "

@@ -23,7 +23,6 @@ from typing import Callable
 import torch
 
 from ..config import Device, TaskConfig, default_of, setting, setting_fields
-from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
 from ..inference.embedding import POOLINGS
@@ -199,7 +198,7 @@ def read_task(cfg: FinetuneConfig) -> tuple[TaskSpec, list, dict[str, list]]:
 
 def prepare_data(cfg: FinetuneConfig) -> RunData:
     """Read and encode the task's data once (all seeds share it), reporting what was cut."""
-    tokenizer = Tokenizer.from_pretrained(cfg.model)
+    tokenizer = open_model_dir(cfg.model).tokenizer()
     spec, train, dev = read_task(cfg)
     settings = cfg.input_settings(spec)
     encoded = encode(spec, train, tokenizer, settings, training=True)
