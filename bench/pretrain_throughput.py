@@ -46,31 +46,34 @@ from results_page import slug, write_section
 SEQ_LEN, BATCH, VOCAB, MASK_ID = 128, 32, 30522, 103
 
 
-def make_batches(count: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
-    """Batches as the pre-training pipeline prepares them: masked ids, MLM labels, NSP labels."""
+def make_batches(count: int, seed: int = 0, batch: int = BATCH, seq_len: int = SEQ_LEN,
+                 vocab: int = VOCAB) -> list[dict[str, torch.Tensor]]:
+    """Batches as the pre-training pipeline prepares them: masked ids, MLM labels, NSP labels,
+    each (batch, seq_len) (pair_labels (batch,)); the second segment starts at seq_len // 2."""
     g = torch.Generator().manual_seed(seed)
+    middle = seq_len // 2
     batches = []
     for _ in range(count):
-        ids = torch.randint(1000, VOCAB, (BATCH, SEQ_LEN), generator=g)
-        ids[:, 0], ids[:, 64], ids[:, -1] = 101, 102, 102
-        chosen = torch.rand(BATCH, SEQ_LEN, generator=g) < 0.15
-        chosen[:, [0, 64, -1]] = False
+        ids = torch.randint(min(1000, vocab // 2), vocab, (batch, seq_len), generator=g)
+        ids[:, 0], ids[:, middle], ids[:, -1] = 101, 102, 102
+        chosen = torch.rand(batch, seq_len, generator=g) < 0.15
+        chosen[:, [0, middle, -1]] = False
         labels = torch.where(chosen, ids, torch.full_like(ids, -100))
         batches.append({
             "input_ids": ids.masked_fill(chosen, MASK_ID),
             "attention_mask": torch.ones_like(ids),
-            "token_type_ids": (torch.arange(SEQ_LEN) > 64).long().expand(BATCH, -1).contiguous(),
+            "token_type_ids": (torch.arange(seq_len) > middle).long().expand(batch, -1).contiguous(),
             "labels": labels,
-            "pair_labels": torch.randint(0, 2, (BATCH,), generator=g),
+            "pair_labels": torch.randint(0, 2, (batch,), generator=g),
         })
     return batches
 
 
-def model_flops_per_token(config: BertConfig, masked_fraction: float = 0.15) -> float:
+def model_flops_per_token(config: BertConfig, masked_fraction: float = 0.15, seq_len: int = SEQ_LEN) -> float:
     """Useful training FLOPs per token (forward + backward = 3x forward): the layers'
     products, attention scores and mixing, and the masked-LM head at the masked positions only."""
     H, I, L, V = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
-    per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * SEQ_LEN * H
+    per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * seq_len * H
     head = masked_fraction * 2 * (H * H + H * V)
     return 3 * (L * per_layer + head)
 

@@ -69,11 +69,12 @@ def _markers(name: str) -> tuple[str, str]:
 
 
 def write_section(page: str, name: str, title: str, body: str, *, script: str | None = None,
-                  provenance: str | None = None) -> Path:
-    """Write section `name` of docs/results/`page`.md: `### title`, the stamp (or `provenance`, for
-    figures measured before this page existed), then `body` (Markdown: a table and its notes).
-    The page's other sections stay as they are; a missing page is created. Returns its path."""
-    path = RESULTS / f"{page}.md"
+                  provenance: str | None = None, directory: Path | None = None) -> Path:
+    """Write section `name` of docs/results/`page`.md (or `directory`/`page`.md): `### title`, the
+    stamp (or `provenance`, for figures measured before this page existed), then `body` (Markdown:
+    a table and its notes). The page's other sections stay as they are; a missing page is created.
+    Returns its path."""
+    path = (directory or RESULTS) / f"{page}.md"
     script = script or os.path.relpath(sys.argv[0], REPO)
     if not name[:1].isalpha():
         name = "s-" + name  # a snippet section's name starts with a letter

@@ -21,7 +21,7 @@ from functools import cached_property
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .errors import UserError
@@ -293,13 +293,75 @@ def assign_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor]) ->
     return fresh
 
 
+def standalone(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors on the CPU, each in storage of its own that holds exactly it: what safetensors
+    writes.
+
+    A device may keep weights as views into one larger buffer: on CUDA, nn.LSTM's weights are views
+    into cuDNN's one flat buffer, which safetensors refuses ("None is covering the entire storage").
+    A tensor whose storage is larger than it, or that shares its storage with another, is copied;
+    every other is written as it is, without a copy.
+    """
+    out, seen = {}, set()
+    for name, tensor in tensors.items():
+        tensor = tensor.detach().cpu()
+        storage = tensor.untyped_storage()
+        if (storage.data_ptr() in seen or tensor.storage_offset() or not tensor.is_contiguous()
+                or storage.nbytes() != tensor.numel() * tensor.element_size()):
+            tensor = tensor.clone(memory_format=torch.contiguous_format)
+        seen.add(tensor.untyped_storage().data_ptr())
+        out[name] = tensor
+    return out
+
+
+def write_tensors(tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> Path:
+    """Write tensors, under the names they have, as one safetensors file at `path`, atomically
+    (each in storage of its own: see `standalone`)."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        save_file(standalone(tensors), str(tmp), metadata={"format": "pt", **(metadata or {})})
+    return path
+
+
 def write_weights(state: dict[str, torch.Tensor], directory: str | Path) -> Path:
     """Write a state dict, under the names it has, as `model.safetensors` in `directory`, atomically."""
-    path = Path(directory) / WEIGHTS_NAME
-    tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
-    with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
-    return path
+    return write_tensors(state, Path(directory) / WEIGHTS_NAME)
+
+
+def save_module_state(module: torch.nn.Module, path: str | Path) -> Path:
+    """A module's whole state dict as a safetensors file, atomically, whatever the device's layout
+    of its weights (see `standalone`): a tensor held under several names (tied weights) is written
+    once, under its first name, and the metadata maps each other name to it, as safetensors'
+    `save_model` does (`load_module_state` ties them again)."""
+    tensors: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    first: dict[tuple, str] = {}
+    for name, tensor in module.state_dict().items():
+        where = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
+                 tensor.stride(), tensor.dtype)
+        if where in first:
+            aliases[name] = first[where]
+        else:
+            first[where] = name
+            tensors[name] = tensor
+    return write_tensors(tensors, path, aliases)
+
+
+def load_module_state(module: torch.nn.Module, path: str | Path, device: str | torch.device = "cpu") -> None:
+    """Load a file of `save_module_state` (or of safetensors' `save_model`) into `module`: every
+    tensor it needs, each alias from the tensor it was stored as.
+
+    Raises:
+        ValueError: a tensor the module has is missing (and is no alias), or one it lacks is there.
+    """
+    state = load_file(str(path), device=str(device))
+    with safe_open(str(path), framework="pt") as f:
+        aliases = f.metadata() or {}  # alias -> the name it is stored under (and "format": "pt")
+    state.update({alias: state[name] for alias, name in aliases.items() if name in state and alias not in state})
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{path}: tensors missing: {', '.join(missing) or 'none'}; not the module's: "
+                         f"{', '.join(unexpected) or 'none'}")
 
 
 def load_checked(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path | str, what: str,

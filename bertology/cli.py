@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator, get_args, get_origin
 
 from . import __version__
 from .config import (
+    Device,
     Threads,
     alternatives,
     bounds_problem,
@@ -96,7 +97,7 @@ class InfoConfig:
 
 
 @dataclass
-class ExplainConfig(Threads):
+class ExplainConfig(Device):
     """The model and the picture.
 
     What both `bertology explain` commands take.
@@ -416,7 +417,7 @@ def run_evaluate(cfg: Any) -> None:
     from .files import write_json_atomic
     from .recipes.finetune import run_evaluation
 
-    results = run_evaluation(cfg.task, cfg.data, cfg.model, cfg.split, cfg.batch_size, cfg.precision)
+    results = run_evaluation(cfg.task, cfg.data, cfg.model, cfg.split, cfg.batch_size, cfg.precision, cfg.device)
     print_results(results)
     if cfg.out:
         write_json_atomic(cfg.out, results)
@@ -426,7 +427,7 @@ def run_predict(cfg: Any) -> None:
     """Predict and write the file."""
     from .recipes.finetune import run_prediction
 
-    count = run_prediction(cfg.model, Path(cfg.input), Path(cfg.out), cfg.batch_size, cfg.precision)
+    count = run_prediction(cfg.model, Path(cfg.input), Path(cfg.out), cfg.batch_size, cfg.precision, cfg.device)
     print(f"wrote {count:,} predictions to {cfg.out}")
 
 
@@ -434,7 +435,7 @@ def run_export(cfg: Any) -> None:
     """Export and report the size on disk."""
     from .uses.export import export_model
 
-    out = export_model(cfg.model, cfg.format, cfg.out, force=cfg.force)
+    out = export_model(cfg.model, cfg.format, cfg.out, force=cfg.force, device=cfg.device)
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
     print(f"wrote the {cfg.format} export of {cfg.model} to {out} ({size / 2**20:.1f} MiB)")
 
@@ -450,14 +451,17 @@ def run_explain_attention(cfg: ExplainAttentionConfig) -> None:
     """Draw the attention maps."""
     from .uses.explain import explain_attention
 
-    print(f"wrote {explain_attention(cfg.model, cfg.text, cfg.out, cfg.text_pair, cfg.layer, cfg.head, cfg.model_name)}")
+    path = explain_attention(cfg.model, cfg.text, cfg.out, cfg.text_pair, cfg.layer, cfg.head, cfg.model_name,
+                             cfg.device)
+    print(f"wrote {path}")
 
 
 def run_explain_senses(cfg: ExplainSensesConfig) -> None:
     """Draw the word's vectors and print how well they separate by sense."""
     from .uses.explain import explain_senses
 
-    report = explain_senses(cfg.model, cfg.word, cfg.out, cfg.sentences, cfg.layer, cfg.model_name, cfg.vectors)
+    report = explain_senses(cfg.model, cfg.word, cfg.out, cfg.sentences, cfg.layer, cfg.model_name, cfg.vectors,
+                            cfg.device)
     print(report.summary())
     print(f"wrote {cfg.out}")
 
@@ -842,12 +846,18 @@ def prepare_threads() -> None:
 
 def apply_threads(cfg: Any) -> None:
     """A command that computes runs on its --threads (or $BERTOLOGY_THREADS, or every core:
-    config.resolve_threads), written back into its settings as the number it runs with."""
+    config.resolve_threads), written back into its settings as the number it runs with; one that
+    places a model has its --device checked (a model that runs on the CPU only takes "auto" as the CPU,
+    so "auto" stays "auto")."""
     if isinstance(cfg, Threads):
         import torch
 
         cfg.threads = resolve_threads(cfg.threads)
         torch.set_num_threads(cfg.threads)
+    if isinstance(cfg, Device):  # checked before any work: `--device cuda` without a GPU is one line
+        from .ops import resolve_device
+
+        resolve_device(cfg.device)
 
 
 def main(argv: list[str] | None = None) -> int:

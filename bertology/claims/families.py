@@ -255,7 +255,7 @@ def student(experiment: Experiment, task: str) -> Path:
 def wic_probe(experiment: Experiment, family: str, model: Path) -> Probe:
     """The WiC probe of a family's model: its best layer's dev accuracy (results in wic/<family>.json)."""
     probe = run_wic(WicConfig(data=str(experiment.task_data("wic")), model=str(model),
-                              max_train_examples=WIC_TRAIN_PAIRS,
+                              max_train_examples=WIC_TRAIN_PAIRS, device=experiment.device,
                               out=str(experiment.out / "wic" / f"{slug(family)}.json")))
     best = max(probe["layers"], key=lambda layer: layer["dev_accuracy"])
     return Probe(best["dev_accuracy"], best["layer"])

@@ -49,7 +49,7 @@ LEVELS = ("sentence", "token")
 WORD_PIECES = ("first", "mean", "ends", "none")
 
 
-def load_encoder(model_dir: str | Path, device: str | torch.device | None = None) -> tuple[FeatureEncoder, Tokenizer]:
+def load_encoder(model_dir: str | Path, device: str | torch.device | None = "auto") -> tuple[FeatureEncoder, Tokenizer]:
     """Any model directory -> its layers as a feature source (task heads dropped) in eval mode, and
     its tokenizer (see inference/modeldir.py's `ModelDir.feature_encoder`).
 
@@ -57,7 +57,7 @@ def load_encoder(model_dir: str | Path, device: str | torch.device | None = None
         model_dir: a model directory of any family with layers (a BERT, a transformers /
             sentence-transformers BERT folder, ELMo's biLM, a GPT, T5's encoder, ...), or the name
             of an installed model (`all-MiniLM-L6-v2`: see models.resolve_model_dir).
-        device: where the encoder runs; default the GPU when there is one, else the CPU.
+        device: where the encoder runs (the `--device` setting): "auto" is the GPU when there is one, else the CPU.
     Returns:
         (encoder, tokenizer). For a sentence-transformers folder the tokenizer's
         `model_max_length` is its `max_seq_length`, the length the model was trained with.

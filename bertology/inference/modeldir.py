@@ -40,6 +40,7 @@ from ..files import loads_json
 from ..models import Family, family_of, read_config, resolve_model_dir
 from ..models.features import HEAD_CONFIG, FeatureEncoder, FeatureModel, load_feature_encoder
 from ..models.quantized import load_quantized
+from ..ops import resolve_device
 from ..tasks.inputs import InputSettings
 from ..tasks.readers import Columns, TaskSpec
 
@@ -137,17 +138,17 @@ class ModelDir:
                  (f"export ({', '.join(formats)})", bool(formats) and self.export_format is None)]
         return [name for name, takes in named if takes]
 
-    def feature_encoder(self, device: str | torch.device | None = None) -> tuple[FeatureEncoder, Tokenizer]:
+    def feature_encoder(self, device: str | torch.device | None = "auto") -> tuple[FeatureEncoder, Tokenizer]:
         """Its layers as a feature source (task heads and an LM's output left out) in eval mode on
-        `device` (default the GPU when there is one), and its tokenizer, whose length limit is cut
-        to the model's context and, for a sentence-transformers folder, to its training length."""
+        `device` (the `--device` setting, ops.resolve_device: "auto" is the GPU when there is one),
+        and its tokenizer, whose length limit is cut to the model's context and, for a
+        sentence-transformers folder, to its training length."""
         tokenizer = self.tokenizer()
         encoder = load_feature_encoder(self.path, self.data)
         for limit in (encoder.context_length, sentence_transformers_limit(self.path)):
             if limit is not None:
                 tokenizer.model_max_length = min(tokenizer.model_max_length, limit)
-        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        return encoder.to(device).eval(), tokenizer
+        return encoder.to(resolve_device(device)).eval(), tokenizer
 
 
 def tokenizer_problems(directory: Path, tokenizer: Tokenizer, config: Any) -> list[str]:

@@ -43,7 +43,7 @@ from sklearn.metrics import accuracy_score, matthews_corrcoef
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 
-from ..config import Threads, setting
+from ..config import Device, setting
 from ..data.stdlib_docs import docstring_task, write_pretraining_corpus
 from ..data.tokenizer import train_tokenizer
 from ..errors import UserError
@@ -79,7 +79,7 @@ MEASURED_MINUTES_PER_SEED, MEASURED_STEPS_PER_SECOND = 6.3, 19
 
 
 @dataclass
-class DemoConfig(Threads):
+class DemoConfig(Device):
     """The demo's settings. The defaults took 6.3 minutes a seed on 2 free CPU cores (see docs/getting-started.md)."""
 
     out: str = setting("bertology-demo", metavar="DIR", output="dir",
@@ -193,7 +193,7 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
             objective=cfg.objective, max_seq_len=cfg.pretrain_max_seq_len, batch_size=BATCH_SIZE, lr=cfg.pretrain_lr,
             max_steps=cfg.pretrain_steps, eval_fraction=0.02, eval_every=max(cfg.pretrain_steps // 40, 1),
             save_every=SAVE_EVERY, seed=seed, cache_dir=str(folder.parent / "cache"), progress=cfg.progress,
-            resume=cfg.resume), on_speed=on_speed)
+            resume=cfg.resume, device=cfg.device), on_speed=on_speed)
         if status != "completed":  # Ctrl-C or SIGTERM: the pre-training has saved a checkpoint; stop the demo too
             print("the demo stopped; the same command with --resume continues it", file=sys.stderr)
             raise KeyboardInterrupt
@@ -223,7 +223,7 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
             run_finetuning(FinetuneConfig(task="classification", train_file=str(train_file), dev_file=str(dev_file),
                                           model=str(weights), out=str(run_dir), epochs=epochs, lr=cfg.finetune_lr,
                                           batch_size=BATCH_SIZE, max_seq_len=cfg.finetune_max_seq_len, seed=seed,
-                                          progress=cfg.progress))
+                                          progress=cfg.progress, device=cfg.device))
             seconds[f"finetune_{name}"] = time.perf_counter() - start
             curves[name] = _metrics(run_dir)
             result[name] = _final_dev_scores(curves[name])

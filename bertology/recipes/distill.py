@@ -389,7 +389,7 @@ def run_distillation(cfg: DistillConfig) -> dict:
     cfg.validate()
     out = Path(cfg.out)
     check_output_dir(out, cfg.resume)
-    teacher, teacher_tokenizer, spec, settings = load_finetuned(cfg.teacher)
+    teacher, teacher_tokenizer, spec, settings = load_finetuned(cfg.teacher, cfg.device)
     if spec.kind in ("span", "wic"):
         raise UserError(f"{cfg.teacher}: distillation covers sentence, pair and token tasks, not {spec.kind} "
                         f"({spec.name})")

@@ -526,7 +526,7 @@ def discriminative_rates(spec: FamilySpec, num_layers: int, decay: float):
 def run_pretraining(cfg: PretrainConfig, on_speed: Callable[[float], None] | None = None) -> str:
     """Run a whole pre-training job; returns "completed" or "interrupted". `on_speed`: see `Trainer`."""
     cfg.validate()
-    dist = Distributed()
+    dist = Distributed(cfg.device)
     out = Path(cfg.out)
     check_writable(out, needed_bytes=0)  # the Trainer checks the space once the model's size is known
     if not cfg.resume:
