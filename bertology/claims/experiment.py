@@ -38,7 +38,7 @@ from ..data.corpus import read_documents
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import cache_root, loads_json, write_json_atomic, write_text_atomic
-from ..inference.modeldir import open_model_dir, save_random_weights
+from ..inference.modeldir import check_model_dir, open_model_dir, save_random_weights
 from ..models import resolve_model_dir
 from ..models.base import SIZES
 from ..models.bert import BertConfig, BertModel
@@ -127,14 +127,17 @@ class ReproduceConfig(Device):
 def open_reference(model: str, claim: str, needs: tuple[str, ...]) -> tuple[Path | None, str]:
     """--model for `claim`, which needs these REFERENCE_NEEDS of it: (its directory, None for
     all-MiniLM-L6-v2; its name in rows: an installed model's as given, a directory's own). A
-    directory that is not a model, or of a family without what the claim needs, is a one-line
-    error naming --model."""
+    directory that is not a whole model (`check_model_dir`), or of a family without what the claim
+    needs, is a one-line error naming --model."""
     if not model:
         return None, REFERENCE
     try:
         opened = open_model_dir(model)
     except UserError as error:
         raise UserError(f"--model {model}: {error}") from None
+    problems = check_model_dir(opened.path)  # config, tensors and tokenizer: before hours of other runs
+    if problems:
+        raise UserError(f"--model {model}: {problems[0]}")
     for need in needs:
         doing, holds = REFERENCE_NEEDS[need]
         if not holds(opened.spec):

@@ -10,12 +10,15 @@ from helpers import save_tiny_gpt
 
 from bertology.cli import main
 from bertology.claims import CLAIMS
+from bertology.claims.experiment import REFERENCE_NEEDS
 from bertology.claims.label_needs import QUICK_LABELS
 
 
-def refused(args: list[str], capsys) -> str:
-    """The one line `bertology reproduce ARGS` answers, checked to be a user error (exit 2)."""
-    assert main(["reproduce", *args]) == 2
+def refused(args: list[str], capsys, tmp_path) -> str:
+    """The one line `bertology reproduce ARGS` answers, checked to be a user error (exit 2); --quick
+    with no data, so that a refusal missed fails in a second instead of starting the claim."""
+    assert main(["reproduce", *args, "--quick", "--data", str(tmp_path / "no-data"),
+                 "--cache-dir", str(tmp_path / "cache")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     return err
@@ -25,9 +28,9 @@ def test_model_is_refused_where_it_cannot_be_used(tmp_path, capsys):
     out = tmp_path / "out"
     not_a_model = tmp_path / "notes"
     not_a_model.mkdir()
-    err = refused(["label-needs", "--model", str(not_a_model), "--out", str(out)], capsys)
+    err = refused(["label-needs", "--model", str(not_a_model), "--out", str(out)], capsys, tmp_path)
     assert err.startswith(f"bertology: error: --model {not_a_model}: ") and "config.json" in err
-    err = refused(["albert", "--model", str(not_a_model), "--out", str(out)], capsys)
+    err = refused(["albert", "--model", str(not_a_model), "--out", str(out)], capsys, tmp_path)
     assert "claim albert compares against no model pre-trained elsewhere; leave --model out" in err
     assert not out.exists()  # refused before any work
 
@@ -35,13 +38,17 @@ def test_model_is_refused_where_it_cannot_be_used(tmp_path, capsys):
 @pytest.mark.slow  # the installed models are searched for a name, the GPT's vocabulary is trained
 def test_a_missing_model_or_a_family_the_claim_cannot_use_is_refused(tmp_path, capsys):
     out = tmp_path / "out"
-    err = refused(["label-needs", "--model", str(tmp_path / "missing"), "--out", str(out)], capsys)
+    err = refused(["label-needs", "--model", str(tmp_path / "missing"), "--out", str(out)], capsys, tmp_path)
     assert f"--model {tmp_path / 'missing'}: " in err and "no installed package ships a model of that name" in err
     gpt = save_tiny_gpt(tmp_path / "gpt")  # fine-tuned whole only: no feature-based heads, no students
-    err = refused(["contextual-vs-static", "--model", str(gpt), "--out", str(out)], capsys)
+    err = refused(["contextual-vs-static", "--model", str(gpt), "--out", str(out)], capsys, tmp_path)
     assert f"--model {gpt}: claim contextual-vs-static trains heads on its frozen layers' features" in err
-    err = refused(["distillation", "--model", str(gpt), "--out", str(out)], capsys)
+    err = refused(["distillation", "--model", str(gpt), "--out", str(out)], capsys, tmp_path)
     assert "claim distillation distils a student from it, which a gpt model cannot do here" in err
+    for name in ("vocab.txt", "tokenizer.json"):
+        (gpt / name).unlink()
+    err = refused(["label-needs", "--model", str(gpt), "--out", str(out)], capsys, tmp_path)
+    assert err.startswith(f"bertology: error: --model {gpt}: ") and "vocab" in err
     assert not out.exists()
 
 
@@ -50,13 +57,14 @@ def test_list_marks_the_claims_that_take_a_model(capsys):
     marked = [line.split()[1] for line in capsys.readouterr().out.splitlines() if "[takes --model]" in line]
     assert marked == [claim.name for claim in CLAIMS if claim.model_needs]
     assert marked == ["contextual-vs-static", "label-needs", "features-vs-finetuning", "distillation"]
+    assert {need for claim in CLAIMS for need in claim.model_needs} <= set(REFERENCE_NEEDS)
 
 
 @pytest.mark.slow  # finding the installed MiniLM to compare with takes a second
 def test_a_folder_keeps_the_model_its_runs_were_made_with(tmp_path, capsys, tiny_model):
     out = tmp_path / "out"
     (out / "runs" / "all-minilm-l6-v2-20").mkdir(parents=True)  # a run made before --model: MiniLM's
-    err = refused(["label-needs", "--model", str(tiny_model), "--out", str(out)], capsys)
+    err = refused(["label-needs", "--model", str(tiny_model), "--out", str(out)], capsys, tmp_path)
     assert "holds the runs of another model (all-MiniLM-L6-v2); choose another --out" in err
 
 
