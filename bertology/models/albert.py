@@ -15,7 +15,7 @@ family reads and writes ALBERT's.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .. import checkpoint
@@ -31,8 +31,8 @@ from .bert import (
     BertForWordInContext,
     BertLayout,
     BertModel,
+    encoder_variant,
 )
-from .bert import SPEC as BERT
 
 
 @dataclass
@@ -135,27 +135,14 @@ class AlbertForWordInContext(_Albert, BertForWordInContext):
     """bertology's WiC head (models/bert.py) on ALBERT's pooler; transformers has no such class."""
 
 
-MODEL_CLASSES = {cls.__name__: cls for cls in (AlbertModel, AlbertForPreTraining, AlbertForMaskedLM,
-                                               AlbertForSequenceClassification, AlbertForTokenClassification,
-                                               AlbertForQuestionAnswering, AlbertForWordInContext)}
-
-SPEC = replace(
-    BERT,
-    config_class=AlbertConfig,
-    model_classes=MODEL_CLASSES,
-    default_class=AlbertModel,
+SPEC = encoder_variant(
+    AlbertConfig,
+    (AlbertModel, AlbertForPreTraining, AlbertForMaskedLM, AlbertForSequenceClassification,
+     AlbertForTokenClassification, AlbertForQuestionAnswering, AlbertForWordInContext),
+    heads={"sequence": AlbertForSequenceClassification, "token": AlbertForTokenClassification,
+           "span": AlbertForQuestionAnswering, "wic": AlbertForWordInContext},
     describe=lambda c: (f"ALBERT encoder ({c.num_hidden_layers} layers{', shared' if c.share_layers else ''}, "
                         f"{c.hidden_size} wide, {c.embedding_width}-wide embeddings, {c.vocab_size:,}-token "
                         "vocabulary)"),
-    objectives=(),
-    pretraining_models={},
-    pretrain_switches={},
-    heads={"sequence": AlbertForSequenceClassification, "token": AlbertForTokenClassification,
-           "span": AlbertForQuestionAnswering, "wic": AlbertForWordInContext},
-    finetune_options=(),
-    feature_encoder=lambda directory, config: AlbertModel.from_pretrained(directory, config=config),
-    student_config=lambda teacher, preset, **head: AlbertConfig.from_preset(
-        preset, vocab_size=teacher.vocab_size, max_position_embeddings=teacher.max_position_embeddings,
-        type_vocab_size=teacher.type_vocab_size, pad_token_id=teacher.pad_token_id, **head),
     tokenizer_classes={"albert": "AlbertTokenizer"},
 )

@@ -28,7 +28,7 @@ import copy
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -1043,3 +1043,25 @@ SPEC = FamilySpec(
     export_formats=("hf", "int8", "onnx"),
     tokenizer_classes={"bert": "BertTokenizer"},
 )
+
+
+def encoder_variant(config_class: type[BertConfig], model_classes: tuple[type[nn.Module], ...],
+                    heads: dict[str, type[nn.Module]], describe: Callable[[Any], str],
+                    tokenizer_classes: dict[str, str]) -> FamilySpec:
+    """The spec of a family that is this encoder under another config and other names (RoBERTa, ALBERT,
+    ELECTRA, DistilBERT, each in its own file): BERT's abilities with its own classes, the first of
+    `model_classes` the bare encoder. Its directories are read, fine-tuned, distilled and exported
+    here; it is pre-trained as `pretrain --arch bert --objective ...`, so it has no objectives of its own."""
+    encoder = model_classes[0]
+
+    def student_config(teacher: BertConfig, preset: str, **head: Any) -> BertConfig:
+        return config_class.from_preset(preset, vocab_size=teacher.vocab_size,
+                                        max_position_embeddings=teacher.max_position_embeddings,
+                                        type_vocab_size=teacher.type_vocab_size, pad_token_id=teacher.pad_token_id,
+                                        **head)
+
+    return replace(SPEC, config_class=config_class, model_classes={cls.__name__: cls for cls in model_classes},
+                   default_class=encoder, describe=describe, objectives=(), pretraining_models={},
+                   pretrain_switches={}, heads=heads, finetune_options=(),
+                   feature_encoder=lambda directory, config: encoder.from_pretrained(directory, config=config),
+                   student_config=student_config, tokenizer_classes=tokenizer_classes)

@@ -20,7 +20,7 @@ bert.py's uses the classifier's (`seq_classif_dropout`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .. import checkpoint
@@ -35,8 +35,8 @@ from .bert import (
     BertForWordInContext,
     BertLayout,
     BertModel,
+    encoder_variant,
 )
-from .bert import SPEC as BERT
 
 # bert.py's field -> DistilBERT's config.json key.
 STORED_NAMES = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
@@ -140,26 +140,13 @@ class DistilBertForWordInContext(_DistilBert, BertForWordInContext):
     reads its pooler; transformers has no such class."""
 
 
-MODEL_CLASSES = {cls.__name__: cls for cls in (DistilBertModel, DistilBertForMaskedLM,
-                                               DistilBertForSequenceClassification, DistilBertForTokenClassification,
-                                               DistilBertForQuestionAnswering, DistilBertForWordInContext)}
-
-SPEC = replace(
-    BERT,
-    config_class=DistilBertConfig,
-    model_classes=MODEL_CLASSES,
-    default_class=DistilBertModel,
-    describe=lambda c: (f"DistilBERT encoder ({c.num_hidden_layers} layers, {c.hidden_size} wide, "
-                        f"{c.vocab_size:,}-token vocabulary)"),
-    objectives=(),
-    pretraining_models={},
-    pretrain_switches={},
+SPEC = encoder_variant(
+    DistilBertConfig,
+    (DistilBertModel, DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertForTokenClassification,
+     DistilBertForQuestionAnswering, DistilBertForWordInContext),
     heads={"sequence": DistilBertForSequenceClassification, "token": DistilBertForTokenClassification,
            "span": DistilBertForQuestionAnswering, "wic": DistilBertForWordInContext},
-    finetune_options=(),
-    feature_encoder=lambda directory, config: DistilBertModel.from_pretrained(directory, config=config),
-    student_config=lambda teacher, preset, **head: DistilBertConfig.from_preset(
-        preset, vocab_size=teacher.vocab_size, max_position_embeddings=teacher.max_position_embeddings,
-        pad_token_id=teacher.pad_token_id, **head),
+    describe=lambda c: (f"DistilBERT encoder ({c.num_hidden_layers} layers, {c.hidden_size} wide, "
+                        f"{c.vocab_size:,}-token vocabulary)"),
     tokenizer_classes={"distilbert": "DistilBertTokenizer"},
 )

@@ -18,7 +18,7 @@ discriminator's encoder; this family reads and writes ELECTRA's.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -38,8 +38,8 @@ from .bert import (
     BertLayout,
     BertModel,
     BertPreTrainedModel,
+    encoder_variant,
 )
-from .bert import SPEC as BERT
 
 
 @dataclass
@@ -142,26 +142,13 @@ class ElectraForWordInContext(_Electra, BertForWordInContext):
     BERT reads its pooler; transformers has no such class."""
 
 
-MODEL_CLASSES = {cls.__name__: cls for cls in (ElectraModel, ElectraForPreTraining, ElectraForMaskedLM,
-                                               ElectraForSequenceClassification, ElectraForTokenClassification,
-                                               ElectraForQuestionAnswering, ElectraForWordInContext)}
-
-SPEC = replace(
-    BERT,
-    config_class=ElectraConfig,
-    model_classes=MODEL_CLASSES,
-    default_class=ElectraModel,
-    describe=lambda c: (f"ELECTRA encoder ({c.num_hidden_layers} layers, {c.hidden_size} wide, "
-                        f"{c.embedding_width}-wide embeddings, {c.vocab_size:,}-token vocabulary)"),
-    objectives=(),
-    pretraining_models={},
-    pretrain_switches={},
+SPEC = encoder_variant(
+    ElectraConfig,
+    (ElectraModel, ElectraForPreTraining, ElectraForMaskedLM, ElectraForSequenceClassification,
+     ElectraForTokenClassification, ElectraForQuestionAnswering, ElectraForWordInContext),
     heads={"sequence": ElectraForSequenceClassification, "token": ElectraForTokenClassification,
            "span": ElectraForQuestionAnswering, "wic": ElectraForWordInContext},
-    finetune_options=(),
-    feature_encoder=lambda directory, config: ElectraModel.from_pretrained(directory, config=config),
-    student_config=lambda teacher, preset, **head: ElectraConfig.from_preset(
-        preset, vocab_size=teacher.vocab_size, max_position_embeddings=teacher.max_position_embeddings,
-        type_vocab_size=teacher.type_vocab_size, pad_token_id=teacher.pad_token_id, **head),
+    describe=lambda c: (f"ELECTRA encoder ({c.num_hidden_layers} layers, {c.hidden_size} wide, "
+                        f"{c.embedding_width}-wide embeddings, {c.vocab_size:,}-token vocabulary)"),
     tokenizer_classes={"electra": "ElectraTokenizer"},
 )

@@ -20,7 +20,7 @@ and what bertology writes loads in transformers' AutoModel classes. (`bertology 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 from .. import checkpoint
@@ -34,8 +34,8 @@ from .bert import (
     BertForWordInContext,
     BertLayout,
     BertModel,
+    encoder_variant,
 )
-from .bert import SPEC as BERT
 
 
 @dataclass
@@ -105,26 +105,13 @@ class RobertaForWordInContext(_Roberta, BertForWordInContext):
     """bertology's WiC head (models/bert.py) on RoBERTa's pooler; transformers has no such class."""
 
 
-MODEL_CLASSES = {cls.__name__: cls for cls in (RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification,
-                                               RobertaForTokenClassification, RobertaForQuestionAnswering,
-                                               RobertaForWordInContext)}
-
-SPEC = replace(
-    BERT,
-    config_class=RobertaConfig,
-    model_classes=MODEL_CLASSES,
-    default_class=RobertaModel,
-    describe=lambda c: (f"RoBERTa encoder ({c.num_hidden_layers} layers, {c.hidden_size} wide, "
-                        f"{c.vocab_size:,}-token vocabulary)"),
-    objectives=(),
-    pretraining_models={},
-    pretrain_switches={},
+SPEC = encoder_variant(
+    RobertaConfig,
+    (RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification,
+     RobertaForQuestionAnswering, RobertaForWordInContext),
     heads={"sequence": RobertaForSequenceClassification, "token": RobertaForTokenClassification,
            "span": RobertaForQuestionAnswering, "wic": RobertaForWordInContext},
-    finetune_options=(),
-    feature_encoder=lambda directory, config: RobertaModel.from_pretrained(directory, config=config),
-    student_config=lambda teacher, preset, **head: RobertaConfig.from_preset(
-        preset, vocab_size=teacher.vocab_size, max_position_embeddings=teacher.max_position_embeddings,
-        pad_token_id=teacher.pad_token_id, type_vocab_size=teacher.type_vocab_size, **head),
+    describe=lambda c: (f"RoBERTa encoder ({c.num_hidden_layers} layers, {c.hidden_size} wide, "
+                        f"{c.vocab_size:,}-token vocabulary)"),
     tokenizer_classes={"roberta": "RobertaTokenizer"},
 )
