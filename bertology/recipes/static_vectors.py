@@ -287,6 +287,9 @@ def import_vectors(path: str | os.PathLike, binary: bool | None = None) -> Stati
             raise UserError(f"{path}: not a readable fastText .bin file ({reason})") from None
         if not np.isfinite(kv.vectors_vocab).all() or not np.isfinite(kv.vectors_ngrams).all():
             raise UserError(f"{path}: the fastText vectors hold inf or nan")
+        empty = next((i for i, word in enumerate(kv.index_to_key) if not isinstance(word, str) or not word), None)
+        if empty is not None:  # a damaged dictionary gensim reads without complaint (its version field, say)
+            raise UserError(f"{path}: not a readable fastText .bin file (word {empty + 1:,} of its dictionary is empty)")
         config = StaticConfig(IMPORTED, kv.vector_size, _all_lower(kv.index_to_key), settings=settings)
         counts = np.array([kv.get_vecattr(w, "count") for w in kv.index_to_key], dtype=np.int64)
         return StaticVectors.from_gensim(kv, config, counts)

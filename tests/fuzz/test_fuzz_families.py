@@ -280,6 +280,10 @@ def test_fuzz_generate_http(generation_clients, model, body, raw, route):
 # -- static vectors: files of every format, and vectors directories --------------------------------
 
 
+def stable_hash(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+
+
 @pytest.fixture(scope="module")
 def vector_files(tmp_path_factory) -> dict[str, bytes]:
     from gensim.models import FastText
@@ -293,8 +297,10 @@ def vector_files(tmp_path_factory) -> dict[str, bytes]:
     binary = f"{len(words)} 4\n".encode() + b"".join(w.encode() + b" " + row.tobytes() + b"\n"
                                                       for w, row in zip(words, rows))
     sentences = [["walking", "walked", "walks", "slowly"], ["talking", "talked", "talks", "loudly"]] * 10
-    save_facebook_model(FastText(sentences, vector_size=4, min_count=1, epochs=1, bucket=50, workers=1, seed=1),
-                        str(root / "ft.bin"))
+    # gensim seeds each vector from hashfxn(word + seed), Python's hash by default, which differs from process
+    # to process (PYTHONHASHSEED): a stable hash keeps the file, and so the derandomized cases, the same.
+    save_facebook_model(FastText(sentences, vector_size=4, min_count=1, epochs=1, bucket=50, workers=1, seed=1,
+                                 hashfxn=stable_hash), str(root / "ft.bin"))
     return {"glove.txt": text, "word2vec.txt": f"{len(words)} 4\n".encode() + text, "vectors.bin": binary,
             "ft.bin": (root / "ft.bin").read_bytes()}
 
@@ -372,7 +378,7 @@ def test_fuzz_static_vector_directories(vector_dirs, tmp_path_factory, data):
 STATIC_NUMBERS = {
     "vector_size": [-1, 0, 1, 8, 2**40, 2**63], "window": [-1, 0, 1, 3, 10_000, 10_001, 2**63],
     "min_count": [0, 1, 2, 10**9, 2**63], "epochs": [-1, 0, 1, 2, 2**63, 2**64],
-    "negative": [-1, 0, 1, 100, 101], "workers": [0, 1, 2, 256, 257, 10**5], "batch_size": [-1, 0, 1, 2**40],
+    "negative": [-1, 0, 1, 100, 101], "threads": [0, 1, 2, 256, 257, 10**5], "batch_size": [-1, 0, 1, 2**40],
     "chunk_tokens": [0, 1, 64, 2**40], "bucket": [0, 1, 50, 2**40], "min_n": [0, 1, 3, 100], "max_n": [0, 1, 6, 100],
     "seed": [-1, 0, 2**32 - 1, 2**32, 2**64],
     "lr": FLOAT_VALUES, "min_lr": FLOAT_VALUES, "sample": FLOAT_VALUES, "x_max": FLOAT_VALUES, "alpha": FLOAT_VALUES,
@@ -391,7 +397,7 @@ def small_corpus(tmp_path_factory) -> Path:
 def test_fuzz_static_training_flags(small_corpus, models, untouched, tmp_path_factory, data):
     scratch = tmp_path_factory.mktemp("static_train")
     values = {"corpus": [str(small_corpus)], "out": str(scratch / "out"), "vector_size": 8, "min_count": 1,
-              "epochs": 2, "workers": 1, "bucket": 50, "progress": False,
+              "epochs": 2, "threads": 1, "bucket": 50, "progress": False,
               "method": data.draw(st.sampled_from(["word2vec", "fasttext", "glove", "glove"]))}
     for name in data.draw(st.lists(st.sampled_from(sorted(STATIC_NUMBERS)), max_size=2, unique=True)):
         values[name] = data.draw(st.sampled_from(STATIC_NUMBERS[name]))
@@ -506,7 +512,7 @@ MODEL_FIELDS = {"gpt": ["n_layer", "n_embd", "n_head", "n_inner", "n_positions",
                 "awd-lstm": ["emb_sz", "n_hid", "n_layers", "output_p", "bptt"],
                 "elmo": ["projection_dim", "lstm_dim", "n_layers", "n_highway", "char_embedding_dim", "filters"],
                 "bert": ["hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads"]}
-TOP_LEVEL = ["lr", "seq_len", "batch_size", "seed", "max_steps", "max_time", "eval_fraction", "short_seq_prob",
+TOP_LEVEL = ["lr", "max_seq_len", "batch_size", "seed", "max_steps", "max_time", "eval_fraction", "short_seq_prob",
              "adam_betas", "adam_eps", "warmup", "grad_accum", "mem_len", "noise_density", "mean_span_length"]
 
 
@@ -534,7 +540,7 @@ def test_fuzz_pretrain_config_files(models, small_corpus, tmp_path_factory, data
     def read() -> int:
         _, cfg = parse(["pretrain", "--config", str(config_file), "--corpus", str(small_corpus), "--arch", arch,
                         "--out", str(scratch / "out"), "--tokenizer", str(models["tokenizer"]), "--max-steps", "1",
-                        "--seq-len", "32"])
+                        "--max-seq-len", "32"])
         cfg.validate()
         model_config = build_model_config(cfg, Tokenizer.from_pretrained(models["tokenizer"]))
         check_training_memory(cfg, model_config)
@@ -673,12 +679,12 @@ def wait_until(condition, process: subprocess.Popen, seconds: float = 60) -> Non
 
 def static_argv(corpus: Path, out: Path, epochs: str = "400") -> list:
     return ["static", "train", "--corpus", corpus, "--out", out, "--method", "glove", "--vector-size", "16",
-            "--min-count", "1", "--workers", "1", "--no-progress", "--epochs", epochs]
+            "--min-count", "1", "--threads", "1", "--no-progress", "--epochs", epochs]
 
 
 def pretrain_argv(corpus: Path, tokenizer: Path, out: Path, *more) -> list:
     return ["pretrain", "--corpus", corpus, "--tokenizer", tokenizer, "--out", out, "--cache-dir", out.parent / "cache",
-            "--arch", "gpt", "--preset", "tiny", "--seq-len", "16", "--batch-size", "4", "--eval-batches", "1",
+            "--arch", "gpt", "--preset", "tiny", "--max-seq-len", "16", "--batch-size", "4", "--eval-batches", "1",
             "--save-every", "5", "--log-every", "5", "--no-progress", "--precision", "fp32", *more]
 
 
@@ -770,9 +776,9 @@ def test_fault_scenarios(models, small_corpus, tmp_path, capsys, scenario):
                 assert status == 130 and "continue with --resume" in run.communicate()[1]
             if scenario == "pretrain resumed otherwise":
                 status, _, err = run_cli(capsys, *pretrain_argv(corpus, tokenizer, out, "--max-steps", "100000",
-                                                                "--resume", "--seq-len", "32"))
+                                                                "--resume", "--max-seq-len", "32"))
                 assert_one_line_failure(status, err)
-                assert "--seq-len 16 -> 32" in err and (out / "pretrain_config.json").read_bytes() == record
+                assert "--max-seq-len 16 -> 32" in err and (out / "pretrain_config.json").read_bytes() == record
                 return
             latest = max(int(p.name[5:]) for p in (out / "checkpoints").glob("step-*") if (p / "state.json").exists())
             status, _, err = run_cli(capsys, *pretrain_argv(corpus, tokenizer, out, "--max-steps", str(latest + 5),

@@ -72,8 +72,8 @@ def models(tasks):
                              n_head=4)).save_pretrained(gpt)
     xlnet = tasks / "xlnet"
     tokenizer = train_tokenizer([tasks / "text.txt"], vocab_size=600, out_dir=xlnet, model="unigram")
-    XLNetLMHeadModel(XLNetConfig(vocab_size=tokenizer.vocab_size, d_model=32, n_layer=2, n_head=4,
-                                 d_inner=64)).save_pretrained(xlnet)
+    XLNetLMHeadModel(XLNetConfig(vocab_size=tokenizer.vocab_size, d_model=32, n_layer=2, n_head=4, d_inner=64,
+                                 pad_token_id=tokenizer.pad_token_id)).save_pretrained(xlnet)
     return {"gpt": gpt, "xlnet": xlnet}
 
 

@@ -546,7 +546,7 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
 def start_training(corpus: Path, out: Path, *flags: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(Path(bertology.__file__).parents[1]), "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, "-m", "bertology", "static", "train", "--corpus", str(corpus), "--out",
-                             str(out), "--method", "glove", "--vector-size", "16", "--min-count", "1", "--workers", "1",
+                             str(out), "--method", "glove", "--vector-size", "16", "--min-count", "1", "--threads", "1",
                              "--no-progress", *flags], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 
