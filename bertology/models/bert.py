@@ -11,7 +11,10 @@ for Language Understanding", and the reference `modeling.py` of its release:
 Variants are config switches over this one implementation (see `BertConfig`):
 ALBERT's factorized embeddings (`embedding_size`) and cross-layer sharing
 (`share_layers`), pre-LayerNorm blocks (`pre_layer_norm`), no segment embeddings
-(`type_vocab_size=0`) and left-to-right attention (`causal`, GPT's objective).
+(`type_vocab_size=0`) and left-to-right attention (`causal`, GPT's objective); and two of
+Cramming's (Geiping and Goldstein 2022, "Cramming: Training a Language Model on a Single GPU in
+One Day"): no biases in the attention and feed-forward linears (`use_bias`) and a gated-GELU
+feed-forward (`gated_feed_forward`).
 
 Task models compose the encoder with one small head each (with `head_bilstm`, the paper's
 Table 5 "+ BiLSTM": a randomly initialised BiLSTM between the encoder and the sequence, token or
@@ -112,6 +115,15 @@ class BertConfig(ConfigFile):
     position_embedding_type: str = "absolute"
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
+    # Cramming's switches (Geiping and Goldstein 2022). use_bias False: no biases in the attention's and
+    # the feed-forward's linears (LayerNorms and heads keep theirs); save_pretrained writes zeros in their
+    # place, so transformers' BertModel loads such a model as it is.
+    use_bias: bool = True
+    # A gated feed-forward (GLU, Shazeer 2020): ffn_in's intermediate_size outputs are two halves, the
+    # value and its gate, combined as value * hidden_act(gate); ffn_out reads intermediate_size // 2
+    # (Cramming's layout: fewer parameters and products than the plain feed-forward of the same
+    # intermediate_size). transformers' BERT has no such layer, so it cannot load the model.
+    gated_feed_forward: bool = False
 
     # Task head.
     num_labels: int = 2
@@ -148,6 +160,7 @@ class BertConfig(ConfigFile):
             and self.type_vocab_size > 0
             and not self.causal
             and self.position_embedding_type == "absolute"
+            and not self.gated_feed_forward  # zero biases stand in for use_bias=False
         )
 
     def validate(self) -> None:
@@ -185,9 +198,12 @@ class BertConfig(ConfigFile):
         for name in ("relative_attention_num_buckets", "relative_attention_max_distance"):
             if type(getattr(self, name)) is not int or not 4 <= getattr(self, name) <= 4096:
                 raise UserError(f"config field {name!r} must be an integer in [4, 4096], got {getattr(self, name)!r}")
-        for name in ("share_layers", "pre_layer_norm", "causal", "head_bilstm"):
+        for name in ("share_layers", "pre_layer_norm", "causal", "head_bilstm", "use_bias", "gated_feed_forward"):
             if type(getattr(self, name)) is not bool:
                 raise UserError(f"config field {name!r} must be true or false, got {getattr(self, name)!r}")
+        if self.gated_feed_forward and self.intermediate_size % 2:
+            raise UserError(f"config field 'gated_feed_forward' needs an even 'intermediate_size' (a value half and a "
+                            f"gate half), got {self.intermediate_size}")
         if self.head_bilstm and self.hidden_size % 2:
             raise UserError(f"config field 'head_bilstm' needs an even 'hidden_size' (half each way), got "
                             f"{self.hidden_size}")
@@ -335,8 +351,8 @@ class SelfAttention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.head_size = config.head_size
         # One (H, 3H) product instead of three (H, H) ones: fewer, larger matrix products run faster.
-        self.qkv = Linear(config.hidden_size, 3 * config.hidden_size)
-        self.out = Linear(config.hidden_size, config.hidden_size)
+        self.qkv = Linear(config.hidden_size, 3 * config.hidden_size, bias=config.use_bias)
+        self.out = Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
         self.dropout_p = config.attention_probs_dropout_prob
 
     def forward(
@@ -366,14 +382,16 @@ class SelfAttention(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    """Self-attention and a GELU feed-forward, each with a residual connection and LayerNorm."""
+    """Self-attention and a GELU feed-forward (or a gated one), each with a residual connection and LayerNorm."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.attention = SelfAttention(config)
         self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.ffn_in = Linear(config.hidden_size, config.intermediate_size)
-        self.ffn_out = Linear(config.intermediate_size, config.hidden_size)
+        self.gated = config.gated_feed_forward
+        self.ffn_in = Linear(config.hidden_size, config.intermediate_size, bias=config.use_bias)
+        inner = config.intermediate_size // 2 if self.gated else config.intermediate_size
+        self.ffn_out = Linear(inner, config.hidden_size, bias=config.use_bias)
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.act = activation(config.hidden_act)
         self.dropout = Dropout(config.hidden_dropout_prob)
@@ -381,7 +399,11 @@ class TransformerLayer(nn.Module):
 
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, H) -> (B, T, H) through the intermediate width."""
-        return self.ffn_out(self.act(self.ffn_in(x)))
+        h = self.ffn_in(x)  # (B, T, I)
+        if self.gated:  # GLU: one half gates the other, (B, T, I/2)
+            value, gate = h.chunk(2, dim=-1)
+            return self.ffn_out(value * self.act(gate))
+        return self.ffn_out(self.act(h))
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
@@ -455,6 +477,8 @@ class BertPreTrainedModel(nn.Module):
             except TypeError as err:
                 raise UserError(f"from_pretrained: {err}") from None
         state, source = checkpoint.load_state_dict(directory, config.vocab_size)
+        if not config.use_bias:
+            state = _without_zero_biases(state, tensor_shapes(cls, config), source)
         if drop_head:
             state = {k: v for k, v in state.items() if not k.startswith(checkpoint.TASK_HEAD_PREFIXES)}
         checkpoint.check_weights(state, tensor_shapes(cls, config), source)
@@ -467,7 +491,11 @@ class BertPreTrainedModel(nn.Module):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.config.extra["architectures"] = [type(self).__name__]
-        checkpoint.save_state_dict(self.state_dict(), directory)
+        state = self.state_dict()
+        # use_bias=False: zeros in place of the missing biases keep the file in BertModel's layout
+        state |= {f"{name}.bias": torch.zeros(module.out_features) for name, module in self.named_modules()
+                  if isinstance(module, nn.Linear) and module.bias is None}
+        checkpoint.save_state_dict(state, directory)
         self.config.save(directory)
 
     def num_parameters(self) -> int:
@@ -641,6 +669,21 @@ class HeadBiLSTM(nn.Module):
         states, (final, _) = self.lstm(packed)  # final (2, B, H/2): forward, backward, in the rows' order
         states, _ = nn.utils.rnn.pad_packed_sequence(states, batch_first=True, total_length=T)  # (B, T, H)
         return states, torch.cat([final[0], final[1]], dim=-1)
+
+
+def _without_zero_biases(state: dict[str, torch.Tensor], expected: dict[str, torch.Size],
+                         source: Path) -> dict[str, torch.Tensor]:
+    """The stored tensors less the linears' biases that a use_bias=False model lacks, each checked to be
+    zero (what save_pretrained writes): a bias that is not would change what the model computes."""
+    encoder_keys = {name.removeprefix("bert.") for name in expected}  # the checkpoint's canonical names
+    kept = {}
+    for name, tensor in state.items():
+        if name.endswith(".bias") and name not in encoder_keys and name.removesuffix(".bias") + ".weight" in encoder_keys:
+            if bool(tensor.any()):
+                raise UserError(f"{source}: {name} is not zero, but config.json has use_bias false")
+            continue
+        kept[name] = tensor
+    return kept
 
 
 def _classifier_dropout(config: BertConfig) -> float:
