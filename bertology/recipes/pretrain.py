@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..config import override, setting
+from ..config import default_of, override, setting
 from ..data.corpus import DOC_FORMATS, reading_notes
 from ..data.pretraining import PretrainingDataset, collate, make_batches, static_mask_seeds
 from ..data.shards import TokenizedCorpus, build_corpus, continuation_table
@@ -57,6 +57,18 @@ FAMILY_OBJECTIVES = {"bert": ("bert", None), "gpt": ("clm", ("clm",)), "t5": ("t
 # The LSTMs: a token stream and a carried state (data/token_stream.py); XLNet reads it too with --mem-len.
 STREAM_FAMILIES = ("awd-lstm", "elmo")
 
+# --recipe NAME: settings that replace PretrainConfig's defaults (a setting given another value keeps it).
+# cramming: the changes of Cramming (Geiping and Goldstein 2022) as this project measured them on a 2-core
+# CPU at equal wall time (bench/cramming.py, docs/results/pretraining-recipe.md): the ones that paid.
+RECIPES: dict[str, dict[str, Any]] = {
+    "cramming": {"objective": "roberta", "pre_layer_norm": True, "bias": False, "gated_gelu": True, "dropout": 0.0,
+                 "schedule": "linear", "warmup": 0.5, "lr": 1e-3, "seq_len": 128, "vocab_multiple": 64,
+                 "batch_size": 16, "grad_accum": 4, "batch_ramp": 0.6},
+}
+# --recipe with --max-time and no --preset: the model size for the time (the first whose limit the budget is
+# within), so that a short budget trains a model small enough to learn in it.
+RECIPE_PRESETS: list[tuple[float, str]] = [(20 * 60, "tiny"), (float("inf"), "mini")]
+
 
 @dataclass
 class PretrainConfig(TrainConfig):
@@ -94,6 +106,20 @@ class PretrainConfig(TrainConfig):
                                                                    "projected to the hidden size (default: off)")
     share_layers: bool = setting(False, help="ALBERT's cross-layer parameter sharing")
     segment_embeddings: bool = setting(True, help="segment (token type) embeddings")
+    # Cramming's switches (Geiping and Goldstein 2022); --recipe cramming sets the ones that paid here
+    bias: bool = setting(True, help="biases in the attention and feed-forward linears; --no-bias: none, as Cramming "
+                                    "(zeros are written in their place, so transformers still loads the model)")
+    dropout: float | None = setting(None, minimum=0, help="dropout while pre-training, hidden and attention (Cramming: "
+                                                          "0); the saved model keeps its own for fine-tuning "
+                                                          "(default: the model's, 0.1)")
+    vocab_multiple: int = setting(1, positive=True, metavar="N",
+                                  help="pad the model's vocabulary to a multiple of N with unused tokens (Cramming: 64, "
+                                       "for the matrix units); the saved tokenizer gets them too, as [unusedK]")
+    recipe: str | None = setting(None, choices=tuple(RECIPES),
+                                 help="cramming: the Cramming changes that paid on this project's 2-core CPU (see "
+                                      "docs/results/pretraining-recipe.md), set wherever a setting is left at its "
+                                      "default; with --max-time and no --preset, also the model size that fits "
+                                      "the time (default: none)")
     position: str = setting("absolute", choices=POSITION_TYPES,
                             help="absolute: learned position embeddings (BERT); relative: T5's bucketed relative "
                                  "position bias in every attention instead")
@@ -124,7 +150,9 @@ class PretrainConfig(TrainConfig):
                                         "or release (85% [MASK], 15% kept, as ELECTRA's code)")
     noise_density: float = setting(0.15, positive=True, help="t5: the share of each text dropped in spans")
     mean_span_length: float = setting(3.0, positive=True, help="t5: the mean length of a dropped span, in tokens")
-    gated_gelu: bool = setting(False, help="t5: T5 v1.1's gated-GELU feed-forward and an output matrix of its own")
+    gated_gelu: bool = setting(False, help="a gated-GELU feed-forward: t5, T5 v1.1's (and an output matrix of its "
+                                           "own); bert, Cramming's (the output matrix reads half the intermediate "
+                                           "width; transformers cannot load it)")
     # Off by default: memory changes the data (a stream, not shuffled sequences) and the held-out
     # regime, so earlier runs stay comparable; on, --seq-len is a sensible N at the small presets.
     mem_len: int = setting(0, minimum=0, metavar="N",
@@ -139,7 +167,8 @@ class PretrainConfig(TrainConfig):
     eval_every: int = override(TrainConfig, "eval_every", 200)
 
     def validate(self) -> None:
-        """Everything that can be checked before any tokenization or training."""
+        """Everything that can be checked before any tokenization or training (first applying --recipe)."""
+        self.apply_recipe()
         super().validate()
         for path in self.corpus:
             if not Path(path).exists():
@@ -169,10 +198,18 @@ class PretrainConfig(TrainConfig):
                     raise UserError(f"{flag} is a switch of the bert family, not of --arch {self.arch}")
         if self.arch != "t5":
             for flag, value, default_value in (("--noise-density", self.noise_density, 0.15),
-                                               ("--mean-span-length", self.mean_span_length, 3.0),
-                                               ("--gated-gelu", self.gated_gelu, False)):
+                                               ("--mean-span-length", self.mean_span_length, 3.0)):
                 if value != default_value:
                     raise UserError(f"{flag} is a switch of span corruption (--arch t5), not of --arch {self.arch}")
+        if self.arch not in ("bert", "t5") and self.gated_gelu:
+            raise UserError(f"--gated-gelu is a switch of the bert and t5 families, not of --arch {self.arch}")
+        if self.arch != "bert":
+            for flag, value in (("--no-bias", not self.bias), ("--dropout", self.dropout is not None),
+                                ("--vocab-multiple", self.vocab_multiple != 1), ("--recipe", self.recipe)):
+                if value:
+                    raise UserError(f"{flag} is a switch of the bert family, not of --arch {self.arch}")
+        if self.dropout is not None and self.dropout >= 1:
+            raise UserError(f"--dropout must be below 1, got {self.dropout}")
         if self.mem_len and self.arch != "xlnet":
             raise UserError(f"--mem-len is XLNet's segment recurrence (--arch xlnet), not of --arch {self.arch}")
         if self.arch != "awd-lstm":
@@ -199,11 +236,27 @@ class PretrainConfig(TrainConfig):
         if self.eval_fraction >= 1:
             raise UserError(f"--eval-fraction must be below 1, got {self.eval_fraction}")
 
+    def apply_recipe(self) -> None:
+        """Set --recipe's settings wherever a setting still has its default (see RECIPES), and with a time
+        budget and the default preset, the recipe's size for the time (RECIPE_PRESETS)."""
+        if self.recipe is None:
+            return
+        if self.arch != "bert":
+            raise UserError(f"--recipe {self.recipe} pre-trains the bert family, not --arch {self.arch}")
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        for name, value in RECIPES[self.recipe].items():
+            if getattr(self, name) == default_of(fields[name]):
+                setattr(self, name, value)
+        seconds = self.time_budget()
+        if seconds and self.preset == default_of(fields["preset"]) and not self.model_config:
+            self.preset = next(preset for limit, preset in RECIPE_PRESETS if seconds <= limit)
+
     def model_overrides(self) -> dict[str, Any]:
         """The BertConfig fields to set over the preset or --model-config: the `model` table, then
         the switches given (so a flag wins over the config file's table)."""
         switches = {"pre_layer_norm": self.pre_layer_norm or None, "share_layers": self.share_layers or None,
                     "embedding_size": self.embedding_size, "type_vocab_size": None if self.segment_embeddings else 0,
+                    "use_bias": None if self.bias else False, "gated_feed_forward": self.gated_gelu or None,
                     "position_embedding_type": "relative" if self.position == "relative" else None}
         return {**self.model, **{k: v for k, v in switches.items() if v is not None}}
 
@@ -282,6 +335,23 @@ def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer
     return tokenizer
 
 
+def padded_tokenizer(tokenizer: Tokenizer, multiple: int) -> Tokenizer:
+    """`tokenizer` with unused tokens appended ([unused0], [unused1], ...: BERT's names; WordPiece never
+    produces them, since they are not words) up to a multiple of `multiple` entries, so that the model's
+    embedding and output matrices have a size the matrix units tile evenly. Every text keeps its ids."""
+    missing = -tokenizer.vocab_size % multiple
+    if not missing:
+        return tokenizer
+    if tokenizer.model != "wordpiece":
+        raise UserError("--vocab-multiple pads a WordPiece vocabulary; this tokenizer is a unigram one")
+    tokens = tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
+    taken = set(tokens)
+    unused = (name for k in range(tokenizer.vocab_size + missing) if (name := f"[unused{k}]") not in taken)
+    return Tokenizer(tokens + [next(unused) for _ in range(missing)], do_lower_case=tokenizer.do_lower_case,
+                     strip_accents=tokenizer.strip_accents, tokenize_chinese_chars=tokenizer.tokenize_chinese_chars,
+                     keep_hangul=tokenizer.keep_hangul, model_max_length=tokenizer.model_max_length)
+
+
 def batch_generator(seed: int, index: int) -> torch.Generator:
     """The generator of batch `index`'s masking (or factorisation orders): seeded by (seed, index),
     so fresh for every batch, yet the same on a resumed run, on any rank, at every evaluation."""
@@ -319,8 +389,9 @@ class PretrainingBatches:
     batches in epoch 0 (instance counts vary a little between epochs; a shorter epoch wraps
     around). Step s uses micro-batches s*A*W ... s*A*W + A*W - 1 (A = grad_accum, W = world
     size); rank r takes every W-th, so one process with A = 2 sees exactly what two ranks with
-    A = 1 see. Masking is drawn from a generator seeded by (seed, m): fresh for every batch,
-    reproducible on resume.
+    A = 1 see; under a batch ramp the steps read growing windows of the same sequence of
+    micro-batches (`window`). Masking is drawn from a generator seeded by (seed, m): fresh for
+    every batch, reproducible on resume.
 
     With `static_masks` N (BERT's duplicated data): epoch e reads the instances of epoch e mod N,
     its copy (in a batch order of its own), and each instance is masked by a seed of (seed, copy,
@@ -363,9 +434,12 @@ class PretrainingBatches:
         return prepare_batch([instances[i] for i in chosen], self.objective, self.pad_id, self.seed, index,
                              self.continuation, mask_seeds)
 
+    def window(self, first: int, count: int) -> list[dict[str, torch.Tensor]]:
+        """This rank's micro-batches number first .. first + count - 1 of the run (a batch ramp's steps)."""
+        return [self.micro_batch((first + k) * self.world_size + self.rank) for k in range(count)]
+
     def __call__(self, step: int) -> list[dict[str, torch.Tensor]]:
-        first = step * self.grad_accum * self.world_size
-        return [self.micro_batch(first + k * self.world_size + self.rank) for k in range(self.grad_accum)]
+        return self.window(step * self.grad_accum, self.grad_accum)
 
 
 def summed(counts: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -532,6 +606,22 @@ def discriminative_rates(config: AWDLSTMConfig, decay: float):
     return scale
 
 
+def training_model_config(cfg: PretrainConfig, model_config: BertConfig) -> BertConfig:
+    """The encoder's config while it pre-trains: with --dropout, that dropout (hidden and attention)."""
+    if cfg.dropout is None:
+        return model_config
+    return dataclasses.replace(model_config, hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout)
+
+
+def saved_model_config(cfg: PretrainConfig, trained_with, model_config):
+    """The config written with the model: as trained, but with --dropout the model's own dropout back, for
+    the fine-tuning that follows (Cramming pre-trains without dropout and fine-tunes with it)."""
+    if cfg.dropout is None:
+        return trained_with
+    return dataclasses.replace(trained_with, hidden_dropout_prob=model_config.hidden_dropout_prob,
+                               attention_probs_dropout_prob=model_config.attention_probs_dropout_prob)
+
+
 def run_pretraining(cfg: PretrainConfig) -> str:
     """Run a whole pre-training job; returns "completed" or "interrupted"."""
     family = family_named(cfg.arch)  # the registry's one-line error names the families there are
@@ -545,7 +635,9 @@ def run_pretraining(cfg: PretrainConfig) -> str:
     if not cfg.resume:
         check_no_earlier_run(out)
     tokenizer = load_or_train_tokenizer(cfg, dist)
-    model_config = build_model_config(cfg, tokenizer)
+    # The model's vocabulary (the corpus is read with `tokenizer`: the same ids, and its cached shards)
+    model_tokenizer = padded_tokenizer(tokenizer, cfg.vocab_multiple)
+    model_config = build_model_config(cfg, model_tokenizer)
     if cfg.objective == "t5":
         spans = max(round(round(cfg.seq_len * cfg.noise_density) / cfg.mean_span_length), 1)
         if spans + 1 > len(tokenizer.sentinel_token_ids):  # a target may end with one more sentinel
@@ -574,12 +666,18 @@ def run_pretraining(cfg: PretrainConfig) -> str:
         objective, train_batches, evaluate = memory_training(cfg, model_config, corpus, train_docs, eval_docs,
                                                              tokenizer, dist)
     else:
-        objective, train_batches, evaluate = sequence_training(cfg, model_config, corpus, train_docs, eval_docs,
-                                                               tokenizer, dist)
+        objective, train_batches, evaluate = sequence_training(cfg, training_model_config(cfg, model_config), corpus,
+                                                               train_docs, eval_docs, tokenizer, dist)
 
     def save_model(module) -> None:
-        module.model_to_save().save_pretrained(out)
-        tokenizer.save_pretrained(out)
+        model = module.model_to_save()
+        trained_with = model.config
+        model.config = saved_model_config(cfg, trained_with, model_config)
+        try:
+            model.save_pretrained(out)
+        finally:
+            model.config = trained_with
+        model_tokenizer.save_pretrained(out)
 
     trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist, lr_scale)
     status = trainer.fit()
