@@ -42,7 +42,7 @@ from ..models import resolve_model_dir
 from ..inference.modeldir import save_random_weights
 from ..models.bert import PRESETS, BertConfig, BertModel
 from ..recipes.finetune import FinetuneConfig, run_finetuning
-from ..recipes.pretrain import PretrainConfig, run_pretraining
+from ..recipes.pretrain import RECIPES, PretrainConfig, run_pretraining
 from ..recipes.static import StaticTrainConfig
 from ..recipes.static import train as train_static
 from ..recipes.translate import TranslateTrainConfig
@@ -103,6 +103,10 @@ class ReproduceConfig:
     seeds: int | None = setting(None, positive=True, help="fine-tuning seeds per number (default: 3; --quick 2)")
     cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR",
                              help="where pre-trained models are kept for every claim ($BERTOLOGY_CACHE)")
+    recipe: str | None = setting(None, choices=tuple(RECIPES),
+                                 help="pre-train every BERT-family model of the claim by this recipe (`bertology "
+                                      "pretrain --recipe`), wherever the claim leaves a setting at its default; the "
+                                      "models are cached apart from the claim's own (default: none)")
 
 
 # ----- the experiment: data, pre-training, fine-tuning ----------------------------------------------
@@ -119,6 +123,7 @@ class Experiment:
     cache: Path
     log: Callable[[str], None] = print
     started: float = field(default_factory=time.perf_counter)
+    recipe: str | None = None  # `bertology pretrain --recipe` for every BERT-family pre-training
 
     @classmethod
     def from_config(cls, cfg: ReproduceConfig) -> "Experiment":
@@ -128,7 +133,7 @@ class Experiment:
         seeds = cfg.seeds or (2 if cfg.quick else 3)
         out = Path(cfg.out)
         out.mkdir(parents=True, exist_ok=True)
-        return cls(out, Path(cfg.data), cfg.quick, list(range(seeds)), Path(cfg.cache_dir))
+        return cls(out, Path(cfg.data), cfg.quick, list(range(seeds)), Path(cfg.cache_dir), recipe=cfg.recipe)
 
     def path(self, relative: str) -> Path:
         """A file or folder of the data folder; a one-line error naming it when it is missing."""
@@ -238,9 +243,11 @@ class Experiment:
         cache when any claim has trained it before (see the module docstring).
 
         The default vocabulary is all-MiniLM-L6-v2's, so every BERT-family model here shares it
-        with the real pre-trained model the claims compare against.
+        with the real pre-trained model the claims compare against. With the experiment's `recipe`,
+        every BERT-family model takes it (a setting of its own, so its key, and its cached model,
+        differ from the claim's own).
         """
-        settings = {"tokenizer": str(minilm()), "corpus": self.corpus(), **settings}
+        settings = self.with_recipe({"tokenizer": str(minilm()), "corpus": self.corpus(), **settings})
 
         def train(out: Path, resume: bool) -> None:
             cfg = PretrainConfig(out=str(out), cache_dir=str(self.cache), resume=resume, progress=not self.quick,
@@ -249,6 +256,12 @@ class Experiment:
                 raise KeyboardInterrupt
 
         return self.cached("pretrained", pretraining_key(settings), settings, train)
+
+    def with_recipe(self, settings: dict) -> dict:
+        """PretrainConfig settings with the experiment's recipe when they pre-train a BERT-family model."""
+        if self.recipe and settings.get("arch", "bert") == "bert":
+            return {**settings, "recipe": self.recipe}
+        return settings
 
     def static_vectors(self, **settings: Any) -> Path:
         """Static word vectors (`bertology static train` settings) on the shared corpus, cached by content."""

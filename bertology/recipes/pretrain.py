@@ -58,8 +58,9 @@ FAMILY_OBJECTIVES = {"bert": ("bert", None), "gpt": ("clm", ("clm",)), "t5": ("t
 STREAM_FAMILIES = ("awd-lstm", "elmo")
 
 # --recipe NAME: settings that replace PretrainConfig's defaults (a setting given another value keeps it).
-# cramming: the changes of Cramming (Geiping and Goldstein 2022) as this project measured them on a 2-core
-# CPU at equal wall time (bench/cramming.py, docs/results/pretraining-recipe.md): the ones that paid.
+# cramming: the changes of Cramming (Geiping and Goldstein 2022), measured one by one on a 2-core CPU at
+# equal wall time (bench/cramming.py, docs/results/pretraining-recipe.md); until that study's rule has
+# chosen the ones that paid here, all of them.
 RECIPES: dict[str, dict[str, Any]] = {
     "cramming": {"objective": "roberta", "pre_layer_norm": True, "bias": False, "gated_gelu": True, "dropout": 0.0,
                  "schedule": "linear", "warmup": 0.5, "lr": 1e-3, "seq_len": 128, "vocab_multiple": 64,
