@@ -813,8 +813,48 @@ def report(runs: Runs, page: Path) -> None:
                 lines.append(f"| its random-weights twin | | | {cell(random_['SST-2'])} | {cell(random_['MRPC'])} | "
                              f"{cell(random_['CoNLL-2003'])} | |")
         lines.append("")
+    lines += verdict_lines(by, baselines)
     write_text_atomic(page, "\n".join(lines))
     print(f"wrote {page}")
+
+
+def verdict_lines(by: dict, baselines: dict) -> list[str]:
+    """The issue's acceptance criteria, each computed from the tables' numbers (or "not run yet")."""
+    lines = ["## The acceptance criteria, as measured", ""]
+
+    def demo_pair(row: str) -> str:
+        got = sorted(by.get(("demo", row), []), key=lambda r: r["seed"])
+        pairs = [(r["finetuned"], r["random_finetuned"]) for r in got if "random_finetuned" in r]
+        if not pairs:
+            return f"- Demo, {row}: not run yet."
+        gaps = [tuned - random_ for tuned, random_ in pairs]
+        tuned, random_ = [p[0] for p in pairs], [p[1] for p in pairs]
+        apart = min(tuned) > max(random_)
+        return (f"- Demo, {row} ({len(pairs)} seed(s)): pre-trained minus random twin per seed "
+                f"{', '.join(f'{g:+.3f}' for g in gaps)} (>= +0.05 in every seed: "
+                f"{'yes' if min(gaps) >= 0.05 else 'no'}; ranges apart: {'yes' if apart else 'no'}); median "
+                f"{statistics.median(tuned):.3f} against TF-IDF characters {baselines['tfidf_chars']:.3f} "
+                f"({'above' if statistics.median(tuned) > baselines['tfidf_chars'] else 'below'}).")
+
+    lines += [demo_pair(BASELINE), demo_pair(RECIPE_ROW), demo_pair(ALL_ROW)]
+    word2vec = (by.get(("accept", "word2vec")) or [None])[0]
+    for row in ("recipe, tiny", "recipe, mini", BASELINE):
+        record = (by.get(("accept", row)) or [None])[0]
+        if record is None:
+            lines.append(f"- 30 minutes, BERT {row}: not run yet.")
+            continue
+        gaps = {task: statistics.median(record["tasks"][task]) - statistics.median(record["random"][task])
+                for task in ACCEPT_TASKS}
+        text = (f"- 30 minutes, BERT {row}: median over the random twin SST-2 {gaps['SST-2']:+.3f}, CoNLL-2003 "
+                f"{gaps['CoNLL-2003']:+.3f}, MRPC {gaps['MRPC']:+.3f} (>= +0.05 on SST-2 and CoNLL-2003: "
+                f"{'yes' if min(gaps['SST-2'], gaps['CoNLL-2003']) >= 0.05 else 'no'})")
+        if word2vec is not None:
+            ours, theirs = statistics.median(record["features_sst2"]), statistics.median(word2vec["features_sst2"])
+            text += (f"; SST-2 under the same frozen-feature head {ours:.3f} against word2vec's {theirs:.3f} "
+                     f"({'above' if ours > theirs else 'below'}); fine-tuned "
+                     f"{statistics.median(record['tasks']['SST-2']):.3f}")
+        lines.append(text + ".")
+    return lines + [""]
 
 
 def main() -> None:
