@@ -614,7 +614,7 @@ def training_model_config(cfg: PretrainConfig, model_config: BertConfig) -> Bert
     return dataclasses.replace(model_config, hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout)
 
 
-def saved_model_config(cfg: PretrainConfig, trained_with, model_config):
+def saved_model_config(cfg: PretrainConfig, trained_with: BertConfig, model_config: BertConfig) -> BertConfig:
     """The config written with the model: as trained, but with --dropout the model's own dropout back, for
     the fine-tuning that follows (Cramming pre-trains without dropout and fine-tunes with it)."""
     if cfg.dropout is None:

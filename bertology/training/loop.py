@@ -8,9 +8,9 @@ optimizer step, and optionally an evaluation function. The loop supplies the res
 - a learning-rate schedule over a step or wall-clock budget: linear warmup then linear
   decay (BERT; over a wall-clock budget this is the one-cycle triangle of cramming-style
   time-budgeted training), ULMFiT's slanted triangle, or constant;
-- gradient accumulation (optionally ramped up over the budget, Cramming's growing batch) and
-  clipping, bf16 autocast (CPU where the processor has bf16
-  instructions, and CUDA), optional `torch.compile`, DistributedDataParallel under torchrun;
+- gradient accumulation (optionally ramped up over the budget: Cramming's growing batch) and
+  clipping, bf16 autocast (CPU where the processor has bf16 instructions, and CUDA), optional
+  `torch.compile`, DistributedDataParallel under torchrun;
 - a progress bar with tokens/s, loss and ETA, periodic evaluation;
 - never losing work: atomic checkpoints (model, optimizer, RNG states, step) every N
   steps and at the end, keeping the last K; SIGINT/SIGTERM save one and stop cleanly;
