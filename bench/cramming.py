@@ -883,9 +883,36 @@ def report(runs: Runs, page: Path) -> None:
                 lines.append(f"| its random-weights twin | | | {cell(random_['SST-2'])} | {cell(random_['MRPC'])} | "
                              f"{cell(random_['CoNLL-2003'])} | |")
         lines.append("")
+    lines += epoch_lines(runs, by)
     lines += verdict_lines(by, baselines)
     write_text_atomic(page, "\n".join(lines))
     print(f"wrote {page}")
+
+
+EPOCHS_SHOWN = (1, 3, 5, 10, 20, 30)
+
+
+def epoch_lines(runs: Runs, by: dict) -> list[str]:
+    """The demo task's dev accuracy after chosen fine-tuning epochs, pre-trained against random weights (median
+    over the seeds done): where pre-training's lead is made and where it goes."""
+    lines = ["## The demo task, epoch by epoch", "",
+             "Dev accuracy after the epoch, median over the seeds done; each row's model, then its random-weights "
+             "twin. Pre-training that pays shows as a lead that lasts to the last epoch.", "",
+             "| model | " + " | ".join(f"epoch {e}" for e in EPOCHS_SHOWN) + " |",
+             "|---|" + "---:|" * len(EPOCHS_SHOWN)]
+    for row in (BASELINE, ALL_ROW, RECIPE_ROW):
+        seeds = sorted(r["seed"] for r in by.get(("demo", row), []) if "random_finetuned" in r)
+        for kind, prefix in (("pre-trained", ""), ("random weights", "random-")):
+            curves = []
+            for seed in seeds:
+                path = runs.root / "results" / "runs" / f"demo-{prefix}{slug(row)}-seed{seed}" / "metrics.jsonl"
+                evals = [r for r in map(json.loads, path.read_text().splitlines()) if r.get("split") == "eval"]
+                curves.append([evals[e - 1]["accuracy"] for e in EPOCHS_SHOWN if e <= len(evals)])
+            if curves:
+                medians = [statistics.median(c[i] for c in curves) for i in range(len(curves[0]))]
+                lines.append(f"| {row}, {kind} ({len(curves)} seed{'s' if len(curves) > 1 else ''}) | "
+                             + " | ".join(f"{m:.3f}" for m in medians) + " |")
+    return lines + [""]
 
 
 def verdict_lines(by: dict, baselines: dict) -> list[str]:
