@@ -35,7 +35,7 @@ from fastai.text.models.core import get_language_model
 from bertology.data.shards import build_corpus
 from bertology.data.token_stream import TokenStream
 from bertology.data.tokenizer import train_tokenizer
-from bertology.models.awd_lstm import PRESETS, AWDLSTMConfig, AWDLSTMLanguageModel, from_fastai
+from bertology.models.awd_lstm import PRESETS, AWDLSTMConfig, AWDLSTMLMHeadModel, from_fastai
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,7 @@ def main() -> None:
         reference = get_language_model(AWD_LSTM, vocab_size, {**awd_lstm_lm_config, "emb_sz": emb_sz, "n_hid": n_hid,
                                                               "n_layers": n_layers, "pad_token": 0})
         start_state = {k: v.clone() for k, v in reference.state_dict().items()}
-        ours = AWDLSTMLanguageModel(AWDLSTMConfig(vocab_size=vocab_size, emb_sz=emb_sz, n_hid=n_hid, n_layers=n_layers))
+        ours = AWDLSTMLMHeadModel(AWDLSTMConfig(vocab_size=vocab_size, emb_sz=emb_sz, n_hid=n_hid, n_layers=n_layers))
         timings = {"fastai": [], "ours": []}
         firsts = {}
         for _ in range(args.repeats):

@@ -57,7 +57,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from bertology.claims.experiment import GLUE_RECIPE, MINI_FINETUNE_LR, Experiment, minilm, pretraining_key  # noqa: E402
+from bertology.claims.experiment import (GLUE_RECIPE, KEY_NAMES, MINI_FINETUNE_LR, Experiment, minilm,  # noqa: E402
+                                         pretraining_key)
 from bertology.claims.contextual_vs_static import FEATURE_HEAD_LR, QUICK_TRAIN_EXAMPLES, TRAIN_EXAMPLES  # noqa: E402
 from bertology.claims.contextual_vs_static import TASKS as FEATURE_TASKS  # noqa: E402
 from bertology.claims.contextual_vs_static import WORD2VEC  # noqa: E402
@@ -78,9 +79,9 @@ DEMO = DemoConfig()  # the demo's settings: its vocabulary, task and fine-tuning
 
 # The tracks' baselines: PretrainConfig settings (besides corpus, tokenizer and budget).
 BASELINES = {
-    "demo": {"preset": "tiny", "objective": "roberta", "seq_len": DEMO.pretrain_seq_len, "batch_size": 32,
+    "demo": {"preset": "tiny", "objective": "roberta", "max_seq_len": DEMO.pretrain_max_seq_len, "batch_size": 32,
              "lr": DEMO.pretrain_lr, "eval_fraction": 0.02},
-    "shared": {"preset": "tiny", "objective": "roberta", "seq_len": 128, "batch_size": 32, "lr": 1e-3},
+    "shared": {"preset": "tiny", "objective": "roberta", "max_seq_len": 128, "batch_size": 32, "lr": 1e-3},
 }
 # Each Cramming change alone over the baseline (the masked-LM head on the masked positions only is
 # already every run's: models/bert.py's score_masked_lm; the baselines already drop NSP, so that row
@@ -94,7 +95,7 @@ CHANGES: dict[str, dict[str, Any]] = {
     "one-cycle, peak 2e-3": {"warmup": 0.5, "lr": 2e-3},
     "batch ramp 16 to 64": {"batch_size": 16, "grad_accum": 4, "batch_ramp": 0.6},
     "vocabulary padded to 64": {"vocab_multiple": 64},
-    "sequences of 128": {"seq_len": 128},
+    "sequences of 128": {"max_seq_len": 128},
     "with NSP": {"objective": "bert"},
 }
 ONLY_IN = {"sequences of 128": "demo"}  # the shared baseline already reads 128-token rows
@@ -108,6 +109,7 @@ TIMING_STEPS = {"demo": 110, "shared": 40, "accept": 40}  # steps per timing run
 # The demo baseline's step on 2 free cores: the README's 19 steps/s (4,000 steps in 3.5 minutes)
 DEMO_BASELINE_STEP_SECONDS = 1 / 19
 TIMING_ROUNDS = 2
+CURRENT_NAMES = {old: new for new, old in KEY_NAMES.items()}  # a setting's former name -> its name today
 
 
 # ----- the plan -----------------------------------------------------------------------------------------
@@ -116,7 +118,7 @@ TIMING_ROUNDS = 2
 def rows(track: str) -> dict[str, dict[str, Any]]:
     """Row -> settings over the track's baseline, phase 1 (fixed before any run)."""
     changes = {name: value for name, value in CHANGES.items() if ONLY_IN.get(name, track) == track}
-    return {BASELINE: {}, **changes, ALL_ROW: {k: v for k, v in ALL.items() if track == "demo" or k != "seq_len"}}
+    return {BASELINE: {}, **changes, ALL_ROW: {k: v for k, v in ALL.items() if track == "demo" or k != "max_seq_len"}}
 
 
 def paying_changes(results: dict[str, dict]) -> dict[str, Any]:
@@ -332,7 +334,7 @@ def plan_phase_two(runs: Runs) -> None:
               ("accept", "recipe, tiny"): recipe, ("accept", "recipe, mini"): {**recipe, "preset": "mini"},
               ("accept", BASELINE): {}}
     variants = {(track, row): settings_of(runs, track, {k: v for k, v in row_settings.items()
-                                                        if track == "demo" or k != "seq_len"})
+                                                        if track == "demo" or k != "max_seq_len"})
                 for (track, row), row_settings in wanted.items()}
     seconds = time_variants(runs, variants)
     for (track, row), settings in variants.items():
@@ -417,7 +419,7 @@ def write_plan_text(runs: Runs, plan: dict) -> None:
             scale = seconds["scale"]
             per_step = (f"{seconds['step']:.4f}" if "step" in seconds
                         else f"{seconds['one']:.4f} to {seconds['full']:.4f}")
-            changes = ", ".join(f"{k}={v}" for k, v in row_settings.items() if track == "demo" or k != "seq_len") or "-"
+            changes = ", ".join(f"{k}={v}" for k, v in row_settings.items() if track == "demo" or k != "max_seq_len") or "-"
             rows_table.append(f"| {track} | {row} | {changes} | {per_step} | {spec['max_steps']:,} |")
     machine_ = plan["machine"]
     text = PLAN_TEXT.format(created=plan["created"], commit=plan["commit"], cpus=machine_["cpus"],
@@ -441,7 +443,8 @@ class Job:
 
 def pretrained(runs: Runs, settings: dict, max_steps: int, seed: int) -> Path:
     """A pre-trained model, cached by content (Experiment.cached), resumable, evaluated 8 times on the way."""
-    settings = {**settings, "max_steps": max_steps, "seed": seed}
+    # the plan's settings under today's names (PLAN.json keeps those it was written with; the key is the same)
+    settings = {CURRENT_NAMES.get(k, k): v for k, v in {**settings, "max_steps": max_steps, "seed": seed}.items()}
 
     def train(out: Path, resume: bool) -> None:
         cfg = PretrainConfig(out=str(out), cache_dir=str(runs.root / "cache"), resume=resume, progress=False,
@@ -474,7 +477,7 @@ def demo_finetuned(runs: Runs, model: Path, name: str, seed: int) -> float:
         run_finetuning(FinetuneConfig(task="classification", train_file=str(data["train"]), dev_file=str(data["dev"]),
                                       model=str(model), out=str(out), epochs=1 if runs.smoke else DEMO.finetune_epochs,
                                       lr=DEMO.finetune_lr,
-                                      batch_size=32, max_seq_len=DEMO.finetune_seq_len, seed=seed, progress=False,
+                                      batch_size=32, max_seq_len=DEMO.finetune_max_seq_len, seed=seed, progress=False,
                                       learning_curve=False))
     evals = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r.get("split") == "eval"]
     return evals[-1]["accuracy"]

@@ -65,7 +65,7 @@ def sentences_per_second(model_dirs: dict[str, str], texts: list[str], precision
     pre-tokenized texts, end to end with tokenization and decoding), the median of `rounds`
     rounds after two warm-up passes. The models take turns within every round, so a change in
     the machine's speed (other processes, clock) hits them alike."""
-    from bertology.inference.modeldir import load_finetuned
+    from bertology.inference.runners import load_finetuned
     from bertology.inference.predict import predict, run_rows
     from bertology.tasks.inputs import encode
     from bertology.tasks.readers import SequenceExample

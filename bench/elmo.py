@@ -30,7 +30,7 @@ from bertology.data.token_stream import TokenStream
 from bertology.data.tokenizer import train_tokenizer
 from bertology.models.elmo import PRESETS, ELMoConfig, character_ids
 from bertology.ops import cross_entropy_with_accuracy
-from bertology.training.objectives import BidirectionalLanguageModel
+from bertology.training.objectives import build_objective
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,7 +49,7 @@ def batches(text: Path, vocab_size: int, rows: int, bptt: int, count: int, cache
     return out, tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
 
 
-def softmax_seconds(objective: BidirectionalLanguageModel, batch: dict) -> float:
+def softmax_seconds(objective: torch.nn.Module, batch: dict) -> float:
     """Forward and backward of the output layer and its loss alone, both directions, on this batch's states."""
     model = objective.model
     states = []
@@ -82,7 +82,7 @@ def main() -> None:
     for preset in args.presets:
         torch.manual_seed(0)
         config = ELMoConfig.from_preset(preset, vocab_size=len(tokens))
-        objective = BidirectionalLanguageModel(config, rows=args.batch_size)
+        objective = build_objective("bilm", config, None, rows=args.batch_size)
         objective.model.bilm.token_encoder.char_ids.copy_(character_ids(tokens, config.max_characters_per_token))
         optimizer = torch.optim.Adam(objective.parameters(), lr=1e-3)
         seconds, shares = [], []

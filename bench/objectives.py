@@ -72,7 +72,7 @@ def sop_length_baseline(cfg: PretrainConfig) -> float:
     tokenizer = Tokenizer.from_pretrained(cfg.tokenizer)
     corpus = build_corpus([Path(p) for p in cfg.corpus], tokenizer, cfg.cache_dir)
     _, eval_docs = corpus.split(cfg.eval_fraction, cfg.seed)
-    dataset = PretrainingDataset(corpus, eval_docs, cfg.seq_len, "pairs", "sop", cfg.short_seq_prob,
+    dataset = PretrainingDataset(corpus, eval_docs, cfg.max_seq_len, "pairs", "sop", cfg.short_seq_prob,
                                       tokenizer.cls_token_id, tokenizer.sep_token_id, cfg.seed)
     pairs = dataset.instances(0)[: cfg.eval_batches * cfg.batch_size]
     # Token types: [CLS] A [SEP] are 0, B [SEP] are 1.
@@ -125,7 +125,7 @@ def main() -> None:
         tokenizer = tokenizers["unigram" if objective == "t5" else "wordpiece"]
         cfg = PretrainConfig(corpus=[str(p) for p in corpus], tokenizer=str(tokenizer), out=str(out),
                              arch=ARCH.get(objective, "bert"),
-                             preset=args.preset, objective=objective, seq_len=128, batch_size=32, lr=args.lr,
+                             preset=args.preset, objective=objective, max_seq_len=128, batch_size=32, lr=args.lr,
                              optimizer=args.optimizer, max_steps=args.steps, eval_every=args.steps // 4,
                              eval_fraction=0.02,
                              eval_batches=args.eval_batches, log_every=50, save_every=0, progress=False)

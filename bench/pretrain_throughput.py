@@ -40,7 +40,7 @@ from bertology.ops import (
     linear,  # noqa: E402
 )
 from bertology.training.loop import TrainConfig, Trainer
-from bertology.training.objectives import MaskedLanguageModel
+from bertology.training.objectives import build_objective
 
 SEQ_LEN, BATCH, VOCAB, MASK_ID = 128, 32, 30522, 103
 
@@ -95,7 +95,7 @@ def matmul_peak(precision: str) -> float:
 def bertology_seconds(config: BertConfig, batches, precision: str, steps: int) -> float:
     """Seconds per optimizer step of bertology's Trainer (batches already prepared)."""
     torch.manual_seed(0)
-    objective = MaskedLanguageModel(config, "nsp", MASK_ID)
+    objective = build_objective("bert", config, MASK_ID)
     trainer = Trainer(objective, TrainConfig(lr=1e-4, max_steps=10**6, precision=precision, progress=False),
                       "/tmp/bertology-bench", lambda step: [batches[step % len(batches)]])
     for _ in range(2):  # warm-up

@@ -1,6 +1,6 @@
 """Static word vectors on the shared corpus: word2vec, fastText and GloVe side by side, and GloVe's speed.
 
-Trains each method with `bertology.recipes.static.train` on WikiText-2 valid + test and the
+Trains each method with `bertology.recipes.static_vectors.train` on WikiText-2 valid + test and the
 Project Gutenberg books (the same corpus, tokenizer, vocabulary rule and held-out documents
 for all three), each under a training budget, and prints one table: method, dimension,
 training time, WordSim-353 and SimLex-999 Spearman, 3CosAdd analogy accuracy, and OOV counts.
@@ -38,7 +38,7 @@ import torch
 
 from bertology.data.cooccurrence import CooccurrenceCounter
 from bertology.models.static import GloVe
-from bertology.recipes.static import (StaticTrainConfig, evaluate_vectors, import_vectors, tokenize_corpus, train,
+from bertology.recipes.static_vectors import (StaticTrainConfig, evaluate_vectors, import_vectors, tokenize_corpus, train,
                                       vocabulary)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def train_methods(args, out: Path) -> list[dict]:
         print(f"\n== {method} (load average before: {os.getloadavg()[0]:.1f})", flush=True)
         summary = train(StaticTrainConfig(corpus=[str(p) for p in CORPUS], out=str(target), method=method,
                                           vector_size=args.dim, window=args.window, max_time=args.max_time,
-                                          workers=2, progress=False))
+                                          threads=2, progress=False))
         summary["load_average_after"] = round(os.getloadavg()[0], 1)
         print(json.dumps({k: summary[k] for k in ("seconds", "epochs", "throughput", "held_out")}), flush=True)
         summaries.append(summary)

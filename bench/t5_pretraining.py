@@ -29,7 +29,7 @@ import transformers  # noqa: E402
 
 from bertology.data.tokenizer import train_tokenizer  # noqa: E402
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration  # noqa: E402
-from bertology.training.objectives import SpanCorruption  # noqa: E402
+from bertology.training.objectives import build_objective  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,8 +44,8 @@ def corrupted_batches(text: Path, vocab_size: int, seq_len: int, batch_size: int
             for k in range(0, width * batch_size * count, width)]
     special = dict(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id,
                    eos_token_id=tokenizer.sep_token_id, decoder_start_token_id=tokenizer.pad_token_id)
-    objective = SpanCorruption(T5Config(**special, num_layers=1, d_model=8, d_kv=8, d_ff=8, num_heads=1),
-                               tokenizer.sentinel_token_ids)
+    objective = build_objective("t5", T5Config(**special, num_layers=1, d_model=8, d_kv=8, d_ff=8, num_heads=1), None,
+                                sentinel_ids=tokenizer.sentinel_token_ids)
     generator = torch.Generator().manual_seed(0)
     batches = []
     for start in range(0, len(rows), batch_size):
@@ -76,18 +76,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["tiny", "mini"])
     parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--max-seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--gated-gelu", action="store_true", help="T5 v1.1's feed-forward and untied output")
     args = parser.parse_args()
     data = Path(os.environ.get("BERTOLOGY_DATA", REPO.parent / "shared" / "data"))
-    batches, special = corrupted_batches(data / "wikitext-2-raw" / "wiki.valid.raw", args.vocab_size, args.seq_len,
+    batches, special = corrupted_batches(data / "wikitext-2-raw" / "wiki.valid.raw", args.vocab_size, args.max_seq_len,
                                          args.batch_size, args.steps)
     tokens = sum(int(b["attention_mask"].sum() + (b["labels"] != -100).sum()) for b in batches)
     v1_1 = {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False} if args.gated_gelu else {}
-    print(f"T5{' v1.1' if args.gated_gelu else ''} span corruption, batch {args.batch_size} x {args.seq_len} tokens "
+    print(f"T5{' v1.1' if args.gated_gelu else ''} span corruption, batch {args.batch_size} x {args.max_seq_len} tokens "
           f"before corruption, {args.steps} steps per round, median of {args.repeats} rounds; torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, transformers {transformers.__version__}, dropout 0.1, fp32")
     print(f"{'preset':<7} {'parameters':>11} {'transformers tok/s':>19} {'bertology tok/s':>16} {'ratio':>6}")

@@ -50,7 +50,7 @@ from fastai.text.learner import match_embeds
 
 from bertology.models.awd_lstm import PRESETS
 from bertology.tasks.readers import TASKS, read_examples
-from bertology.training.tasks import subset
+from bertology.tasks.splits import subset
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared/data"

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from bertology.data.tokenizer import Tokenizer
-from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
+from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLMHeadModel
 from bertology.recipes.finetune import FinetuneConfig, run_finetuning
 from bertology.recipes.pretrain import PretrainConfig, run_pretraining
 
@@ -48,7 +48,7 @@ def language_model(out: Path, **settings) -> Path:
         return out
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
-    cfg = PretrainConfig(arch="awd-lstm", out=str(out), seq_len=70, batch_size=32, lr=1e-2, eval_every=500,
+    cfg = PretrainConfig(arch="awd-lstm", out=str(out), max_seq_len=70, batch_size=32, lr=1e-2, eval_every=500,
                          save_every=1000, **settings)
     run_pretraining(cfg)
     held_out = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
@@ -71,7 +71,7 @@ def random_model(out: Path, like: Path) -> Path:
     """An AWD-LSTM of `like`'s config and tokenizer with random weights: the no-LM baseline."""
     if not (out / "model.safetensors").is_file():
         torch.manual_seed(0)
-        AWDLSTMLanguageModel(AWDLSTMConfig.load(like)).save_pretrained(out)
+        AWDLSTMLMHeadModel(AWDLSTMConfig.load(like)).save_pretrained(out)
         Tokenizer.from_pretrained(like).save_pretrained(out)
     return out
 

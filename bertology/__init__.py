@@ -12,7 +12,7 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _PUBLIC = {
-    "PRESETS": "models.bert",
+    "SIZES": "models.base",
     "BertConfig": "models.bert",
     "UserError": "errors",
     "BertModel": "models.bert",
@@ -21,12 +21,12 @@ _PUBLIC = {
     "BertForSequenceClassification": "models.bert",
     "BertForTokenClassification": "models.bert",
     "BertForQuestionAnswering": "models.bert",
-    "ModelOutput": "models.bert",
+    "ModelOutput": "models.base",
     "Tokenizer": "data.tokenizer",
 }
 
 # Python APIs that mirror a command group: `bertology.static.train(...)` as `bertology static train`.
-_MODULES = {"static": "recipes.static"}
+_MODULES = {"static": "recipes.static_vectors"}
 
 __all__ = [*_PUBLIC, *_MODULES, "__version__"]
 

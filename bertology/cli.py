@@ -21,9 +21,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
+import itertools
 import json
 import os
 import shutil
+import signal
 import sys
 from dataclasses import dataclass
 from importlib import import_module
@@ -32,36 +35,43 @@ from typing import Any, Callable, Iterator, get_args, get_origin
 
 from . import __version__
 from .config import (
+    Threads,
     alternatives,
     bounds_problem,
+    check_settings,
+    choices_of,
     default_of,
     option_name,
     read_settings,
+    renamed_note,
+    resolve_threads,
     setting,
     setting_fields,
     setting_types,
 )
 from .errors import UserError
-from .models import resolve_model_dir
+from .models import family_named, resolve_model_dir
 
 # ----- settings dataclasses of the small commands (the others are beside their code) -------------
 
 
 @dataclass
-class TokenizerTrainConfig:
+class TokenizerTrainConfig(Threads):
     """The corpus, the vocabulary and where it goes.
 
     The settings of `bertology tokenizer train`.
     """
 
-    corpus: list[str] = setting(required=True, positional=True, metavar="PATH",
+    corpus: list[str] = setting(required=True, metavar="PATH", was_positional=True,
                                 help="text files, or folders of them (also JSONL, Parquet, compressed)")
     out: str = setting(required=True, metavar="DIR", output="dir",
-                       help="output directory: vocab.txt, tokenizer.json, tokenizer_config.json")
+                       help="output directory: tokenizer.json, tokenizer_config.json and vocab.txt (bpe: vocab.json, "
+                            "merges.txt)")
     vocab_size: int = setting(30522, positive=True, help="vocabulary size, the special tokens and sentinels included")
-    model: str = setting("wordpiece", choices=("wordpiece", "unigram"),
-                         help="wordpiece (BERT's: longest match, split at punctuation) or unigram (SentencePiece's, "
-                              "T5's: most probable split, spaces kept as '▁')")
+    model: str = setting("wordpiece", choices=("wordpiece", "unigram", "bpe"),
+                         help="wordpiece (BERT's: longest match, split at punctuation), unigram (SentencePiece's, "
+                              "T5's: most probable split, spaces kept as '▁') or bpe (GPT-2's byte-level BPE, cased, "
+                              "<|endoftext|> its one special token)")
     sentinels: int = setting(0, minimum=0, help="add this many sentinel tokens <extra_id_0> ... for T5's span "
                                                 "corruption (T5: 100)")
     cased: bool = setting(False, help="keep case (and, for wordpiece, accents: BERT cased)")
@@ -86,7 +96,7 @@ class InfoConfig:
 
 
 @dataclass
-class ExplainConfig:
+class ExplainConfig(Threads):
     """The model and the picture.
 
     What both `bertology explain` commands take.
@@ -124,9 +134,9 @@ class ExplainSensesConfig(ExplainConfig):
                                     help="your own sentences: one 'sense<TAB>sentence' per line, two senses with "
                                          "two sentences each at least (default: the built-in ones)")
     layer: str = setting("last", help="0 (the embeddings output) .. layers, -1 or last, or sum_last_four and the like")
-    static: str | None = setting(None, metavar="DIR",
-                                 help="static word vectors (`bertology static train`) for the static view (default: "
-                                      "the model's own input embeddings)")
+    vectors: str | None = setting(None, metavar="DIR", formerly=("static",),
+                                  help="static word vectors (`bertology static train`) for the static view (default: "
+                                       "the model's own input embeddings)")
 
 
 # ----- flags from settings ----------------------------------------------------------------------
@@ -201,24 +211,51 @@ def add_setting(group: argparse._ArgumentGroup, name: str, field: dataclasses.Fi
     if kind is bool:
         flag = option_name(f"no_{name}" if default else name)
         group.add_argument(flag, dest=name, action="store_false" if default else "store_true", **options)
+        for old in meta["formerly"]:
+            group.add_argument(option_name(old), dest=name, action=RenamedFlag, new_flag=flag, switch_to=not default,
+                               help=argparse.SUPPRESS)
         return
     if get_origin(kind) in (list, tuple):
         options["nargs"] = "+" if get_origin(kind) is list else len(get_args(kind))
         kind = get_args(kind)[0]
     options["type"] = checked_type(kind, field)
-    if meta["choices"]:  # listed here, checked by the settings' owner (one message for flag, file and Python)
-        options["metavar"] = "{" + ",".join(map(str, meta["choices"])) + "}"
+    if choices := choices_of(field):  # listed here, checked by the settings' owner (one message for flag, file and Python)
+        options["metavar"] = "{" + ",".join(map(str, choices)) + "}"
     elif meta["metavar"]:
         options["metavar"] = meta["metavar"]
     if meta["positional"]:
         group.add_argument(name, **options, **({} if required else {"nargs": "?"}))
     else:
-        group.add_argument(option_name(name), dest=name, required=required, **options)
+        # a setting that was positional is still taken so (checked as required in `parse`)
+        group.add_argument(option_name(name), dest=name, required=required and not meta["was_positional"], **options)
+    if meta["was_positional"]:
+        group.add_argument(f"{FORMERLY_POSITIONAL}{name}", nargs="*", type=options["type"], help=argparse.SUPPRESS)
+    renamed = {"nargs": options.get("nargs"), "type": options["type"], "metavar": options.get("metavar")}
+    for old in meta["formerly"]:
+        group.add_argument(option_name(old), dest=name, action=RenamedFlag, new_flag=option_name(name),
+                           help=argparse.SUPPRESS, **renamed)
+
+
+# The dest of the positional argument a setting used to be (see `setting`'s `was_positional`).
+FORMERLY_POSITIONAL = "formerly_positional_"
+
+
+class RenamedFlag(argparse.Action):
+    """An old name of a setting (`setting`'s `formerly`): it works as the new flag does, with a
+    one-line note; for a switch, it sets what the new switch sets."""
+
+    def __init__(self, option_strings, dest, new_flag, switch_to=None, **kwargs):
+        self.new_flag, self.switch_to = new_flag, switch_to
+        super().__init__(option_strings, dest, **{**kwargs, **({"nargs": 0} if switch_to is not None else {})})
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"bertology: {renamed_note(option_string, self.new_flag)}", file=sys.stderr)
+        setattr(namespace, self.dest, self.switch_to if self.switch_to is not None else values)
 
 
 def config_file_values(cls: type, argv: list[str]) -> dict[str, Any]:
     """The settings of the `--config FILE` in argv, if there is one (checked: see `read_settings`)."""
-    finder = argparse.ArgumentParser(add_help=False)
+    finder = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     finder.add_argument("--config")
     found, _ = finder.parse_known_args(argv)
     return read_settings(cls, found.config) if found.config else {}
@@ -237,7 +274,8 @@ def run_tokenizer_train(cfg: TokenizerTrainConfig) -> None:
                                 min_frequency=cfg.min_frequency, skip_bad_lines=cfg.skip_bad_lines,
                                 text_field=cfg.text_field, stats=stats, model=cfg.model, sentinels=cfg.sentinels)
     notes = reading_notes(stats.skipped_lines, stats.control_characters)
-    print(f"wrote {'a cased' if cfg.cased else 'an uncased'} {cfg.model} vocabulary of {tokenizer.vocab_size} tokens "
+    casing = "a cased" if cfg.cased or cfg.model == "bpe" else "an uncased"  # GPT-2's BPE keeps case
+    print(f"wrote {casing} {cfg.model} vocabulary of {tokenizer.vocab_size} tokens "
           f"to {cfg.out}{'; ' + notes if notes else ''}")
 
 
@@ -245,9 +283,10 @@ def run_info(cfg: InfoConfig) -> None:
     """Load the model (which validates every tensor) and print what it is; with --check, list
     every problem of the directory instead (exit status 2 when there is one)."""
     from .inference.modeldir import check_model_dir, load_model
+    from .training.loop import run_problems
 
     if cfg.check:
-        problems = check_model_dir(cfg.model)
+        problems = check_model_dir(cfg.model) + run_problems(Path(cfg.model))
         for problem in problems:
             print(problem)
         if problems:
@@ -304,41 +343,17 @@ def epochs(count: float) -> str:
 
 def run_pretrain(cfg: Any) -> None:
     """Pre-train, then say what was trained, how fast, how well, and where it is."""
-    from .models.awd_lstm import AWDLSTMConfig
-    from .models.bert import BertConfig
-    from .models.elmo import ELMoConfig
-    from .models.gpt import GPTConfig
-    from .models.t5 import T5Config
-    from .models.xlnet import XLNetConfig
     from .recipes.pretrain import run_pretraining
 
     if run_pretraining(cfg) == "interrupted":
         raise KeyboardInterrupt  # the loop has said where its checkpoint is
     out = Path(cfg.out)
-    if cfg.arch == "gpt":
-        gpt = GPTConfig.load(out)
-        kind, layers, width, vocab = f"{gpt.model_type} decoder", gpt.n_layer, gpt.n_embd, gpt.vocab_size
-    elif cfg.arch == "t5":
-        t5 = T5Config.load(out)
-        kind, layers, width, vocab = "encoder-decoder", f"{t5.num_layers}+{t5.num_decoder_layers}", t5.d_model, t5.vocab_size
-    elif cfg.arch == "xlnet":
-        xlnet = XLNetConfig.load(out)
-        kind, layers, width, vocab = "XLNet (two-stream)", xlnet.n_layer, xlnet.d_model, xlnet.vocab_size
-    elif cfg.arch == "awd-lstm":
-        lstm = AWDLSTMConfig.load(out)
-        kind, layers, width, vocab = "AWD-LSTM", lstm.n_layers, f"{lstm.emb_sz}/{lstm.n_hid}", lstm.vocab_size
-    elif cfg.arch == "elmo":
-        elmo = ELMoConfig.load(out)
-        kind, layers, width, vocab = "ELMo biLM", f"2 x {elmo.n_layers}", f"{elmo.projection_dim}/{elmo.lstm_dim}", \
-            elmo.vocab_size
-    else:
-        bert = BertConfig.load(out)
-        kind, layers, width, vocab = "encoder", bert.num_hidden_layers, bert.hidden_size, bert.vocab_size
+    spec = family_named(cfg.arch).spec
+    model = spec.describe(spec.config_class.load(out))
     speed, held_out = training_summary([out])
     source = f"a {Path(cfg.model_config).name}" if cfg.model_config else \
         f"{Path(cfg.init).name}, further" if cfg.init else f"a {cfg.preset}"
-    print(f"pre-trained {source} {kind} ({cfg.objective} objective; {layers} layers, {width} wide, "
-          f"{vocab:,}-token vocabulary): {speed}")
+    print(f"pre-trained {source} {model} with the {cfg.objective} objective: {speed}")
     print("held-out: " + ", ".join(f"{key} {value:.4f}" for key, value in held_out.items()))
     print(f"wrote the model, its tokenizer, metrics.jsonl and training_curves.png to {out}")
 
@@ -361,9 +376,9 @@ def run_finetune(cfg: Any) -> None:
     speed, _ = training_summary(runs, round(recorded["train_examples"] * cfg.epochs) * len(runs))
     print_results(results)
     how = "trained a feature-based head on" if cfg.mode == "features" else "fine-tuned"
-    if cfg.arch == "taglm":
-        how = "trained TagLM's tagger " + (f"reading the biLM {cfg.lm}" if cfg.lm else "without a biLM")
-    model = "" if cfg.arch == "taglm" else f" {cfg.model}"
+    model = f" {cfg.model}"
+    if cfg.arch != "head":  # a family trained from scratch by a recipe of its own
+        how, model = import_module(family_named(cfg.arch).recipe).describe_run(cfg), ""
     print(f"{how}{model} for {cfg.task}, {recorded['train_examples']:,} training examples x "
           f"{epochs(cfg.epochs)}{f' x {len(runs)} seeds' if len(runs) > 1 else ''}: {speed}")
     if len(runs) > 1:
@@ -437,7 +452,7 @@ def run_explain_senses(cfg: ExplainSensesConfig) -> None:
     """Draw the word's vectors and print how well they separate by sense."""
     from .uses.explain import explain_senses
 
-    report = explain_senses(cfg.model, cfg.word, cfg.out, cfg.sentences, cfg.layer, cfg.model_name, cfg.static)
+    report = explain_senses(cfg.model, cfg.word, cfg.out, cfg.sentences, cfg.layer, cfg.model_name, cfg.vectors)
     print(report.summary())
     print(f"wrote {cfg.out}")
 
@@ -464,14 +479,15 @@ def run_generate(cfg: Any) -> None:
 
 def run_wic(cfg: Any) -> None:
     """Probe the model's layers on WiC and print the table."""
-    from .uses.wic import format_results, run_wic as probe
+    from .uses.wic import format_results
+    from .uses.wic import run_wic as probe
 
     print(format_results(probe(cfg)))
 
 
 def run_static_train(cfg: Any) -> None:
     """Train (or import) static vectors and print the summary with the evaluation."""
-    from .recipes.static import format_summary, train
+    from .recipes.static_vectors import format_summary, train
 
     print(format_summary(train(cfg)))
     print(f"wrote the vectors, config.json, metrics.jsonl, training_curves.png and results.json to {cfg.out}")
@@ -479,14 +495,14 @@ def run_static_train(cfg: Any) -> None:
 
 def run_static_evaluate(cfg: Any) -> None:
     """Score the vectors on the word-similarity and analogy benchmarks."""
-    from .recipes.static import evaluate, format_evaluation
+    from .recipes.static_vectors import evaluate, format_evaluation
 
     print(format_evaluation(evaluate(cfg)))
 
 
 def run_static_neighbors(cfg: Any) -> None:
     """Print each word's nearest neighbours."""
-    from .recipes.static import format_neighbors, neighbors
+    from .recipes.static_vectors import format_neighbors, neighbors
 
     print(format_neighbors(neighbors(cfg)))
 
@@ -568,11 +584,13 @@ COMMANDS = [
             description="Pre-train a tiny BERT on the Python standard library's own documentation, fine-tune it to "
             "tell which part of the library a docstring comes from, and compare with the same model trained from "
             "scratch. Writes results.json and PNGs into --out."),
-    Command("tokenizer train", "train a WordPiece or unigram vocabulary on text files or folders", ":TokenizerTrainConfig",
-            run_tokenizer_train,
+    Command("tokenizer train", "train a WordPiece, unigram or byte-level BPE vocabulary on text files or folders",
+            ":TokenizerTrainConfig", run_tokenizer_train,
             description="Train a BERT WordPiece vocabulary, or with --model unigram a SentencePiece-style unigram "
             "one (T5's; --sentinels 100 adds its <extra_id_N> tokens), [PAD]=0 [UNK] [CLS] [SEP] [MASK] first, and "
-            "write vocab.txt, tokenizer.json and tokenizer_config.json into --out."),
+            "write vocab.txt, tokenizer.json and tokenizer_config.json into --out; with --model bpe GPT-2's "
+            "byte-level BPE, written as transformers writes GPT-2's (vocab.json, merges.txt, tokenizer.json, "
+            "tokenizer_config.json)."),
     Command("info", "print a model directory's config, size and vocabulary", ":InfoConfig", run_info),
     Command("pretrain", "pre-train an encoder on raw text (BERT, RoBERTa, ALBERT, ELECTRA or a left-to-right LM)",
             ".recipes.pretrain:PretrainConfig", run_pretrain, config_file=True,
@@ -627,15 +645,15 @@ COMMANDS = [
             "[v1; v2; v1*v2; |v1-v2|] trained on WiC's train "
             "split, accuracy on its dev split (the paper: chance 50.0, ELMo 57.7, BERT-large 65.5)."),
     Command("static train", "train word2vec, fastText or GloVe vectors on a corpus (or import a vectors file)",
-            ".recipes.static:StaticTrainConfig", run_static_train, config_file=True,
+            ".recipes.static_vectors:StaticTrainConfig", run_static_train, config_file=True,
             description="Train static word vectors (one per word type) on the same corpus readers as pretrain: "
             "word2vec and fastText through gensim, GloVe in bertology. Holds out a share of the documents for "
             "OOV rates, evaluates on WordSim-353, SimLex-999 and the Google analogies, and writes a vectors "
             "directory usable wherever a model directory is." + FLAGS_OR_FILE),
     Command("static evaluate", "Spearman on WordSim-353 and SimLex-999, 3CosAdd accuracy on the Google analogies",
-            ".recipes.static:StaticEvalConfig", run_static_evaluate),
+            ".recipes.static_vectors:StaticEvalConfig", run_static_evaluate),
     Command("static neighbors", "the nearest neighbours of words (fastText: also of words never seen)",
-            ".recipes.static:StaticNeighborsConfig", run_static_neighbors),
+            ".recipes.static_vectors:StaticNeighborsConfig", run_static_neighbors),
     Command("translate train", "train CoVe's English-to-German attentional LSTM translation model (Multi30k)",
             ".recipes.translate:TranslateTrainConfig", run_translate_train, config_file=True,
             description="Train McCann et al.'s MT-LSTM encoder-decoder on a parallel corpus folder ({split}.en, "
@@ -672,7 +690,20 @@ GROUPS = {"tokenizer": "train a WordPiece or unigram vocabulary",
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line (the full usage is one `--help` away)."""
+    """argparse, but a usage mistake is one line pointing to the command's own `--help`; a flag
+    is never guessed from its first letters (`--epoch` is not `--epochs`); and an unknown flag
+    is named before any missing one (`--taks sst2` is a typo, not a missing `--task`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D102
+        if args is not None and not self._subparsers:  # a command's own parser: every flag it takes is known
+            unknown = [word for word in itertools.takewhile(lambda word: word != "--", args)
+                       if word.startswith("--") and word.split("=")[0] not in self._option_string_actions]
+            if unknown:
+                self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):  # noqa: D102
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -715,7 +746,7 @@ def add_command_settings(parser: argparse.ArgumentParser, command: Command, argv
     if command.config_file:
         parser.add_argument("--config", metavar="FILE", help="a TOML or JSON file with any of these settings (keys "
                             "as the flags' names with _; flags win over the file)")
-    parser.set_defaults(**given, command_to_run=command, settings_class=cls)
+    parser.set_defaults(**given, command_to_run=command, settings_class=cls, command_parser=parser)
 
 
 @contextlib.contextmanager
@@ -735,6 +766,26 @@ def no_empty_folder_left(paths: list[Path]) -> Iterator[None]:
         raise
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (`kill`, a job's end) stops a command as Ctrl-C does, so that its temporary files and
+    staging folders are removed on the way out (the training loop and the server handle both signals
+    their own way while they run)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def output_folders(cfg: Any) -> list[Path]:
     """Where the settings say the command writes: its output folders, and the folders of its output files."""
     folders = []
@@ -750,23 +801,60 @@ def parse(argv: list[str]) -> tuple[Command, Any]:
     file's values, then the flags; a model given by name becomes its installed folder. Raises
     SystemExit after --help, --version or a usage mistake, UserError for a model not found."""
     args = build_parser(argv).parse_args(argv)
+    for name, field in setting_fields(args.settings_class).items():
+        if field.metadata["was_positional"]:
+            given = vars(args).pop(FORMERLY_POSITIONAL + name)
+            if given:
+                print(f"bertology: {renamed_note(f'{name.upper()} as a positional argument', option_name(name))}",
+                      file=sys.stderr)
+                setattr(args, name, [*(getattr(args, name) or []), *given])
+            if field.metadata["required"] and not getattr(args, name):
+                args.command_parser.error(f"the following arguments are required: {option_name(name)}")
     names = {field.name for field in dataclasses.fields(args.settings_class)}
     cfg = args.settings_class(**{k: v for k, v in vars(args).items() if k in names})
     for name, field in setting_fields(cfg).items():
         if field.metadata["model_dir"] and getattr(cfg, name):
             setattr(cfg, name, str(resolve_model_dir(getattr(cfg, name))))
+    check_settings(cfg)  # flags and file alike, and where the outputs go, before any work
     return args.command_to_run, cfg
+
+
+def prepare_threads() -> None:
+    """Before PyTorch loads: its idle OpenMP threads sleep instead of spinning (the user's own
+    OMP_WAIT_POLICY wins).
+
+    PyTorch runs an operation's share of work on each of its threads, and between operations
+    GNU OpenMP's idle threads spin for a while, waiting for the next. On a machine that other
+    programs keep busy, a spinning thread holds the core that another thread of the same
+    operation waits for: the demo's pre-training on 2 threads beside one competing process
+    fell to a tenth of its speed on 1 thread. Sleeping costs a wake-up per operation instead,
+    and keeps every core the fastest choice, busy or free (bench/threads.py measures this; the
+    README's set-up has the numbers). The runtime reads the policy once, when PyTorch loads.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def apply_threads(cfg: Any) -> None:
+    """A command that computes runs on its --threads (or $BERTOLOGY_THREADS, or every core:
+    config.resolve_threads), written back into its settings as the number it runs with."""
+    if isinstance(cfg, Threads):
+        import torch
+
+        cfg.threads = resolve_threads(cfg.threads)
+        torch.set_num_threads(cfg.threads)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `bertology` console script; returns the exit status."""
     argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
+    prepare_threads()
     try:
         try:
             command, cfg = parse(argv)
         except SystemExit as exit_:  # argparse has printed the help, the version or the usage mistake
             return exit_.code or 0
-        with no_empty_folder_left(output_folders(cfg)):
+        apply_threads(cfg)
+        with no_empty_folder_left(output_folders(cfg)), sigterm_interrupts():
             command.run(cfg)
         sys.stdout.flush()  # a closed pipe shows up here, inside these handlers, not at exit
     except UserError as err:
@@ -780,6 +868,13 @@ def main(argv: list[str] | None = None) -> int:
         # with stdout pointed at /dev/null so that Python's own flush at exit does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        # A full disk is the machine's state, not a bug: say where, in one line (writes through
+        # files.py name their file already; this is every other write).
+        print(f"bertology: error: {err.filename or 'a write'}: {err.strerror}", file=sys.stderr)
+        return 2
     return 0
 
 

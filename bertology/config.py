@@ -1,12 +1,14 @@
 """Settings: one dataclass per command, each field a command-line flag and a config-file key.
 
 A command's settings are a dataclass composed of shared groups of fields (the task's and its
-files' below, the loop's in training/loop.py, the epoch recipes' in training/tasks.py) and
+files' below, the loop's in training/loop.py, the epoch recipes' in recipes/task_training.py) and
 its own. Each field is declared once with `setting(default, help=..., choices=...)`: its
 default, help text and checks live in the field's metadata. From it the command line makes the flag
 (cli.py), `read_settings` checks a TOML or JSON `--config` file (flags win over the file),
 and `check_settings` checks a config built in Python, so a new setting is a flag, a
-config-file key and a documented default in one edit. This module imports no PyTorch.
+config-file key and a documented default in one edit. One name for one thing on every command:
+a renamed setting keeps its old names (`formerly`) for one release, as hidden flags and
+config-file keys that say so in a one-line note. This module imports no PyTorch.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import copy
 import dataclasses
 import functools
 import json
+import math
 import os
 import sys
 import types
@@ -32,9 +35,10 @@ else:  # Python 3.10: the same parser, published as tomli before it joined the s
 
 
 def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], Any] | None = None,
-            choices: Sequence | None = None, metavar: str | tuple[str, ...] | None = None, required: bool = False,
-            positive: bool = False, minimum: float | None = None, positional: bool = False,
-            output: str | None = None, model_dir: bool = False) -> Any:
+            choices: Sequence | Callable[[], Sequence] | None = None, metavar: str | tuple[str, ...] | None = None,
+            required: bool = False, positive: bool = False, minimum: float | None = None, maximum: float | None = None,
+            below: float | None = None, positional: bool = False, output: str | None = None, model_dir: bool = False,
+            formerly: Sequence[str] = (), was_positional: bool = False) -> Any:
     """A dataclass field that is also a flag and a config-file key.
 
     Args:
@@ -44,20 +48,32 @@ def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], 
             already says what it is ("default: ..."), as it must for a None default.
         default_factory: instead of `default`, a function computing it when a config is made
             (e.g. a folder from an environment variable).
-        choices: the allowed values (listed in `--help`, checked by `check_settings`).
+        choices: the allowed values (listed in `--help`, checked by `check_settings`), or a function
+            giving them when asked (a registry that plug-ins may add to: `models.architectures`).
         metavar: the value's name in `--help` (e.g. DIR, FILE).
         required: `--help` shows the flag as required; the command line asks for it unless
             the config file has it, and `check_settings` refuses an empty value.
-        positive: the value must be > 0; minimum: the value must be >= this.
+        positive: the value must be > 0; minimum: >= this; maximum: <= this; below: < this.
+            Every number, and each number of a list, must be finite as well, an integer must
+            fit in 64 bits, and a setting named `seed` (or `..._seed`) must be in the random
+            generators' range, 0 .. MAX_SEED.
         positional: a positional argument instead of a --flag.
         output: "dir" or "file" when the setting is where the command writes (a run that
             fails before writing there leaves no empty folder behind).
         model_dir: the setting names a model: a directory, or the name of a model an installed
             pip package ships (`all-MiniLM-L6-v2`), which the command line resolves to its folder.
+        formerly: the setting's old names, accepted until the next release with a note: as
+            flags (`seq_len`: --seq-len) and config-file keys. A switch that was on by default
+            and is now off (`no_lowercase` for `cased`) was the flag --no-lowercase and the key
+            `lowercase`, negated.
+        was_positional: the setting was a positional argument, still accepted so with a note.
     """
-    metadata = {"help": help, "choices": tuple(choices) if choices is not None else None, "metavar": metavar,
-                "required": required, "positive": positive, "minimum": minimum, "positional": positional,
-                "output": output, "model_dir": model_dir}
+    if choices is not None and not callable(choices):
+        choices = tuple(choices)
+    metadata = {"help": help, "choices": choices, "metavar": metavar,
+                "required": required, "positive": positive, "minimum": minimum, "maximum": maximum, "below": below,
+                "positional": positional, "output": output, "model_dir": model_dir, "formerly": tuple(formerly),
+                "was_positional": was_positional}
     if isinstance(default, (list, dict)):
         default_factory = functools.partial(copy.deepcopy, default)
     if default_factory is not None:
@@ -65,10 +81,25 @@ def setting(default: Any = MISSING, *, help: str, default_factory: Callable[[], 
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def override(cls: type, name: str, default: Any) -> Any:
+def override(cls: type, name: str, default: Any, **changes: Any) -> Any:
     """The setting `name` of dataclass `cls` with another default, its help and checks kept:
-    how a recipe changes a shared default (fine-tuning's lr of 5e-5 against the loop's)."""
-    return setting(default, **setting_fields(cls)[name].metadata)
+    how a recipe changes a shared default (fine-tuning's lr of 5e-5 against the loop's).
+    `changes`: other `setting` arguments for this command only (e.g. its own `formerly`)."""
+    return setting(default, **{**setting_fields(cls)[name].metadata, **changes})
+
+
+def renamed_note(old: str, new: str) -> str:
+    """The one-line note an old name of a setting gets (see `setting`'s `formerly`)."""
+    return f"note: {old} is now {new}; the old name works until the next release"
+
+
+def former_keys(field: dataclasses.Field) -> dict[str, bool]:
+    """A setting's old config-file keys -> whether the old value is the negation of the new one."""
+    keys = {}
+    for old in field.metadata["formerly"]:
+        negated = old.startswith("no_") and field.type in (bool, "bool")
+        keys[old.removeprefix("no_") if negated else old] = negated
+    return keys
 
 
 def setting_fields(cls_or_config: Any) -> dict[str, dataclasses.Field]:
@@ -128,33 +159,75 @@ def type_name(hint: Any) -> str:
     return str(hint).replace("typing.", "")
 
 
+def choices_of(field: dataclasses.Field) -> tuple | None:
+    """A setting's allowed values, None when any value goes."""
+    choices = field.metadata["choices"]
+    return tuple(choices()) if callable(choices) else choices
+
+
 def value_problem(field: dataclasses.Field, value: Any) -> str | None:
     """What is wrong with a setting's value by its choices and bounds ("must be positive, got 0"), or None."""
-    choices = field.metadata["choices"]
+    choices = choices_of(field)
     if value is not None and choices is not None and value not in choices:
         return f"must be one of {', '.join(map(str, choices))}, got {value!r}"
     return bounds_problem(field, value)
 
 
+MAX_SEED = 2**32 - 1  # every generator takes it: numpy's legacy RandomState (and what uses it) stops here
+_INT64 = 2**63  # what a tensor, numpy and the C libraries below them hold
+
+
 def bounds_problem(field: dataclasses.Field, value: Any) -> str | None:
-    """What is wrong with a number by the setting's bounds, or None."""
-    meta = field.metadata
-    if value is None:
+    """What is wrong with a number (or each number of a list) by the setting's bounds, or None.
+
+    `nan <= 0` is False, so a bound alone lets NaN through: every number must be finite first.
+    """
+    if isinstance(value, (list, tuple)):
+        return next(filter(None, (bounds_problem(field, item) for item in value)), None)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
+    meta = field.metadata
+    if not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if isinstance(value, int) and not -_INT64 <= value < _INT64:
+        return f"must fit in 64 bits (at most {_INT64 - 1:,}), got {value}"
+    if (field.name == "seed" or field.name.endswith("_seed")) and not 0 <= value <= MAX_SEED:
+        return f"must be a seed from 0 to {MAX_SEED:,} (the random generators' range), got {value}"
     if meta["positive"] and value <= 0:
         return f"must be positive, got {value}"
     if meta["minimum"] is not None and value < meta["minimum"]:
         return f"must be at least {meta['minimum']:g}, got {value}"
+    if meta.get("maximum") is not None and value > meta["maximum"]:
+        return f"must be at most {meta['maximum']:g}, got {value}"
+    if meta.get("below") is not None and value >= meta["below"]:
+        return f"must be below {meta['below']:g}, got {value}"
+    return None
+
+
+def output_problem(field: dataclasses.Field, value: Any) -> str | None:
+    """What stops a command from writing where an output setting says, seen before any work: a
+    folder where a file goes, a file where a folder goes, a file on the way to either; or None."""
+    if not field.metadata["output"] or not value:
+        return None
+    path = Path(value)
+    if field.metadata["output"] == "file" and path.is_dir():
+        return f"{value}: is a folder; give a file name"
+    if field.metadata["output"] == "dir" and path.exists() and not path.is_dir():
+        return f"{value}: is a file, not a folder"
+    parent = next((folder for folder in path.parents if folder.exists()), None)
+    if parent is not None and not parent.is_dir():
+        return f"{value}: cannot be made, {parent} is a file, not a folder"
     return None
 
 
 def check_settings(config: Any) -> None:
-    """Raise a one-line UserError naming the flag of the first setting that is missing or out of bounds."""
+    """Raise a one-line UserError naming the flag of the first setting that is missing, out of
+    bounds, or an output that cannot be written where it says."""
     for name, field in setting_fields(config).items():
         value = getattr(config, name)
         if field.metadata["required"] and value in (None, "", []):
             raise UserError(f"{option_name(name)} is required")
-        problem = value_problem(field, value)
+        problem = value_problem(field, value) or output_problem(field, value)
         if problem:
             raise UserError(f"{option_name(name)} {problem}")
 
@@ -180,6 +253,12 @@ def read_settings(cls: type, path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise UserError(f"{path}: expected an object of settings (key: value)")
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name, field in setting_fields(cls).items():
+        for old, negated in former_keys(field).items():
+            if old in values and old not in fields:
+                print(f"{path}: {renamed_note(f'setting {old!r}', repr(name))}", file=sys.stderr)
+                value = values.pop(old)
+                values.setdefault(name, not value if negated and isinstance(value, bool) else value)
     annotations = setting_types(cls)
     unknown = sorted(set(values) - set(fields))
     if unknown:
@@ -194,6 +273,48 @@ def read_settings(cls: type, path: str | os.PathLike) -> dict[str, Any]:
 
 
 # ----- settings that several commands share (the loop's are in training/loop.py) -----------------
+
+THREADS_ENV = "BERTOLOGY_THREADS"
+
+
+@dataclass(kw_only=True)  # keyword-only: composed before a command's own required fields
+class Threads:
+    """CPU threads.
+
+    Every command that computes is composed with this setting; the command line applies it
+    (ops.use_threads) before the command runs.
+    """
+
+    threads: int | None = setting(None, positive=True, maximum=256, metavar="N",
+                                  help=f"CPU threads for PyTorch (default: ${THREADS_ENV}, else every core this "
+                                       "process may use: the fastest choice on a free machine, and on a busy one "
+                                       "too, since idle threads sleep instead of spinning)")
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, e.g. under taskset or a container's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no affinity masks
+        return os.cpu_count() or 1
+
+
+def resolve_threads(requested: int | None) -> int:
+    """How many CPU threads a command runs with: `requested`, else $BERTOLOGY_THREADS, else every
+    core the process may use (see `Threads`; bench/threads.py measures the choice).
+
+    Raises:
+        UserError: $BERTOLOGY_THREADS is not a positive integer.
+    """
+    if requested is not None:
+        return requested
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if not text:
+        return available_cores()
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"${THREADS_ENV} must be a positive number of threads, got {text!r}")
+    return int(text)
+
 
 
 @dataclass
@@ -214,7 +335,7 @@ class TaskConfig(TaskFiles):
     """The task.
 
     With TaskFiles's fields, what every task recipe (fine-tuning, the feature-based mode,
-    distillation) reads its splits with (training/tasks.py).
+    distillation) reads its splits with (tasks/splits.py).
     """
 
     task: str = setting("", required=True,

@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .errors import UserError
+
 IGNORE_INDEX = -100  # label value for positions that carry no loss (transformers' convention)
 
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
@@ -175,6 +177,13 @@ def cross_entropy_with_accuracy(logits: torch.Tensor, targets: torch.Tensor,
     return _ChunkedCrossEntropy.apply(logits, targets, chunk_rows)
 
 
+def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions (B, S) counted from each sequence's first real token (`attention_mask` (B, S),
+    1 = real), so that a left-padded prompt gets the positions it would have alone; what
+    transformers' generate passes as position_ids."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
 # ----- precision -----------------------------------------------------------------------------
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -192,6 +201,22 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     if precision == "auto":
         return "bf16" if bf16_is_fast(device) else "fp32"
     return precision
+
+
+PRECISION_HELP = ("auto: bf16 where the device runs it fast, else fp32; a model that computes in one precision only "
+                  "(an int8 or ONNX export, a T5 writing text, a head over word vectors) takes that one and refuses "
+                  "the other")
+
+
+def run_precision(requested: str, device: torch.device, fixed: str | None = None, why: str = "") -> str:
+    """The one precision policy: "auto" is bf16 where `device` runs it fast, else fp32; a model that
+    computes in one precision only (`fixed`, for the reason `why`) takes that one for "auto" and
+    refuses the other with a one-line error."""
+    if fixed is None:
+        return resolve_precision(requested, device)
+    if requested not in ("auto", fixed):
+        raise UserError(f"--precision {requested}: this model computes in {fixed} only ({why}); use auto or {fixed}")
+    return fixed
 
 
 def autocast(precision: str, device: torch.device):

@@ -11,6 +11,10 @@
   (static vectors) would take them as parts of words. Tab stays, since it separates fields.
 - Invisible text: a labelled example whose text holds nothing visible (empty, whitespace,
   no-break spaces, zero-width characters) is an error naming the file and line.
+- Lone surrogates: no UTF-8 file holds one, but a text given directly can (a JSON request's
+  "\ud800", a Python string); each becomes U+FFFD, the replacement character, as an undecodable
+  byte would (tokenizers refuse such a string outright). `normalize_text` applies these rules,
+  controls included, to a text that comes from no file (a prompt).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ _BYTE_ORDER_MARKS = (
 )
 SNIFF_BYTES = 4096  # what `sniff_encoding` looks at; callers read (or peek) this many bytes
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # in a Python string, every surrogate is a lone one
 _LINE_END = re.compile(r"\r\n|\r|\n")
 # Unicode categories with nothing to see: separators (spaces), controls, format (zero-width) characters.
 _INVISIBLE_CATEGORIES = ("Zs", "Zl", "Zp", "Cc", "Cf")
@@ -87,3 +92,18 @@ def is_invisible(text: str) -> bool:
     """True when `text` has no visible character: empty, spaces of any kind, controls or
     zero-width (format) characters only."""
     return all(unicodedata.category(char) in _INVISIBLE_CATEGORIES for char in text)
+
+
+def replace_surrogates(text: str) -> tuple[str, int]:
+    """`text` with each lone surrogate replaced by U+FFFD.
+
+    Returns:
+        (the cleaned text, how many characters were replaced).
+    """
+    return _SURROGATE.subn("\ufffd", text)
+
+
+def normalize_text(text: str) -> str:
+    """A text that comes from no file (a prompt, a request's text) under the readers' rules: C0
+    controls (tab, LF and CR aside) and DEL replaced by a space, lone surrogates by U+FFFD."""
+    return replace_surrogates(replace_controls(text)[0])[0]

@@ -6,23 +6,41 @@ instead of failing on a machine that lacks them.
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 # Never reach the Hugging Face Hub from a test: everything is read from local folders.
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Hypothesis keeps caches (its constants cache, even with database=None) in .hypothesis/ under the
+# working directory, which is the checkout: keep them in the temporary folder instead.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(Path(tempfile.gettempdir()) / "bertology-hypothesis"))
 # pytest-xdist (`-n auto` in pyproject's addopts) runs one worker per core: each takes its share of
 # the cores for PyTorch, set before torch is imported and passed on to the commands tests start,
 # so that the workers do not oversubscribe the machine (the tiny models here gain little from threads).
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+# Idle PyTorch threads sleep instead of spinning, as in every `bertology` command (cli.prepare_threads): set
+# before torch is imported, when the OpenMP runtime reads it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from helpers import save_task_model, write_keyword_task  # noqa: E402 - imports bertology: after the line above
+from helpers import (  # noqa: E402 - imports bertology: after the line above
+    save_task_model,
+    save_transformers_tokenizer,
+    write_keyword_task,
+)
 
 from bertology.recipes.finetune import FinetuneConfig, run_finetuning  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+# The end of the skip reason of every test whose data set is missing: the summary below counts them.
+MISSING_DATA = "not found: set BERTOLOGY_DATA to the shared data folder"
+
+
+def data_root() -> Path:
+    """The shared data sets: $BERTOLOGY_DATA, by default <repo>/../shared/data."""
+    return Path(os.environ.get("BERTOLOGY_DATA", REPO.parent / "shared" / "data"))
 
 
 class DataDir:
@@ -35,14 +53,28 @@ class DataDir:
     def __truediv__(self, relative: str) -> Path:
         path = self.root / relative
         if not path.exists():
-            pytest.skip(f"{path} not found: set BERTOLOGY_DATA to the shared data folder")
+            pytest.skip(f"{path} {MISSING_DATA}")
         return path
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> DataDir:
-    """The shared data sets: $BERTOLOGY_DATA, by default <repo>/../shared/data."""
-    return DataDir(Path(os.environ.get("BERTOLOGY_DATA", REPO.parent / "shared" / "data")))
+    """The shared data sets (see `data_root`)."""
+    return DataDir(data_root())
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say at the end, loudly, how many tests skipped because a data set was missing, and where
+    the data sets come from: a suite that skips them still passes, and is easy to misread."""
+    reasons = [report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+               for report in terminalreporter.stats.get("skipped", [])]
+    missing = sum(MISSING_DATA in reason for reason in reasons)
+    if missing:
+        terminalreporter.section("tests skipped for missing data", sep="!", yellow=True, bold=True)
+        terminalreporter.write_line(
+            f"{missing} test(s) skipped: their data sets are not in {data_root()} ($BERTOLOGY_DATA, by default "
+            "../shared/data beside the clone). Where each data set comes from and the folder layout: the README's "
+            "set-up and ../shared/data/SOURCES.md.", yellow=True, bold=True)
 
 
 @pytest.fixture(scope="session")
@@ -77,3 +109,28 @@ def keyword_model(tmp_path_factory, tiny_model, keyword_task) -> Path:
                                   dev_file=str(keyword_task / "dev.csv"), model=str(tiny_model), out=str(out),
                                   epochs=4, lr=1e-3, batch_size=16, precision="fp32", progress=False))
     return out
+
+
+class TransformersTokenizers:
+    """The tokenizer folders of the nine model types (helpers.TOKENIZER_CLASSES), each built on first
+    use and kept for the session: `tokenizers[model_type]` is (native, saved), the files its
+    transformers class reads and the folder that class writes (see `save_transformers_tokenizer`)."""
+
+    def __init__(self, root: Path, lines: list[str]):
+        self.root, self.lines, self.built = root, lines, {}
+
+    def __getitem__(self, model_type: str) -> tuple[Path, Path]:
+        if model_type not in self.built:
+            native, saved = self.root / model_type / "native", self.root / model_type / "saved"
+            save_transformers_tokenizer(model_type, self.lines, native, saved)
+            self.built[model_type] = native, saved
+        return self.built[model_type]
+
+
+@pytest.fixture(scope="session")
+def transformers_tokenizers(tmp_path_factory, data_dir) -> TransformersTokenizers:
+    """Small tokenizers of the nine model types trained on the 2,461 lines of WikiText-2 valid and saved
+    by transformers' own classes (no download); read them, never write into them."""
+    text = (data_dir / "wikitext-2-raw/wiki.valid.raw").read_text(encoding="utf-8")
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    return TransformersTokenizers(tmp_path_factory.mktemp("transformers-tokenizers"), lines)

@@ -20,12 +20,12 @@ from bertology.cli import main
 from bertology.data.token_stream import StreamBatches
 from bertology.data.tokenizer import train_tokenizer
 from bertology.inference.modeldir import describe_task
-from bertology.models.elmo import ELMoConfig, ELMoLanguageModel, character_ids
+from bertology.models.bert import SPEC as BERT
+from bertology.models.elmo import ELMoConfig, ELMoLMHeadModel, character_ids
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.tasks.inputs import InputSettings
 from bertology.tasks.readers import TASKS
-from bertology.training.tasks import MODEL_FOR_KIND
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
@@ -71,7 +71,7 @@ def save_task_model(directory: Path, tokenizer_dir: Path, task: str | None = Non
         spec = TASKS[task]
         config.num_labels = len(spec.labels) if spec.labels else 1
         config.id2label = dict(enumerate(spec.labels)) if spec.labels else None
-        model = MODEL_FOR_KIND[spec.kind](config)
+        model = BERT.heads[spec.kind](config)
         head = model.qa_outputs if spec.kind == "span" else model.classifier.dense
         with torch.no_grad():
             head.weight.mul_(head_scale)
@@ -157,7 +157,7 @@ def save_tiny_elmo(directory: Path, tokenizer: Tokenizer, projection_dim: int = 
     torch.manual_seed(0)
     config = ELMoConfig(vocab_size=tokenizer.vocab_size, filters=[[1, 8], [2, 8], [3, 16]], n_highway=1,
                         projection_dim=projection_dim, lstm_dim=lstm_dim)
-    model = ELMoLanguageModel(config)
+    model = ELMoLMHeadModel(config)
     spellings = tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
     model.bilm.token_encoder.char_ids.copy_(character_ids(spellings, config.max_characters_per_token))
     model.save_pretrained(directory)
@@ -235,3 +235,67 @@ def assert_resumed_run_matches(run: Callable[..., str], straight: Path, resumed:
         losses.append([row["loss"] for row in rows])
     for step, (a, b) in enumerate(zip(*losses, strict=True), start=1):
         assert abs(a - b) < 1e-5, (step, a, b)
+
+
+# The nine model types whose tokenizers transformers writes, and the class that writes each.
+TOKENIZER_CLASSES = {"bert": "BertTokenizerFast", "electra": "ElectraTokenizerFast",
+                     "distilbert": "DistilBertTokenizerFast", "roberta": "RobertaTokenizerFast",
+                     "gpt2": "GPT2TokenizerFast", "openai-gpt": "OpenAIGPTTokenizer", "t5": "T5TokenizerFast",
+                     "xlnet": "XLNetTokenizer", "albert": "AlbertTokenizer"}
+
+
+def save_transformers_tokenizer(model_type: str, lines: list[str], native: Path, saved: Path,
+                                vocab_size: int = 1000) -> None:
+    """A small tokenizer of `model_type` (one of TOKENIZER_CLASSES) as a user has one on disk,
+    trained on `lines` as its family's was: WordPiece, byte-level BPE or the first GPT's BPE with the
+    `tokenizers` library, SentencePiece unigram with `sentencepiece`, with the family's special tokens.
+
+    `native` gets the files its transformers class reads (vocab.txt, vocab.json + merges.txt or
+    spiece.model, and a tokenizer_config.json naming the class: the layout of the Hub's original
+    checkpoints and of transformers 4); `saved` gets what that class writes after loading them
+    (transformers 5: tokenizer.json and tokenizer_config.json). No download.
+    """
+    import sentencepiece
+    import tokenizers
+    import transformers
+    from tokenizers import models, normalizers, pre_tokenizers, trainers
+
+    native.mkdir(parents=True, exist_ok=True)
+    config: dict = {"tokenizer_class": TOKENIZER_CLASSES[model_type].removesuffix("Fast")}
+    if model_type in ("bert", "electra", "distilbert"):
+        cased = model_type == "electra"  # one cased vocabulary among the three
+        engine = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        engine.normalizer = normalizers.BertNormalizer(lowercase=not cased)
+        engine.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        engine.train_from_iterator(lines, trainers.WordPieceTrainer(
+            vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False))
+        vocab = engine.get_vocab()
+        (native / "vocab.txt").write_text("".join(t + "\n" for t in sorted(vocab, key=vocab.get)), encoding="utf-8")
+        config["do_lower_case"] = not cased
+    elif model_type in ("gpt2", "roberta", "openai-gpt"):
+        if model_type == "openai-gpt":  # lowercased, split as BERT does, "</w>" ending each word
+            engine = tokenizers.Tokenizer(models.BPE(unk_token="<unk>", end_of_word_suffix="</w>"))
+            engine.normalizer = normalizers.BertNormalizer(lowercase=True)
+            engine.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+            trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>"], end_of_word_suffix="</w>",
+                                          show_progress=False)
+        else:
+            engine = tokenizers.Tokenizer(models.BPE())
+            engine.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+            special = ["<|endoftext|>"] if model_type == "gpt2" else ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+            trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special, show_progress=False,
+                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        engine.train_from_iterator(lines, trainer)
+        engine.model.save(str(native))  # vocab.json and merges.txt
+    else:
+        # T5: <pad> <eos> <unk> first; XLNet: <unk> <s> </s> then its control tokens; ALBERT: <pad> <unk> [CLS] [SEP] [MASK].
+        layouts = {"t5": dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1),
+                   "xlnet": dict(unk_id=0, bos_id=1, eos_id=2, pad_id=-1, user_defined_symbols=["<eop>"],
+                                 control_symbols=["<cls>", "<sep>", "<pad>", "<mask>", "<eod>"]),
+                   "albert": dict(pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"])}
+        sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=str(native / "spiece"),
+                                                 vocab_size=vocab_size, model_type="unigram", minloglevel=2,
+                                                 num_threads=1, **layouts[model_type])
+        (native / "spiece.vocab").unlink()
+    (native / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    getattr(transformers, TOKENIZER_CLASSES[model_type]).from_pretrained(native).save_pretrained(saved)

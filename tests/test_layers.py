@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "bertology"
 # Lower number = lower layer. A module may import its own folder and any lower layer.
 LAYERS = {
     "errors": 0,
-    "files": 1, "ops": 1, "text": 1,
+    "files": 1, "memory": 1, "ops": 1, "text": 1,
     "checkpoint": 2, "config": 2, "plots": 2,
     "models": 3,
     "data": 4,
@@ -128,6 +128,24 @@ def test_models_import_only_the_bottom_row():
     breaches = [f"{module} -> {target}" for module, targets in GRAPH.items() if module.startswith("bertology.models")
                 for target in targets if layer_of(target)[0] in FORBIDDEN_FOR_MODELS]
     assert not breaches, breaches
+
+
+def test_the_training_layer_is_the_loop_and_the_objectives():
+    """training/ knows no task and no model directory: task plumbing is tasks/'s and recipes/'s,
+    opening directories inference/'s."""
+    breaches = [f"{module} -> {target}" for module, targets in GRAPH.items() if module.startswith("bertology.training")
+                for target in targets if layer_of(target)[0] in ("tasks", "inference")]
+    assert not breaches, breaches
+
+
+def test_no_module_name_stands_twice():
+    """One module name once in the package: `static.py` in two folders makes every mention ambiguous."""
+    names: dict[str, list[str]] = {}
+    for module in MODULES:
+        if module.rsplit(".", 1)[-1] != "__init__" and module != "bertology":
+            names.setdefault(module.rsplit(".", 1)[-1], []).append(module)
+    twice = {name: where for name, where in names.items() if len(where) > 1}
+    assert not twice, twice
 
 
 def test_the_checker_sees_function_level_imports():

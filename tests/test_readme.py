@@ -70,3 +70,18 @@ def test_cheap_readme_commands_run_as_written(argv, tmp_path, capsys, monkeypatc
 
 def test_some_readme_commands_are_cheap_enough_to_run():
     assert {argv[0] for argv in CHEAP} >= {"embed", "explain", "info"}
+
+
+@pytest.mark.slow  # a pytest run in a subprocess: seconds
+def test_the_suite_says_at_its_end_how_many_tests_skipped_for_missing_data(tmp_path):
+    import subprocess
+    import sys
+
+    repo = README.parent
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+                             "tests/claims/test_experiment.py", "-k", "corpus_slice or registry_lists"],
+                            cwd=repo, capture_output=True, text=True, env={**os.environ, "BERTOLOGY_DATA": str(tmp_path)})
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert "1 passed, 1 skipped" in result.stdout
+    assert f"1 test(s) skipped: their data sets are not in {tmp_path} ($BERTOLOGY_DATA" in result.stdout
+    assert "../shared/data/SOURCES.md" in result.stdout

@@ -10,13 +10,12 @@ import codecs
 import json
 
 import pytest
+from helpers import run_cli
 
 from bertology.data.corpus import ReadStats, corpus_lines, read_documents
 from bertology.errors import UserError
 from bertology.tasks.readers import TASKS, generic_task, read_conll, read_glue, read_squad, read_table
 from bertology.text import is_invisible, replace_controls, sniff_encoding, split_lines
-
-from helpers import run_cli
 
 
 def test_split_lines_cuts_at_lf_crlf_and_lone_cr_only():
@@ -112,7 +111,7 @@ def test_corpus_bad_utf16_names_the_line(tmp_path):
 def test_tokenizer_train_reports_replaced_controls(tmp_path, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_bytes(b"word\x00other more words here.\nand another line of text.\n" * 20)
-    status, out, err = run_cli(capsys, "tokenizer", "train", corpus, "--out", tmp_path / "tok", "--vocab-size", "200")
+    status, out, err = run_cli(capsys, "tokenizer", "train", "--corpus", corpus, "--out", tmp_path / "tok", "--vocab-size", "200")
     assert status == 0
     assert "replaced 20 control character(s)" in out
 

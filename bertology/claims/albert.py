@@ -37,7 +37,8 @@ from pathlib import Path
 import torch
 
 from ..inference.predictor import Predictor
-from ..models.bert import PRESETS, BertConfig, BertForMaskedLM
+from ..models.base import SIZES
+from ..models.bert import BertConfig, BertForMaskedLM
 from ..ops import IGNORE_INDEX
 from ..plots import plot_seed_bars
 from ..tasks.readers import TASKS, read_examples, task_files
@@ -63,7 +64,7 @@ QUICK_TIMING = {"rounds": 2, "steps": 2, "sentences": 64}
 def run(experiment: Experiment) -> ClaimReport:
     """Pre-train the four architectures on one budget; their parameters, speeds and dev accuracy."""
     settings = experiment.quick_scale({**MINI_MLM, "max_steps": STEPS})
-    width = PRESETS[settings["preset"]][1]
+    width = SIZES[settings["preset"]][1]
     embedding = width // 2
     variants = {"BERT": {}, f"factorised embeddings (E={embedding})": {"embedding_size": embedding},
                 "shared layers": {"share_layers": True},
@@ -73,7 +74,7 @@ def run(experiment: Experiment) -> ClaimReport:
     scores = {name: experiment.glue_accuracies(run_names[name], model)
               for name, model in models.items()}
     timing = QUICK_TIMING if experiment.quick else TIMING
-    training = training_tokens_per_second(models, settings["batch_size"], settings["seq_len"], timing["rounds"],
+    training = training_tokens_per_second(models, settings["batch_size"], settings["max_seq_len"], timing["rounds"],
                                           timing["steps"])
     sst2 = TASKS["sst2"]
     sentences = [e.text_a for e in read_examples(sst2, task_files(sst2, experiment.task_data("glue/SST-2"), ["dev"])["dev"],
@@ -113,7 +114,7 @@ def run(experiment: Experiment) -> ClaimReport:
               "Pre-trained 125K steps of 4,096 x 512 tokens on BookCorpus and Wikipedia.",
         scale=f"Four architectures at the width and depth of {size_label(settings['preset'])}, each pre-trained by "
               f"masked LM (RoBERTa's) for {settings['max_steps']:,} steps of {settings['batch_size']} x "
-              f"{settings['seq_len']} tokens at rate {settings['lr']} on {corpus_words(experiment.quick)}. Training "
+              f"{settings['max_seq_len']} tokens at rate {settings['lr']} on {corpus_words(experiment.quick)}. Training "
               f"tokens/s: {timing['rounds']} rounds of {timing['steps']} steps per model, in turns; inference: "
               f"{timing['sentences']} SST-2 dev sentences per round, batch 64, fp32. " + experiment.glue_scale(),
         columns=["model", "parameters", "BERT's parameters / this", "training tokens/s (timed here)",

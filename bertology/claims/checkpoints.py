@@ -38,17 +38,19 @@ from safetensors.torch import load_model
 
 from ..data.tokenizer import Tokenizer
 from ..files import loads_json
-from ..models.bert import PRESETS, BertConfig
-from ..recipes.pretrain import STREAM_FAMILIES, PretrainConfig, build_model_config, run_pretraining
+from ..models import family_named
+from ..models.base import SIZES
+from ..models.bert import BertConfig, electra_generator_config
+from ..recipes.pretrain import PretrainConfig, build_model_config, run_pretraining
 from ..training.loop import CHECKPOINTS_DIR
-from ..training.objectives import build_objective, electra_generator_config
+from ..training.objectives import OBJECTIVES, build_objective
 from .experiment import LIGHT_GLUE_RECIPE, Experiment, minilm, pretraining_key
 
 # The runs of claims 4 and 8: the mini BERT at MINI_MLM's shape and rate (experiment.py), for
 # 1,024 steps so that the left-to-right run (about 2.4x a masked-LM step: it predicts every
 # token over the 30,522-word vocabulary) and the fine-tuning fit claim 4's 90 minutes. Both
 # claims take their masked LM from MLM_RUN, so the second one finds it in the cache.
-RUN_SHAPE = {"preset": "mini", "seq_len": 64, "batch_size": 32, "lr": 1e-3, "max_steps": 1024, "seed": 0}
+RUN_SHAPE = {"preset": "mini", "max_seq_len": 64, "batch_size": 32, "lr": 1e-3, "max_steps": 1024, "seed": 0}
 MLM_RUN = {**RUN_SHAPE, "objective": "roberta"}  # masked LM over full sentences, no NSP (as ELECTRA's BERT)
 CHECKPOINTS = 5  # kept steps, each double the one before: max/16, max/8, max/4, max/2, max
 QUICK_CHECKPOINTS = 2
@@ -93,7 +95,7 @@ class CheckpointedRun:
         """Training FLOPs of one step of this run (see `training_flops_per_step`)."""
         settings = self.settings()
         return training_flops_per_step(BertConfig.load(self.model(self.steps[-1])), settings["objective"],
-                                       settings["batch_size"] * settings.get("grad_accum", 1), settings["seq_len"],
+                                       settings["batch_size"] * settings.get("grad_accum", 1), settings["max_seq_len"],
                                        settings.get("generator_size", 0.25))
 
 
@@ -104,7 +106,7 @@ def pretrained_at_steps(experiment: Experiment, steps: Sequence[int], **settings
     every = math.gcd(*steps)
     settings = {"tokenizer": str(minilm()), "corpus": experiment.corpus(), **settings,
                 "max_steps": steps[-1], "eval_every": every, "eval_batches": EVAL_BATCHES}
-    if settings.get("arch", "bert") in STREAM_FAMILIES:
+    if family_named(settings.get("arch", "bert")).spec.reads_stream:
         raise ValueError("checkpoints along a run are kept for the Transformer families, not the LSTMs")
     key = pretraining_key({**settings, "kept_steps": steps})
 
@@ -128,13 +130,9 @@ def export_checkpoint(cfg: PretrainConfig, step: int, target: Path) -> Path:
     its `model_to_save()` and the tokenizer are written."""
     run = Path(cfg.out)
     tokenizer = Tokenizer.from_pretrained(run)
-    electra = {"generator_size": cfg.generator_size, "temperature": cfg.generator_temperature,
-               "masking": cfg.electra_masking} if cfg.objective == "electra" else {}
-    span_corruption = {"sentinel_ids": tokenizer.sentinel_token_ids, "noise_density": cfg.noise_density,
-                       "mean_span_length": cfg.mean_span_length} if cfg.objective == "t5" else {}
+    cfg.validate()  # the objective named by the run's settings, resolved as pre-training resolved it
     objective = build_objective(cfg.objective, build_model_config(cfg, tokenizer), tokenizer.mask_token_id,
-                                whole_word=cfg.whole_word_masking, max_predictions=cfg.max_predictions,
-                                **electra, **span_corruption)
+                                sentinel_ids=tokenizer.sentinel_token_ids, **cfg.objective_options())
     load_model(objective, str(run / CHECKPOINTS_DIR / f"step-{step:08d}" / "module.safetensors"))
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -158,11 +156,12 @@ def training_flops_per_step(config: BertConfig, objective: str, rows: int, seq_l
     discriminator with its per-token detector (dense + one logit). NSP/SOP heads, softmaxes,
     LayerNorms and ELECTRA's sampling are left out (each under 1% at these sizes).
     """
-    if objective in ("bert", "roberta", "albert"):
+    role = OBJECTIVES[objective].role if objective in OBJECTIVES else None
+    if role in ("masked_lm", "masked_lm_with_pair"):
         per_token = encoder_flops(config, seq_len) + mlm_probability * lm_head_flops(config)
-    elif objective == "clm":
+    elif role == "causal_lm":
         per_token = encoder_flops(config, seq_len) + lm_head_flops(config)
-    elif objective == "electra":
+    elif role == "replaced_token_detection":
         generator = electra_generator_config(config, generator_size)
         detector = 2 * (config.hidden_size * config.hidden_size + config.hidden_size)
         per_token = (encoder_flops(config, seq_len) + detector + encoder_flops(generator, seq_len)
@@ -195,12 +194,12 @@ def downstream_curves(experiment: Experiment, name: str, models: dict[int, Path]
 
 def run_scale(experiment: Experiment, settings: dict, steps: list[int]) -> str:
     """What the runs of `pretrained_at_steps` with these settings are, in words (for a claim's scale)."""
-    layers, hidden = PRESETS[settings["preset"]]
+    layers, hidden = SIZES[settings["preset"]]
     corpus = ("WikiText-2 valid" if experiment.quick else
               "WikiText-2 valid + 40 Project Gutenberg books (10.8M words)")
     return (f"Pre-training: the {settings['preset']} BERT ({layers} layers, {hidden} wide, all-MiniLM-L6-v2's "
             f"30,522-token vocabulary), {settings['max_steps']:,} steps of {settings['batch_size']} x "
-            f"{settings['seq_len']} tokens at lr {settings['lr']:g} (linear warmup and decay) on {corpus}; the "
+            f"{settings['max_seq_len']} tokens at lr {settings['lr']:g} (linear warmup and decay) on {corpus}; the "
             f"models kept at steps {', '.join(f'{s:,}' for s in steps)} of that one run.")
 
 

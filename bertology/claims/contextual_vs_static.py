@@ -19,7 +19,7 @@ translation model (Multi30k, over GloVe trained on the shared corpus) and all-Mi
 - The same head over each kind of feature, over the seeds: SST-2 (mean-pooled, linear head)
   and CoNLL-2003 (a word's vector, the BERT paper's two-layer BiLSTM head); ELMo's layers by
   its learned scalar mix, BERT's as the sum of the last four. ELMo also as its paper uses it,
-  beside the task model's own word vectors ([word2vec; ELMo]: `finetune --word-vectors`), the
+  beside the task model's own word vectors ([word2vec; ELMo]: `finetune --vectors`), the
   comparison its Table 1 makes (a baseline with and without ELMo).
 - The "bank" view (`bertology explain senses`): MiniLM's last layer against word2vec.
 
@@ -39,10 +39,10 @@ from .experiment import ClaimReport, Experiment, minilm, seed_values, slug, verd
 WORD2VEC = {"method": "word2vec", "skip_gram": True, "vector_size": 300, "epochs": 3, "seed": 0}
 GLOVE = {"method": "glove", "vector_size": 300, "epochs": 5, "seed": 0}
 COVE = {"preset": "small", "epochs": 1.5, "seed": 0}
-ELMO = {"arch": "elmo", "preset": "mini", "tokenizer": None, "vocab_size": 8000, "seq_len": 20, "batch_size": 32,
+ELMO = {"arch": "elmo", "preset": "mini", "tokenizer": None, "vocab_size": 8000, "max_seq_len": 20, "batch_size": 32,
         "lr": 3e-3, "max_steps": 2500, "seed": 0}
 QUICK_STATIC = {"vector_size": 50, "epochs": 1, "min_count": 2}
-QUICK_COVE = {"preset": "tiny", "epochs": 1, "max_train_pairs": 300}
+QUICK_COVE = {"preset": "tiny", "epochs": 1, "max_train_examples": 300}
 # The heads: SST-2 as CoVe's and ELMo's sentence classifiers read it at its simplest (mean-pooled,
 # linear), CoNLL-2003 through the BERT paper's feature-based BiLSTM; the settings of
 # bench/static_features.py.
@@ -71,7 +71,7 @@ def run(experiment: Experiment) -> ClaimReport:
     for name, model in sources.items():
         head_sources[name] = {"model": str(model)}
         if name == "ELMo":
-            head_sources[WORD2VEC_ELMO] = {"model": str(elmo), "word_vectors": str(word2vec)}
+            head_sources[WORD2VEC_ELMO] = {"model": str(elmo), "vectors": str(word2vec)}
 
     wic_rows, best_wic = [], {}
     wic_data = str(experiment.task_data("wic"))
@@ -128,7 +128,7 @@ def run(experiment: Experiment) -> ClaimReport:
         scale=experiment.scale_note() + (f" word2vec (skip-gram) and GloVe {WORD2VEC['vector_size']}-d on the same "
               f"corpus; CoVe's translation model at `{COVE['preset']}` for {COVE['epochs']} epochs of Multi30k "
               f"(29k captions); ELMo `{ELMO['preset']}` for {ELMO['max_steps']:,} steps of {ELMO['batch_size']} x "
-              f"{ELMO['seq_len']} tokens. Heads: {train_count:,} training examples per task, full dev sets."
+              f"{ELMO['max_seq_len']} tokens. Heads: {train_count:,} training examples per task, full dev sets."
               if not quick else ""),
         columns=["features", "layer", "WiC dev accuracy", *(f"{task} ({TASKS[task]['metric']})" for task in TASKS)],
         rows=wic_rows + [{**row, "layer": "head over the features"} for row in head_rows], verdicts=verdicts,

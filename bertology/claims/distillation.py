@@ -44,8 +44,9 @@ from pathlib import Path
 from ..files import loads_json, write_text_atomic
 from ..plots import plot_seed_bars
 from ..recipes.distill import DistillConfig, run_distillation
+from ..recipes.task_training import summarize
 from ..tasks.readers import TASKS, TaskSpec, task_files
-from ..training.tasks import summarize, subset
+from ..tasks.splits import subset
 from .experiment import ClaimReport, Experiment, seed_values, verdict
 
 TEACHER = "all-MiniLM-L6-v2"

@@ -33,18 +33,19 @@ from typing import Any, Callable
 
 import torch
 
-from ..config import setting
-from ..errors import UserError
-from ..files import cache_root, loads_json, write_json_atomic, write_text_atomic
+from ..config import Threads, setting
 from ..data.corpus import read_documents
 from ..data.tokenizer import Tokenizer
-from ..models import resolve_model_dir
+from ..errors import UserError
+from ..files import cache_root, loads_json, write_json_atomic, write_text_atomic
 from ..inference.modeldir import save_random_weights
-from ..models.bert import PRESETS, BertConfig, BertModel
+from ..models import resolve_model_dir
+from ..models.base import SIZES
+from ..models.bert import BertConfig, BertModel
 from ..recipes.finetune import FinetuneConfig, run_finetuning
-from ..recipes.pretrain import RECIPES, PretrainConfig, run_pretraining
-from ..recipes.static import StaticTrainConfig
-from ..recipes.static import train as train_static
+from ..recipes.pretrain import RECIPES, PretrainConfig, default_setting, recipe_refusal, run_pretraining
+from ..recipes.static_vectors import StaticTrainConfig
+from ..recipes.static_vectors import train as train_static
 from ..recipes.translate import TranslateTrainConfig
 from ..recipes.translate import train as train_translation
 from ..tasks.readers import TASKS, SpanExample, TokenExample, read_examples, task_files
@@ -55,9 +56,9 @@ _CACHE_VERSION = 1  # bump when a change to pre-training makes old cached models
 # The models most claims start from, pre-trained once on the shared corpus and cached. Budgets are
 # in steps, not minutes, so that a busy machine gets the same model later; the minutes are those
 # of this project's 2-core machine with both cores free.
-MINI_MLM = {"preset": "mini", "objective": "roberta", "seq_len": 64, "batch_size": 32, "lr": 1e-3,
+MINI_MLM = {"preset": "mini", "objective": "roberta", "max_seq_len": 64, "batch_size": 32, "lr": 1e-3,
             "max_steps": 1600, "seed": 0}  # about 20 minutes
-AWD_LSTM_LM = {"arch": "awd-lstm", "preset": "mini", "tokenizer": None, "vocab_size": 8000, "seq_len": 70,
+AWD_LSTM_LM = {"arch": "awd-lstm", "preset": "mini", "tokenizer": None, "vocab_size": 8000, "max_seq_len": 70,
                "batch_size": 32, "lr": 1e-2, "max_steps": 2000, "seed": 0}  # about 15 minutes
 TARGET_LM = {"max_steps": 300, "layer_lr_decay": 1 / 2.6, "schedule": "slanted_triangular", "warmup": 0.1}
 # ULMFiT's third stage, the classifier (FinetuneConfig settings): fastai's rate, discriminative rates, the
@@ -83,7 +84,7 @@ MINI_FINETUNE_LR = 3e-4  # the mini BERTs' fine-tuning rate (bench/distill.py's 
 
 
 @dataclass
-class ReproduceConfig:
+class ReproduceConfig(Threads):
     """The claim, its scale and where its results go.
 
     The settings of `bertology reproduce`.
@@ -101,7 +102,7 @@ class ReproduceConfig:
     quick: bool = setting(False, help="a reduced version in minutes (tiny models, few examples, 2 seeds): it checks "
                                       "the claim's code, not the claim")
     seeds: int | None = setting(None, positive=True, help="fine-tuning seeds per number (default: 3; --quick 2)")
-    cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR",
+    cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR", output="dir",
                              help="where pre-trained models are kept for every claim ($BERTOLOGY_CACHE)")
     recipe: str | None = setting(None, choices=tuple(RECIPES),
                                  help="pre-train every BERT-family model of the claim by this recipe (`bertology "
@@ -160,6 +161,12 @@ class Experiment:
             os.replace(partial, target)
         return target
 
+    def dev_examples(self, relative: str, task: str) -> int:
+        """How many examples the dev split of a task's data holds as this run reads it (with
+        --quick, the first few of `task_data`), for a report's scale."""
+        spec = TASKS[task]
+        return len(read_examples(spec, task_files(spec, self.task_data(relative), ["dev"])["dev"], "dev"))
+
     def corpus(self) -> list[str]:
         """The pre-training corpus every claim shares: WikiText-2 valid + the 40 Gutenberg books
         (--quick: WikiText-2 valid alone)."""
@@ -198,7 +205,7 @@ class Experiment:
             return f"--quick: tiny models pre-trained for {QUICK['max_steps']} steps on WikiText-2 valid; 2 seeds."
         return ("Pre-training corpus: WikiText-2 valid + 40 Project Gutenberg books (10.8M words); the mini BERT "
                 f"(4 layers, 256 wide, 11M parameters) pre-trained here by masked LM for {MINI_MLM['max_steps']:,} "
-                f"steps of {MINI_MLM['batch_size']} x {MINI_MLM['seq_len']} tokens (RoBERTa's recipe, "
+                f"steps of {MINI_MLM['batch_size']} x {MINI_MLM['max_seq_len']} tokens (RoBERTa's recipe, "
                 "all-MiniLM-L6-v2's vocabulary).")
 
     def quick_scale(self, settings: dict) -> dict:
@@ -258,8 +265,8 @@ class Experiment:
         return self.cached("pretrained", pretraining_key(settings), settings, train)
 
     def with_recipe(self, settings: dict) -> dict:
-        """PretrainConfig settings with the experiment's recipe when they pre-train a BERT-family model."""
-        if self.recipe and settings.get("arch", "bert") == "bert":
+        """PretrainConfig settings with the experiment's recipe when their family takes it (`recipe_refusal`)."""
+        if self.recipe and recipe_refusal(self.recipe, settings.get("arch", default_setting("arch"))) is None:
             return {**settings, "recipe": self.recipe}
         return settings
 
@@ -403,13 +410,19 @@ def example_text(example: Any) -> str:
     return " ".join(filter(None, (example.text_a, example.text_b)))
 
 
+# Settings renamed so that one thing has one name on every command, hashed under the names the cached
+# models were trained with: a rename retrains nothing.
+KEY_NAMES = {"max_seq_len": "seq_len", "max_train_examples": "max_train_pairs"}
+
+
 def pretraining_key(settings: dict) -> str:
     """A hash of everything a pre-trained model depends on: the settings and the corpus files' bytes."""
     corpus = []
     for path in settings["corpus"]:
         files = sorted(p for p in Path(path).rglob("*") if p.is_file()) if Path(path).is_dir() else [Path(path)]
         corpus += [file_digest(p) for p in files]
-    described = {"version": _CACHE_VERSION, **{k: v for k, v in settings.items() if k not in ("corpus", "tokenizer")},
+    described = {"version": _CACHE_VERSION,
+                 **{KEY_NAMES.get(k, k): v for k, v in settings.items() if k not in ("corpus", "tokenizer")},
                  "corpus": corpus, "tokenizer": [file_digest(p) for p in sorted(Path(settings["tokenizer"]).glob(
                      "*")) if p.name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json")]
                  if settings.get("tokenizer") else None}
@@ -427,7 +440,8 @@ def recipe_key(recipe: str, settings: dict) -> str:
             files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
             return [(str(p.relative_to(path)) if path.is_dir() else "", file_digest(p)) for p in files]
         return value
-    described = {"version": _CACHE_VERSION, "recipe": recipe, **{k: content(v) for k, v in settings.items()}}
+    described = {"version": _CACHE_VERSION, "recipe": recipe,
+                 **{KEY_NAMES.get(k, k): content(v) for k, v in settings.items()}}
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode("utf-8")).hexdigest()
 
 
@@ -442,7 +456,7 @@ def file_digest(path: Path) -> str:
 
 def describe(settings: dict) -> str:
     """The pre-training settings a reader cares about, in one line."""
-    keys = ("arch", "method", "preset", "objective", "max_steps", "epochs", "seq_len", "batch_size", "lr")
+    keys = ("arch", "method", "preset", "objective", "max_steps", "epochs", "max_seq_len", "batch_size", "lr")
     return ", ".join(f"{k} {settings[k]}" for k in keys if k in settings)
 
 
@@ -461,7 +475,7 @@ def pretraining_summary(model: Path) -> dict:
 
 def size_label(preset: str) -> str:
     """A BERT preset as a row's name: "small (4 layers, 512 wide)"."""
-    layers, hidden = PRESETS[preset]
+    layers, hidden = SIZES[preset]
     return f"{preset} ({layers} layers, {hidden} wide)"
 
 

@@ -28,7 +28,7 @@ families take claim 3's recipe per column (GLUE_RECIPE for SST-2 and MRPC, MRPC'
 SPAN_AND_TOKEN_TASKS for CoNLL-2003 and SQuAD, T5's SQuAD at 384 tokens) at claim 3's rate,
 ULMFiT the same data at its own classifier's settings; the feature families (static, CoVe,
 ELMo) the same data under claim 1's heads over frozen features, each as its paper feeds a task
-model: CoVe as [GloVe; CoVe], ELMo as [word2vec; ELMo] (`finetune --word-vectors`: the static
+model: CoVe as [GloVe; CoVe], ELMo as [word2vec; ELMo] (`finetune --vectors`: the static
 row's vectors in front of ELMo's learned scalar mix). WiC is `bertology wic`'s probe (a
 logistic regression on the target word's vectors, deterministic: one number, no seeds), the
 best layer's dev accuracy and its name. A cell the
@@ -58,11 +58,11 @@ from typing import Any, Callable
 
 from ..errors import UserError
 from ..files import loads_json
-from ..models import family_of
-from ..models.bert import PRESETS, BertConfig
+from ..models.base import SIZES
+from ..models.bert import BertConfig
 from ..plots import plot_seed_bars
+from ..recipes.task_training import load_task_model
 from ..tasks.readers import TASKS
-from ..training.tasks import load_task_model
 from ..uses.wic import WicConfig, run_wic
 from .albert import finetuned_model
 from .contextual_vs_static import COVE, ELMO, FEATURE_HEAD_LR, GLOVE, QUICK_COVE, QUICK_STATIC, WORD2VEC
@@ -192,7 +192,7 @@ def pretraining_settings(experiment: Experiment) -> dict[str, dict]:
     claim_3, _, budget = equal_time(experiment)
     sop = claim_3[SOP_ROW]
     settings = {family: claim_3[row] for family, row in CLAIM_3_ROWS.items()}
-    settings[ALBERT] = {**sop, "embedding_size": PRESETS[sop["preset"]][1] // 2, "share_layers": True}  # claim 7's E
+    settings[ALBERT] = {**sop, "embedding_size": SIZES[sop["preset"]][1] // 2, "share_layers": True}  # claim 7's E
     settings[ELMO_ROW] = experiment.quick_scale(ELMO)
     settings[ULMFIT] = experiment.quick_scale(AWD_LSTM_LM)
     return {family: {**row, "max_steps": steps_within(budget, step_seconds(experiment, row))}
@@ -226,7 +226,7 @@ def cell_runner(experiment: Experiment, family: str, models: dict[str, Path], se
         features = {"mode": "features", "feature_head": head["feature_head"], "epochs": head["epochs"],
                     "lr": FEATURE_HEAD_LR, "feature_layers": "mix" if family == ELMO_ROW else "sum_last_four"}
         if family == ELMO_ROW:  # ELMo's paper: [x_k; ELMo_k], the task model's word vectors beside ELMo's
-            features["word_vectors"] = str(models[STATIC])
+            features["vectors"] = str(models[STATIC])
         return lambda: experiment.finetuned(name, model=str(models[family]), task=task, data=str(data),
                                             **{**recipe, **features})
     if family == ULMFIT:
@@ -254,7 +254,8 @@ def student(experiment: Experiment, task: str) -> Path:
 
 def wic_probe(experiment: Experiment, family: str, model: Path) -> Probe:
     """The WiC probe of a family's model: its best layer's dev accuracy (results in wic/<family>.json)."""
-    probe = run_wic(WicConfig(data=str(experiment.task_data("wic")), model=str(model), max_train_pairs=WIC_TRAIN_PAIRS,
+    probe = run_wic(WicConfig(data=str(experiment.task_data("wic")), model=str(model),
+                              max_train_examples=WIC_TRAIN_PAIRS,
                               out=str(experiment.out / "wic" / f"{slug(family)}.json")))
     best = max(probe["layers"], key=lambda layer: layer["dev_accuracy"])
     return Probe(best["dev_accuracy"], best["layer"])
@@ -302,12 +303,12 @@ def table_cells(cells: dict[str, dict[str, Cell]]) -> tuple[dict[str, dict[str, 
 def training_minutes(model: Path) -> float:
     """The minutes a cached model's training took, by its own records (static vectors: results.json;
     the rest: metrics.jsonl); CoVe's add its GloVe's."""
-    if family_of(model).name == "static":
+    if (model / "results.json").is_file():  # `bertology static train` keeps its times there
         return round(loads_json((model / "results.json").read_text(encoding="utf-8"))["seconds"]["total"] / 60, 2)
     minutes = pretraining_summary(model)["seconds"] / 60
-    if family_of(model).name == "cove":
-        glove = loads_json((model / "claim_settings.json").read_text(encoding="utf-8"))["vectors"]
-        minutes += training_minutes(Path(glove))
+    settings = model / "claim_settings.json"
+    if settings.is_file() and "vectors" in (read := loads_json(settings.read_text(encoding="utf-8"))):
+        minutes += training_minutes(Path(read["vectors"]))  # a translation model over word vectors: theirs too
     return round(minutes, 2)
 
 
@@ -337,15 +338,15 @@ def verdicts(cells: dict[str, dict[str, Cell]]) -> list:
 def scale_note(experiment: Experiment, settings: dict[str, dict]) -> str:
     """What ran, in words."""
     bert, elmo, awd = settings[BERT], settings[ELMO_ROW], settings[ULMFIT]
-    layers = PRESETS[bert["preset"]][0]
+    layers = SIZES[bert["preset"]][0]
     time = ("the time of the quick steps of claim 3's fastest objective" if experiment.quick
             else f"{PRETRAIN_MINUTES:g} minutes each")
     return (f"Pre-training on {corpus_words(experiment.quick)} for {time} (steps = the time / each model's measured "
             f"seconds per step). The Transformers {size_label(bert['preset'])} (T5: encoder and decoder each; ALBERT "
             f"E={settings[ALBERT]['embedding_size']}, all layers shared), batches of {bert['batch_size']} x "
-            f"{bert['seq_len']} tokens, 8,000-piece vocabularies trained on the corpus (claim 3). ELMo `{elmo['preset']}` "
-            f"({elmo['batch_size']} x {elmo['seq_len']} tokens) and ULMFiT's AWD-LSTM `{awd['preset']}` "
-            f"({awd['batch_size']} x {awd['seq_len']}), each with its own 8,000-word vocabulary. Static: word2vec "
+            f"{bert['max_seq_len']} tokens, 8,000-piece vocabularies trained on the corpus (claim 3). ELMo `{elmo['preset']}` "
+            f"({elmo['batch_size']} x {elmo['max_seq_len']} tokens) and ULMFiT's AWD-LSTM `{awd['preset']}` "
+            f"({awd['batch_size']} x {awd['max_seq_len']}), each with its own 8,000-word vocabulary. Static: word2vec "
             "(claim 1's settings). CoVe's pre-training data is necessarily a translation corpus: Multi30k's 29k "
             "English-German captions, over GloVe trained on the shared corpus (claim 1's). "
             + experiment.glue_scale(GLUE_RECIPE, FINETUNE_LR)

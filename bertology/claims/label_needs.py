@@ -66,7 +66,8 @@ def run(experiment: Experiment) -> ClaimReport:
         paper="ULMFiT (Howard & Ruder 2018, Figure 3): with 100 labelled IMDb reviews ULMFiT matched training from "
               "scratch on 10x (supervised) to 100x (semi-supervised) more; its language model was pre-trained on "
               "Wikitext-103 (103M tokens), and BERT-base on 3.3B words.",
-        scale=experiment.scale_note() + f" SST-2 dev (872 sentences); training subsets of {', '.join(map(str, labels))} "
+        scale=experiment.scale_note() + f" SST-2 dev ({experiment.dev_examples('glue/SST-2', 'sst2'):,} sentences); "
+              f"training subsets of {', '.join(map(str, labels))} "
               "labels, the same subset for every model and seed; epochs " +
               ", ".join(f"{epochs[c]} at {c:,}" for c in labels) + "; rows of at most 64 tokens.",
         columns=["model", *(f"{count:,} labels" for count in labels)], rows=rows, verdicts=verdicts,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..models.bert import PRESETS
+from ..models.base import size_of
 from ..plots import plot_seed_lines
 from .experiment import (
     GLUE_TASKS,
@@ -56,7 +56,7 @@ def run(experiment: Experiment) -> ClaimReport:
     budget = QUICK_STEPS if experiment.quick else {"max_steps": STEPS}
     rows, curves = [], {task: {} for task in GLUE_TASKS}
     for preset in sizes:
-        hidden = PRESETS[preset][1]
+        hidden = size_of(preset)[1]
         model = experiment.pretrained(**{**MINI_MLM, "preset": preset, "lr": width_scaled(MINI_MLM["lr"], hidden),
                                          **budget})
         parameters = encoder_parameters(model)
@@ -84,7 +84,7 @@ def run(experiment: Experiment) -> ClaimReport:
               "MNLI-m 77.9 -> 86.6, and held-out masked-LM perplexity fell 5.84 -> 3.23.",
         scale=f"Presets {', '.join(size_label(p) for p in sizes)}, each pre-trained by masked LM (RoBERTa's recipe) "
               f"for {budget['max_steps']:,} steps of {budget.get('batch_size', MINI_MLM['batch_size'])} x "
-              f"{MINI_MLM['seq_len']} tokens, the same for every size, on {corpus_words(experiment.quick)}; rates "
+              f"{MINI_MLM['max_seq_len']} tokens, the same for every size, on {corpus_words(experiment.quick)}; rates "
               "1e-3 (pre-training) and 3e-4 (fine-tuning) times sqrt(256 / width). " + experiment.glue_scale(),
         columns=["model", "parameters", "held-out MLM accuracy", *GLUE_TASKS], rows=rows, verdicts=verdicts,
         plots=[str(plot)], notes=notes)

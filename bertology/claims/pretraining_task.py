@@ -55,6 +55,7 @@ from typing import Any
 
 from ..data.tokenizer import train_tokenizer
 from ..files import loads_json, write_json_atomic, write_text_atomic
+from ..models import family_named
 from ..plots import plot_seed_bars
 from ..recipes.pretrain import PretrainConfig, run_pretraining
 from .experiment import (
@@ -76,7 +77,7 @@ from .experiment import (
     verdict,
 )
 
-PRETRAIN = {"preset": "tiny", "seq_len": 128, "batch_size": 32, "lr": 1e-3, "seed": 0}
+PRETRAIN = {"preset": "tiny", "max_seq_len": 128, "batch_size": 32, "lr": 1e-3, "seed": 0}
 PRETRAIN_MINUTES = 5.0  # per objective, on the machine the step times are measured on
 TIMING_STEPS = 12  # --quick: QUICK_TIMING_STEPS
 QUICK_TIMING_STEPS = 4
@@ -187,7 +188,7 @@ def span_and_token_settings(experiment: Experiment, column: str, arch: str | Non
     of `arch` (a T5 reads SQuAD as one text cut at T5_SQUAD's length: no windows)."""
     task, _, _, full = SPAN_AND_TOKEN_TASKS[column]
     settings = {**QUICK_GLUE, **(QUICK_SQUAD if task == "squad" else {})} if experiment.quick else full
-    if task == "squad" and arch == "t5":
+    if task == "squad" and arch is not None and family_named(arch).spec.runner == "text_to_text":
         settings = {key: value for key, value in {**settings, **T5_SQUAD}.items()
                     if key not in ("doc_stride", "max_query_length")}
     return settings
@@ -199,8 +200,9 @@ def pretraining_settings(experiment: Experiment) -> dict[str, dict]:
     unigram = str(corpus_tokenizer(experiment, **T5_VOCABULARY))
     base = experiment.quick_scale({**PRETRAIN, "max_steps": None})
     if experiment.quick:
-        base["seq_len"] = 64  # the quick corpus and a tiny budget: shorter texts, same code
-    return {name: {**base, "arch": "bert", **row, "tokenizer": unigram if row.get("arch") == "t5" else wordpiece}
+        base["max_seq_len"] = 64  # the quick corpus and a tiny budget: shorter texts, same code
+    return {name: {**base, "arch": "bert", **row,
+                   "tokenizer": unigram if family_named(row.get("arch", "bert")).spec.tokenizer_sentinels else wordpiece}
             for name, row in ROWS.items() if row is not None}
 
 
@@ -234,7 +236,7 @@ def scale_note(experiment: Experiment, settings: dict[str, dict], budget: float)
                           for column, (_, _, _, s) in SPAN_AND_TOKEN_TASKS.items())
     return (f"Every model {size_label(base['preset'])} (T5: encoder and decoder each), pre-trained on "
             f"{corpus_words(experiment.quick)} for {time}, "
-            f"batches of {base['batch_size']} x {base['seq_len']} tokens, lr {base['lr']:g}; 8,000-token vocabularies "
+            f"batches of {base['batch_size']} x {base['max_seq_len']} tokens, lr {base['lr']:g}; 8,000-token vocabularies "
             "trained on the corpus (WordPiece; T5: unigram with 100 sentinels). "
             + experiment.glue_scale(GLUE_RECIPE, FINETUNE_LR)
             + f" {tasks}, at lr {FINETUNE_LR:g}; SQuAD v1.1-style (see the notes), dev F1 of the best epoch.")
@@ -250,7 +252,7 @@ def notes(experiment: Experiment) -> list[str]:
         "states (forward at the last real token, backward at the first), each having read the whole input.",
         f"{LTR}: the causal mask is kept at fine-tuning, as the paper did; the sentence head reads the last real "
         "token (under the mask [CLS] sees only itself), as GPT's does.",
-        "T5 on CoNLL-2003 and SQuAD, text to text (recipes/text_to_text.py): 'ner: words' -> 'EU [ORG] ; German "
+        "T5 on CoNLL-2003 and SQuAD, text to text (recipes/text_to_text_finetuning.py): 'ner: words' -> 'EU [ORG] ; German "
         "[MISC]' decoded back onto the words for entity F1, and 'question: Q context: C' -> the answer text, cut at "
         f"{T5_SQUAD['max_seq_len']} tokens (no windows; a training question whose answer is cut is dropped).",
         f"{LTR_GPT} on CoNLL-2003 and SQuAD: a linear layer on every token's state (transformers' "

@@ -50,7 +50,7 @@ def run(experiment: Experiment) -> ClaimReport:
     """Pre-train the masking, NSP and longer-training rows, fine-tune every model; the verdicts per finding."""
     longest = experiment.quick_scale(MINI_MLM)
     steps = [longest["max_steps"] // 4, longest["max_steps"] // 2, longest["max_steps"]]
-    reading = longest["max_steps"] * longest["batch_size"] * longest["seq_len"]  # tokens, padding included
+    reading = longest["max_steps"] * longest["batch_size"] * longest["max_seq_len"]  # tokens, padding included
     slice_tokens = reading // SLICE_EPOCHS
     sliced = {**longest, "preset": SLICE_PRESET, "corpus": [str(experiment.corpus_slice(slice_tokens))],
               "doc_format": "lines"}

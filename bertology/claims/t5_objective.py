@@ -11,7 +11,7 @@ with mean span lengths 1, 2, 3, 5 and 10 at 15% corruption, and with 10, 25 and 
 3 (the 15% / 3 run is shared: eight pre-trainings), every one for the same number of steps
 (`PRETRAIN["max_steps"]` of 32 x 128 tokens), from an 8,000-piece unigram vocabulary with T5's
 100 sentinels trained once on the corpus. Each model is fine-tuned text to text
-(recipes/text_to_text.py) on an SST-2 subset and on MRPC over the seeds, beside the same T5 with
+(recipes/text_to_text_finetuning.py) on an SST-2 subset and on MRPC over the seeds, beside the same T5 with
 random weights, which says whether pre-training at this scale gave the fine-tuned models
 anything for the settings to differ in.
 
@@ -57,7 +57,7 @@ from .pretraining_task import T5_VOCABULARY, corpus_tokenizer
 SPAN_LENGTHS = (1, 2, 3, 5, 10)  # at BASE_DENSITY
 DENSITIES = (0.10, 0.15, 0.25, 0.50)  # at BASE_SPAN
 BASE_SPAN, BASE_DENSITY = 3, 0.15  # T5's baseline: the run both sweeps share
-PRETRAIN = {"arch": "t5", "preset": "tiny", "seq_len": 128, "batch_size": 32, "lr": 1e-3, "max_steps": 1000,
+PRETRAIN = {"arch": "t5", "preset": "tiny", "max_seq_len": 128, "batch_size": 32, "lr": 1e-3, "max_steps": 1000,
             "seed": 0}
 # Fine-tuning: the claims' shared GLUE recipe (GLUE_TASKS, GLUE_RECIPE) at T5's fine-tuning rate.
 # --quick: the first QUICK_EXAMPLES examples for at least QUICK_UPDATES updates of 8, about what the
@@ -93,7 +93,7 @@ def run(experiment: Experiment) -> ClaimReport:
     tokenizer = corpus_tokenizer(experiment, **T5_VOCABULARY)
     pretrain = experiment.quick_scale({**PRETRAIN, "tokenizer": str(tokenizer)})
     if experiment.quick:
-        pretrain["seq_len"] = 64  # the quick corpus and a tiny budget: shorter texts, same code
+        pretrain["max_seq_len"] = 64  # the quick corpus and a tiny budget: shorter texts, same code
     spans, densities = sweeps(experiment.quick)
     models = {label(span, density): experiment.pretrained(**pretrain, mean_span_length=span, noise_density=density)
               for span, density in settings(experiment.quick)}
@@ -177,7 +177,7 @@ def scale_note(experiment: Experiment, pretrain: dict) -> str:
         finetuning = experiment.glue_scale(GLUE_RECIPE, FINETUNE_LR)
     return (f"T5 {pretrain['preset']} (encoder and decoder of {config.num_layers} layers, {config.d_model} wide) "
             f"pre-trained on {corpus_words(experiment.quick)} for {pretrain['max_steps']:,} steps of "
-            f"{pretrain['batch_size']} x {pretrain['seq_len']} tokens at every setting (lr {pretrain['lr']:g}), "
+            f"{pretrain['batch_size']} x {pretrain['max_seq_len']} tokens at every setting (lr {pretrain['lr']:g}), "
             "from an "
             f"{T5_VOCABULARY['vocab_size']:,}-piece unigram vocabulary with {T5_VOCABULARY['sentinels']} sentinels "
             f"trained on the corpus. Fine-tuned text to text (greedy answers read back as labels). {finetuning}")

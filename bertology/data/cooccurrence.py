@@ -46,11 +46,14 @@ def window_pairs(ids: np.ndarray, positions: np.ndarray, window: int) -> tuple[n
         adds the transpose to make X symmetric.
     """
     rows, cols, weights = [], [], []
-    for distance in range(1, window + 1):
+    # No pair is farther apart than the longest sentence: a larger window counts nothing more.
+    for distance in range(1, min(window, int(positions.max(initial=0))) + 1):
         inside = positions[distance:] >= distance  # (N - d,) the later word is d words into its sentence
         rows.append(ids[:-distance][inside])
         cols.append(ids[distance:][inside])
         weights.append(np.full(len(rows[-1]), 1.0 / distance, dtype=np.float32))
+    if not rows:  # one-word sentences only
+        return np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.float32)
     return np.concatenate(rows).astype(np.int32), np.concatenate(cols).astype(np.int32), np.concatenate(weights)
 
 

@@ -6,7 +6,8 @@ bz2, xz, zstd: by suffix, else by the file's first bytes), all streamed:
 
 - text (.txt .raw .text, or any file given by name): `read_documents` decides per file
   whether a line is a sentence or paragraph with blank lines between documents ("lines")
-  or the whole file is one document ("file");
+  or the whole file is one document ("file"); a corpus that is one text file is cut into
+  documents at its blank lines, or at every line when it has none;
 - JSONL (.jsonl), as the Pile and `datasets` exports keep text: one JSON object per line
   is one document, its text in a string field (`text_field`);
 - Parquet (.parquet, read with pyarrow in record batches): one row is one document, its
@@ -56,6 +57,12 @@ COMPRESSION_SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd
 
 
 DOC_FORMATS = ("auto", "lines", "file")
+
+
+# How "auto" reads a corpus that is one text file, which as one document could hold nothing out
+# for evaluation (as recorded in ReadStats.formats): hard-wrapped prose as a document per
+# paragraph (blank lines between), other text as "lines", or without blank lines, a document per line.
+PARAGRAPHS, LINE_PER_DOCUMENT = "paragraphs", "line per document"
 
 
 # A sentence ends at . ! or ? (optionally followed by closing quotes or brackets), then
@@ -109,8 +116,8 @@ class ReadStats:
     sentences: int = 0
     skipped_lines: int = 0  # lines not valid UTF-8, or (JSONL) not a JSON object; only with skip_bad_lines
     control_characters: int = 0  # NUL and other control characters replaced by spaces (see text.py)
-    # file -> "lines" or "file", as read; for a JSONL or Parquet file the format asked for,
-    # "auto" meaning decided per record.
+    # file -> "lines" or "file", as read (a one-file corpus: also PARAGRAPHS or LINE_PER_DOCUMENT);
+    # for a JSONL or Parquet file the format asked for, "auto" meaning decided per record.
     formats: dict[str, str] = field(default_factory=dict)
 
 
@@ -227,7 +234,10 @@ def read_documents(
             lists, tables, and headers".
         "file": one document per file; blank lines separate paragraphs, and the lines of
             a paragraph (hard-wrapped text) are joined with spaces.
-        "auto": `detect_format` chooses per file.
+        "auto": `detect_format` chooses per file; except that a corpus of one text file,
+            which as one document could hold none out for evaluation, is cut into documents
+            at its blank lines (hard-wrapped prose: a document per paragraph), or at every
+            line when it has none (see `one_file_documents`).
     In every format a line or paragraph is then split into sentences by `split_sentences`,
     since "lines" files often hold a paragraph per line (WikiText does). A JSONL or Parquet
     record is one document whose text is read by the same rules ("auto": chosen per
@@ -260,6 +270,8 @@ def read_documents(
             stats.formats[str(path)] = doc_format
             texts = _record_texts(path, text_field, skip_bad_lines, stats)
             documents = filter(None, (_record_document(text, doc_format) for text in texts))
+        elif doc_format == "auto" and len(files) == 1:
+            documents = one_file_documents(path, skip_bad_lines, stats)
         else:
             file_format = detect_format(path) if doc_format == "auto" else doc_format
             stats.formats[str(path)] = file_format
@@ -271,6 +283,45 @@ def read_documents(
     if stats.documents == 0:
         shown = ", ".join(map(str, files[:3])) + (", ..." if len(files) > 3 else "")
         raise UserError(f"{shown}: the corpus has no text")
+
+
+def one_file_documents(path: Path, skip_bad_lines: bool = False, stats: ReadStats | None = None) -> list[list[str]]:
+    """The documents of a corpus that is one text file, read with "auto": never the one document
+    that "file" makes, which could hold none out for evaluation.
+
+    Hard-wrapped prose (`detect_format` says "file", e.g. a Project Gutenberg book) gives a
+    document per paragraph, the paragraphs being separated by blank lines and their lines joined
+    (PARAGRAPHS); other text is read as "lines" (documents between blank lines, or WikiText's
+    articles); and when that gives one document, the file having no blank line, each line is a
+    document (LINE_PER_DOCUMENT). The file is read into memory, as "file" does. `stats.formats`
+    records the reading.
+    """
+    stats = ReadStats() if stats is None else stats
+    lines = list(read_lines(path, skip_bad_lines, stats))
+    sniffed = list(itertools.takewhile(lambda end: end < _FORMAT_SNIFF_BYTES,
+                                       itertools.accumulate(len(line) + 1 for line in lines)))
+    if _guess_format(lines[: len(sniffed) + 1]) == "file":  # as `detect_format` does, on the first MiB
+        stats.formats[str(path)] = PARAGRAPHS
+        paragraphs = (list(group) for blank, group in itertools.groupby(lines, key=lambda line: not line) if not blank)
+        return [sentences for paragraph in paragraphs if (sentences := split_sentences(" ".join(paragraph)))]
+    documents = list(_line_documents(lines))
+    if len(documents) > 1:
+        stats.formats[str(path)] = "lines"
+        return documents
+    stats.formats[str(path)] = LINE_PER_DOCUMENT
+    return [sentences for line in lines if (sentences := split_sentences(line))]
+
+
+def corpus_notes(formats: dict[str, str]) -> str:
+    """How a one-file corpus was cut into documents (`one_file_documents`), for the run's log
+    ("" when it was read as its format says)."""
+    readings = {PARAGRAPHS: "a document per paragraph (hard-wrapped text; blank lines between paragraphs)",
+                LINE_PER_DOCUMENT: "a document per line (the file has no blank lines)"}
+    special = [(path, reading) for path, reading in formats.items() if reading in readings]
+    if not special:
+        return ""
+    path, reading = special[0]
+    return f"{path}: one text file, read as {readings[reading]}; --doc-format file reads it as one document"
 
 
 def corpus_lines(

@@ -146,7 +146,9 @@ class PretrainingDataset:
         pair_task: "nsp", "sop" or None; must be None unless format is "pairs".
         short_seq_prob: the chance (BERT: 0.1) that a pair aims at a random shorter length,
             so the model also sees short sequences as in fine-tuning.
-        cls_id, sep_id: ids of [CLS] and [SEP].
+        cls_id, sep_id: ids of [CLS] and [SEP]; for a tokenizer without them, the tokens that open
+            and end its texts (`Tokenizer.start_token_id`, `end_token_id`: GPT-2's <|endoftext|>
+            both, so documents are parted as GPT-2's were).
         seed: with the epoch, fixes every random choice.
         sop_balance: SOP whose segment lengths say nothing of the order: each chunk is cut
             at the sentence boundary nearest the middle of its tokens, and both segments are

@@ -27,7 +27,7 @@ from .corpus import ReadStats, _check_doc_format, read_documents, text_files
 MANIFEST = "manifest.json"
 
 
-_CACHE_VERSION = 2  # bump when the shard layout or the reading rules change
+_CACHE_VERSION = 4  # bump when the shard layout or the reading rules change (3: tokenizers keyed by their fingerprint; 4: one-file corpora)
 
 
 _SHARD_TOKENS = 1 << 24  # ~16M tokens: 32 MB of uint16 per shard file
@@ -50,14 +50,17 @@ def build_corpus(
     The shards live in `cache_dir/corpus-<key>/`, where the key hashes the files' absolute
     paths, sizes and modification times (of the files as stored: rewriting a compressed
     file changes them too), `doc_format`, `skip_bad_lines`, `text_field` and the
-    tokenizer's vocabulary and normalisation options; change any of them and a new folder
+    tokenizer's whole pipeline (its `fingerprint`); change any of them and a new folder
     is built. The manifest is written last, so an interrupted build is never reused; a
     missing or damaged manifest or shard means a rebuild.
 
     Sentences are encoded without special tokens by the `tokenizers` engine (Rust, itself
     multi-threaded) in batches of 8192, streamed so memory stays bounded by a few batches
     plus one shard (~16M tokens); the token ids are stored as uint16 when the vocabulary
-    fits (at most 65,536 entries), else int32. Sentences that tokenize to nothing are dropped, and
+    fits (at most 65,536 entries), else int32. Each sentence after the first of its document
+    is encoded with the space that stood before it in the text: a byte-level BPE such as
+    GPT-2's spells a word after a space differently ("ĠThe"), WordPiece and SentencePiece
+    drop the space. Sentences that tokenize to nothing are dropped, and
     so are documents left without sentences.
 
     Args:
@@ -100,14 +103,7 @@ def _cache_key(files: list[Path], tokenizer, doc_format: str, skip_bad_lines: bo
         "doc_format": doc_format,
         "skip_bad_lines": skip_bad_lines,
         "text_field": text_field,
-        "vocab": tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size))),
-        "unigram_scores": tokenizer.scores,  # None for WordPiece
-        "normalisation": [
-            tokenizer.do_lower_case,
-            tokenizer.strip_accents,
-            tokenizer.tokenize_chinese_chars,
-            tokenizer.keep_hangul,
-        ],
+        "tokenizer": tokenizer.fingerprint,
     }
     return hashlib.sha256(json.dumps(described).encode("utf-8")).hexdigest()
 
@@ -217,7 +213,7 @@ def _sentence_batches(documents: Iterator[list[str]]) -> Iterator[tuple[list[str
     sentences: list[str] = []
     numbers: list[np.ndarray] = []
     for number, document in enumerate(documents):
-        sentences += document
+        sentences += document[:1] + [" " + sentence for sentence in document[1:]]
         numbers.append(np.full(len(document), number, np.int64))
         while len(sentences) >= _ENCODE_BATCH:
             all_numbers = np.concatenate(numbers)
@@ -247,7 +243,8 @@ class TokenizedCorpus:
             document_offsets[d] .. document_offsets[d+1]-1.
         skipped_lines: lines skipped as invalid UTF-8 (or JSONL lines as not JSON objects) while building.
         control_characters: control characters replaced by spaces while building (see text.py).
-        formats: the format each file was read in ("lines" or "file"; for JSONL and Parquet the one asked for).
+        formats: the format each file was read in ("lines" or "file", a one-file corpus also "paragraphs" or
+            "line per document"; for JSONL and Parquet the one asked for).
         reused: True when `build_corpus` found the cache already built.
 
     Raises (on opening):

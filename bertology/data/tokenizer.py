@@ -1,4 +1,16 @@
-"""BERT's WordPiece tokenizer (and T5's unigram vocabulary), run by the Hugging Face `tokenizers` engine.
+"""The tokenizer: text -> token ids and back, run by the Hugging Face `tokenizers` engine.
+
+A `Tokenizer` is read from any tokenizer directory transformers writes (data/tokenizer_files.py:
+`tokenizer.json`, GPT-2's `vocab.json` + `merges.txt`, a SentencePiece `spiece.model`, BERT's
+`vocab.txt`) and written back the same way, so that transformers' `AutoTokenizer` loads what
+bertology saves with the same ids. Its special tokens are known by role (`special_tokens`: bos,
+eos, unk, sep, pad, cls, mask; GPT-2 has only bos, eos and unk, all <|endoftext|>) and its `kind`
+says which of four tokenizers it is: "wordpiece" (BERT, ELECTRA, DistilBERT), "bpe" (GPT-2,
+RoBERTa, the first GPT), "unigram" (bertology's own) or "sentencepiece" (T5, XLNet, ALBERT).
+The special tokens around a text and a pair are each class's own (data/tokenizer_files.py).
+
+bertology trains three of them (`train_tokenizer`): BERT's WordPiece, a unigram vocabulary, and
+GPT-2's byte-level BPE.
 
 BERT (Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers for
 Language Understanding") splits text into WordPiece units (Wu et al. 2016, "Google's
@@ -46,10 +58,20 @@ the text's spacing (after NFKC normalisation, and lowercasing when uncased; acce
 pruning) and appends T5's sentinel tokens <extra_id_99> ... <extra_id_0> (<extra_id_0> last),
 which span corruption (span_corruption.py) puts in place of dropped spans. The five special
 tokens are the same in both models, so every pipeline here works with either.
+
+GPT-2's byte-level BPE (Radford et al. 2019, "Language Models are Unsupervised Multitask
+Learners"; `train_tokenizer(model="bpe")`): GPT-2's regex splits the text into words, numbers
+and punctuation, each keeping the space before it; every byte becomes one of 256 printable
+symbols ("Ġ" is the space), so no text is unknown; BPE merges the most frequent pairs of
+symbols. No normalisation: case and accents are kept. Its one special token <|endoftext|> is
+bos, eos and unk at once, and nothing is added around a text; a pre-training corpus puts it
+between documents (`start_token_id`, `end_token_id`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import itertools
 import json
 import os
@@ -59,15 +81,28 @@ from pathlib import Path
 
 import tokenizers
 import torch
-from tokenizers import decoders, normalizers, pre_tokenizers, processors, trainers
-from tokenizers.models import Unigram, WordPiece
+from tokenizers import decoders, normalizers, pre_tokenizers, trainers
+from tokenizers.models import BPE, Unigram, WordPiece
 
 from ..errors import UserError
-from ..files import atomic_path, loads_json, write_json_atomic, write_text_atomic
 from .corpus import ReadStats, corpus_lines, text_files
+from .tokenizer_files import (
+    END_OF_TEXT,
+    GENERIC_CLASS,
+    ROLES,
+    BertVocabulary,
+    TokenizerFiles,
+    add_special_tokens,
+    byte_level,
+    check_vocab,
+    post_processor,
+    read_tokenizer,
+    write_tokenizer,
+)
 
 PAD, UNK, CLS, SEP, MASK = SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-TOKENIZER_MODELS = ("wordpiece", "unigram")
+BERT_SPECIAL_TOKENS = {"pad": PAD, "unk": UNK, "cls": CLS, "sep": SEP, "mask": MASK}  # role -> BERT's token
+TOKENIZER_MODELS = ("wordpiece", "unigram", "bpe")  # what `train_tokenizer` learns
 SENTINEL = re.compile(r"<extra_id_(\d+)>")  # T5's sentinel tokens, numbered from 0
 
 
@@ -82,27 +117,21 @@ MAX_INPUT_CHARS_PER_WORD = 100
 DEFAULT_MODEL_MAX_LENGTH = 512  # BERT's position table
 
 
-VOCAB_FILE = "vocab.txt"
-
-
-CONFIG_FILE = "tokenizer_config.json"
-
-
-PIPELINE_FILE = "tokenizer.json"
-
-
-SPECIAL_TOKENS_FILE = "special_tokens_map.json"
+GPT2_MODEL_MAX_LENGTH = 1024  # GPT-2's context, as its tokenizer_config.json says
 
 
 # The special tokens plus room for a basic alphabet; training also checks the corpus's own.
 MIN_VOCAB_SIZE = 128
 
 
+BYTE_LEVEL_ALPHABET = 256  # a byte-level BPE starts from one symbol per byte
+
+
 _TRAIN_BATCH_LINES = 1000  # lines handed to the Rust trainer per call: amortises Python overhead
 
 
-# transformers writes int(1e30) as model_max_length for "no limit"; treat anything this big so.
-_HF_NO_LIMIT = 10**18
+_CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+             (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))  # transformers' clean_up_tokenization, in order
 
 
 class BatchEncoding(dict):
@@ -133,18 +162,19 @@ class BatchEncoding(dict):
 
 
 class Tokenizer:
-    """BERT's WordPiece tokenizer.
+    """A tokenizer of any of the four kinds, with its special tokens by role.
 
-    Each word is split greedily into the longest pieces found in the vocabulary, pieces
-    after the first carrying the "##" prefix. For example, with a vocabulary holding
-    "un", "##aff" and "##able":
+    Built here from a vocabulary (BERT's WordPiece, or a unigram vocabulary given `scores`), or
+    read from a tokenizer directory (`from_pretrained`). WordPiece splits each word greedily into
+    the longest pieces found in the vocabulary, pieces after the first carrying the "##" prefix.
+    For example, with a vocabulary holding "un", "##aff" and "##able":
 
         >>> tokenizer.tokenize("unaffable")
         ['un', '##aff', '##able']
 
     Args:
-        vocab: the tokens in id order (line i of vocab.txt is id i). Must hold
-            [PAD] [UNK] [CLS] [SEP] [MASK], each once.
+        vocab: the tokens in id order (line i of vocab.txt is id i). Must hold every special
+            token, each once.
         scores: a unigram vocabulary: each token's log probability, in the same order
             (None: WordPiece).
         do_lower_case: lowercase the text (uncased models).
@@ -153,6 +183,8 @@ class Tokenizer:
         keep_hangul: recompose Hangul syllables after accent stripping (see the module
             docstring); False reproduces BERT exactly.
         model_max_length: the default `max_length` for encoding.
+        special_tokens: role -> token; default BERT's [PAD] [UNK] [CLS] [SEP] [MASK]. The
+            text is framed "cls A sep" and "cls A sep B sep".
     """
 
     def __init__(
@@ -165,125 +197,303 @@ class Tokenizer:
         tokenize_chinese_chars: bool = True,
         keep_hangul: bool = False,
         model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+        special_tokens: dict[str, str] | None = None,
     ):
-        _check_vocab(vocab, "vocabulary")
+        special_tokens = dict(BERT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
+        check_vocab(vocab, "vocabulary", list(special_tokens.values()))
+        special_tokens = {role: special_tokens[role] for role in ROLES if role in special_tokens}
         if scores is not None and len(scores) != len(vocab):
             raise UserError(f"a unigram vocabulary needs one score per token: {len(vocab)} tokens, {len(scores)} scores")
-        self.scores = None if scores is None else [float(score) for score in scores]
-        self.do_lower_case = do_lower_case
-        self.strip_accents = strip_accents
-        self.tokenize_chinese_chars = tokenize_chinese_chars
-        self.keep_hangul = keep_hangul
+        self._options = {"do_lower_case": do_lower_case, "strip_accents": strip_accents,
+                         "tokenize_chinese_chars": tokenize_chinese_chars, "keep_hangul": keep_hangul}
+        self._scores = None if scores is None else [float(score) for score in scores]
         self.model_max_length = model_max_length
-        self._tokens = list(vocab)
-        self._ids = {token: i for i, token in enumerate(self._tokens)}
-        numbered = {int(m.group(1)): i for i, token in enumerate(self._tokens) if (m := SENTINEL.fullmatch(token))}
-        self._sentinel_ids = [numbered[n] for n in sorted(numbered)]
-        self._engine = self._build_engine()
+        numbered = {int(m.group(1)): token for token in vocab if (m := SENTINEL.fullmatch(token))}
+        # transformers 5's BertTokenizer rebuilds its normalizer from the config keys and
+        # would drop the NFC step of keep_hangul; the generic class runs tokenizer.json as is.
+        generic = self._recomposes_hangul or scores is not None
+        files = TokenizerFiles(kind="wordpiece" if scores is None else "unigram",
+                               tokenizer_class=GENERIC_CLASS if generic else "BertTokenizer",
+                               special_tokens=special_tokens, extra_special_tokens=[numbered[n] for n in sorted(numbered)],
+                               model_max_length=model_max_length)
+        self._setup(self._build_engine(list(vocab), files), files)
 
-    @property
-    def model(self) -> str:
-        """"wordpiece" or "unigram"."""
-        return "wordpiece" if self.scores is None else "unigram"
-
-    def _build_engine(self) -> tokenizers.Tokenizer:
+    def _build_engine(self, vocab: list[str], files: TokenizerFiles) -> tokenizers.Tokenizer:
         normalizer = _normalizer(
             do_lower_case=self.do_lower_case,
             strip_accents=self.strip_accents,
             tokenize_chinese_chars=self.tokenize_chinese_chars,
             recompose_hangul=self._recomposes_hangul,
         )
-        if self.scores is None:
+        ids = {token: i for i, token in enumerate(vocab)}
+        unk = files.special_tokens["unk"]
+        if self._scores is None:
             engine = tokenizers.Tokenizer(
-                WordPiece(
-                    self._ids,
-                    unk_token=UNK,
-                    continuing_subword_prefix="##",
-                    max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
-                )
+                WordPiece(ids, unk_token=unk, continuing_subword_prefix="##",
+                          max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD)
             )
             engine.normalizer = normalizer
             engine.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
             engine.decoder = decoders.WordPiece(prefix="##")
         else:
-            engine = tokenizers.Tokenizer(Unigram(list(zip(self._tokens, self.scores)), unk_id=self._ids[UNK]))
+            engine = tokenizers.Tokenizer(Unigram(list(zip(vocab, self._scores)), unk_id=ids[unk]))
             # NFKC first: it can make capitals ("№" -> "No") that lowercasing must then see.
             engine.normalizer = _unigram_normalizer(normalizer)
             engine.pre_tokenizer = pre_tokenizers.Metaspace()
             engine.decoder = decoders.Metaspace()
-        engine.post_processor = processors.TemplateProcessing(
-            single=f"{CLS} $A {SEP}",
-            pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
-            special_tokens=[(CLS, self._ids[CLS]), (SEP, self._ids[SEP])],
-        )
         # Already in the vocab: they keep their ids, and the text is never split inside them.
-        engine.add_special_tokens(list(SPECIAL_TOKENS) + [self._tokens[i] for i in self.sentinel_token_ids])
+        add_special_tokens(engine, [], files)
+        engine.post_processor = post_processor("BertTokenizer", files.special_tokens, engine, {})
         return engine
+
+    def _setup(self, engine: tokenizers.Tokenizer, files: TokenizerFiles) -> None:
+        """Hold `engine` (the whole pipeline; padding and truncation are set per call) and `files`."""
+        self._engine = engine
+        self.files = files
+        self._tokens = [engine.id_to_token(i) or "" for i in range(engine.get_vocab_size(with_added_tokens=True))]
+        self._ids = {token: i for i, token in enumerate(self._tokens)}
+        numbered = {int(m.group(1)): i for i, token in enumerate(self._tokens) if (m := SENTINEL.fullmatch(token))}
+        self._sentinel_ids = [numbered[n] for n in sorted(numbered)]
+        self._role_ids = {role: self._ids[token] for role, token in files.special_tokens.items()}
+        flagged = [index for index, token in engine.get_added_tokens_decoder().items() if token.special]
+        self._special_ids = frozenset([*self._role_ids.values(), *flagged,
+                                       *(self._ids[token] for token in files.extra_special_tokens)])
+        self._frames: dict[str, list[tuple[int | str, int]]] = {}  # see `_framing`
 
     @property
     def _recomposes_hangul(self) -> bool:
         """Whether `keep_hangul` has work to do: only accent stripping decomposes Hangul."""
         strips_accents = self.do_lower_case if self.strip_accents is None else self.strip_accents
-        return self.keep_hangul and strips_accents
+        return bool(self.keep_hangul and strips_accents)
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike) -> Tokenizer:
-        """Load a tokenizer from a folder holding `vocab.txt` and, optionally, `tokenizer_config.json`.
+        """Load the tokenizer of a folder as transformers or bertology wrote it.
 
-        The pipeline is rebuilt from those two files; a `tokenizer.json` in the folder is
-        ignored, since its padding and truncation settings would silently change the output.
+        A BERT-class folder (vocab.txt, or a WordPiece tokenizer.json with BertTokenizer,
+        ElectraTokenizer or DistilBertTokenizer as its class) is rebuilt from its vocabulary and
+        the options of its config, as transformers 5 does; a folder without a config gets BERT
+        uncased defaults. Any other is run as its tokenizer.json says, or as its class builds it
+        from vocab.json + merges.txt or spiece.model (data/tokenizer_files.py). Padding and
+        truncation stored in a tokenizer.json are ignored: they would silently change the output.
 
         Args:
-            directory: a bertology or Hugging Face BERT tokenizer folder.
+            directory: a tokenizer folder (a model directory holds one).
 
-        Returns:
-            The tokenizer. Without a config file the options are BERT uncased defaults.
+        Raises:
+            UserError: no tokenizer files, or broken ones (the message names the file).
         """
-        directory = Path(directory)
-        if not directory.is_dir():
-            raise UserError(f"{directory}: tokenizer folder not found")
-        options = _read_config(directory / CONFIG_FILE)
-        if options.pop("tokenizer_model", "wordpiece") == "unigram":
-            vocab, scores = _read_unigram(directory / PIPELINE_FILE)
-            return cls(vocab, scores=scores, **options)
-        return cls(read_vocab(directory / VOCAB_FILE), **options)
+        found, files = read_tokenizer(directory)
+        if isinstance(found, BertVocabulary):
+            options = {"model_max_length": files.model_max_length or DEFAULT_MODEL_MAX_LENGTH, **found.options}
+            tokenizer = cls(found.tokens, scores=found.scores, special_tokens=files.special_tokens, **options)
+            add_special_tokens(tokenizer._engine, found.added_tokens, files)
+            generic = tokenizer.tokenizer_class == GENERIC_CLASS  # keep_hangul's NFC needs it
+            tokenizer._setup(tokenizer._engine, dataclasses.replace(
+                files, model_max_length=tokenizer.model_max_length,
+                tokenizer_class=GENERIC_CLASS if generic else files.tokenizer_class))
+            return tokenizer
+        return cls._from_pipeline(found, files)
+
+    @classmethod
+    def _from_pipeline(cls, engine: tokenizers.Tokenizer, files: TokenizerFiles) -> Tokenizer:
+        """A tokenizer that runs `engine` as it is (not rebuilt from BERT options)."""
+        tokenizer = cls.__new__(cls)
+        lower = files.config.get("do_lower_case")
+        tokenizer._options = None
+        tokenizer._lower_case = lower if isinstance(lower, bool) else None
+        tokenizer._scores = None
+        tokenizer.model_max_length = files.model_max_length or DEFAULT_MODEL_MAX_LENGTH
+        tokenizer._setup(engine, files)
+        if isinstance(engine.model, Unigram):
+            tokenizer._scores = [score for _, score in json.loads(engine.to_str())["model"]["vocab"]]
+        return tokenizer
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """Write `vocab.txt`, `tokenizer.json`, `tokenizer_config.json` and `special_tokens_map.json`.
-
-        transformers' AutoTokenizer loads the folder and tokenizes identically.
+        """Write tokenizer.json, tokenizer_config.json and special_tokens_map.json, and the kind's
+        own files: vocab.txt (WordPiece, and bertology's unigram), vocab.json + merges.txt (BPE),
+        spiece.model (when one was read). transformers' AutoTokenizer loads the folder and
+        tokenizes identically; so does `from_pretrained`.
 
         Args:
             directory: the output folder, created if needed.
         """
-        directory = Path(directory)
-        write_text_atomic(directory / VOCAB_FILE, "".join(token + "\n" for token in self._tokens))
-        write_json_atomic(directory / CONFIG_FILE, self._config())
-        write_json_atomic(directory / SPECIAL_TOKENS_FILE, _special_tokens_map())
         # Padding and truncation are per-call engine settings; they must not be saved.
         self._engine.no_padding()
         self._engine.no_truncation()
-        with atomic_path(directory / PIPELINE_FILE) as tmp:
-            self._engine.save(str(tmp))
+        no_limit = self.files.model_max_length is None and self.model_max_length == DEFAULT_MODEL_MAX_LENGTH
+        files = dataclasses.replace(self.files, model_max_length=None if no_limit else self.model_max_length)
+        write_tokenizer(directory, self._engine, files, self._options_to_save())
 
-    def _config(self) -> dict:
-        # transformers 5's BertTokenizer rebuilds its normalizer from the config keys and
-        # would drop the NFC step of keep_hangul; the generic class runs tokenizer.json as is.
-        generic = self._recomposes_hangul or self.scores is not None
-        sentinels = [self._tokens[i] for i in self.sentinel_token_ids]
-        return {
-            "tokenizer_class": "PreTrainedTokenizerFast" if generic else "BertTokenizer",
-            "tokenizer_model": self.model,
-            "do_lower_case": self.do_lower_case,
-            "strip_accents": self.strip_accents,
-            "tokenize_chinese_chars": self.tokenize_chinese_chars,
-            "keep_hangul": self.keep_hangul,
-            "model_max_length": self.model_max_length,
-            # The generic class would otherwise leave token_type_ids out, losing segment B.
-            "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
-            **_special_tokens_map(),
-            **({"extra_special_tokens": sentinels} if sentinels else {}),
-        }
+    def _options_to_save(self) -> dict:
+        """tokenizer_config.json keys of a tokenizer built from BERT options (none for others)."""
+        if self._options is None:
+            return {}
+        generic = self.tokenizer_class == GENERIC_CLASS
+        # The generic class would otherwise leave token_type_ids out, losing segment B.
+        input_names = {"model_input_names": ["input_ids", "token_type_ids", "attention_mask"]} if generic else {}
+        return {"tokenizer_model": self.model, **self._options, **input_names}
+
+    # --- what the tokenizer is -------------------------------------------------------------------
+
+    @property
+    def kind(self) -> str:
+        """"wordpiece", "bpe", "unigram" or "sentencepiece" (see the module docstring)."""
+        return self.files.kind
+
+    @property
+    def model(self) -> str:
+        """The engine's algorithm: "wordpiece", "bpe" or "unigram" (a SentencePiece model is one of the last two)."""
+        return {"WordPiece": "wordpiece", "Unigram": "unigram"}.get(type(self._engine.model).__name__, "bpe")
+
+    @property
+    def tokenizer_class(self) -> str:
+        """The transformers tokenizer class its config names (BertTokenizer, GPT2Tokenizer, ...)."""
+        return self.files.tokenizer_class
+
+    @property
+    def padding_side(self) -> str:
+        """"right", or "left" (XLNet's)."""
+        return self.files.padding_side
+
+    @property
+    def scores(self) -> list[float] | None:
+        """A unigram vocabulary's log probabilities, in id order (None for WordPiece and BPE)."""
+        return self._scores
+
+    @property
+    def do_lower_case(self) -> bool | None:
+        """Whether text is lowercased (None: a tokenizer.json whose config does not say)."""
+        return self._options["do_lower_case"] if self._options is not None else self._lower_case
+
+    @property
+    def strip_accents(self) -> bool | None:
+        return self._options["strip_accents"] if self._options is not None else None
+
+    @property
+    def tokenize_chinese_chars(self) -> bool | None:
+        return self._options["tokenize_chinese_chars"] if self._options is not None else None
+
+    @property
+    def keep_hangul(self) -> bool:
+        return self._options is not None and self._options["keep_hangul"]
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the whole pipeline (vocabulary, normalisation, special tokens): equal
+        fingerprints give equal ids. Padding and truncation settings are left out."""
+        pipeline = json.loads(self._engine.to_str())
+        pipeline["padding"] = pipeline["truncation"] = None
+        return hashlib.sha256(json.dumps(pipeline, sort_keys=True).encode("utf-8")).hexdigest()
+
+    # --- special tokens by role ----------------------------------------------------------------------
+
+    @property
+    def special_tokens(self) -> dict[str, str]:
+        """Role ("bos", "eos", "unk", "sep", "pad", "cls", "mask") -> token, for the roles it has."""
+        return dict(self.files.special_tokens)
+
+    def special_token_id(self, role: str) -> int:
+        """The id of the token of `role` (one of `ROLES`).
+
+        Raises:
+            UserError: the tokenizer has no token of that role (GPT-2's has no pad, cls, sep or mask).
+        """
+        if role not in ROLES:
+            raise ValueError(f"unknown special token role {role!r}; roles are {', '.join(ROLES)}")
+        if role not in self._role_ids:
+            have = ", ".join(f"{r} {t}" for r, t in self.files.special_tokens.items()) or "none"
+            raise UserError(f"this {self.kind} tokenizer ({self.tokenizer_class}) has no {role} token (its special "
+                            f"tokens: {have}); use a tokenizer that has one")
+        return self._role_ids[role]
+
+    @property
+    def pad_token_id(self) -> int:
+        """The id rows are padded with: the pad token, or for a tokenizer without one (GPT-2's) the
+        eos token, as GPT-2 is usually padded; the attention mask hides padding either way."""
+        return self.special_token_id("pad" if "pad" in self._role_ids or "eos" not in self._role_ids else "eos")
+
+    @property
+    def unk_token_id(self) -> int:
+        return self.special_token_id("unk")
+
+    @property
+    def cls_token_id(self) -> int:
+        return self.special_token_id("cls")
+
+    @property
+    def sep_token_id(self) -> int:
+        return self.special_token_id("sep")
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.special_token_id("mask")
+
+    @property
+    def bos_token_id(self) -> int:
+        return self.special_token_id("bos")
+
+    @property
+    def eos_token_id(self) -> int:
+        return self.special_token_id("eos")
+
+    @property
+    def start_token_id(self) -> int:
+        """The id that opens a text in pre-training sequences and prompts: BERT's [CLS], or for a
+        tokenizer without one its bos (GPT-2's <|endoftext|>)."""
+        return self.special_token_id("cls" if "cls" in self._role_ids else "bos")
+
+    @property
+    def end_token_id(self) -> int:
+        """The id that ends a text (and parts two texts or documents): BERT's [SEP], or for a
+        tokenizer without one its eos (GPT-2's <|endoftext|>, the separator of its training documents)."""
+        return self.special_token_id("sep" if "sep" in self._role_ids else "eos")
+
+    @property
+    def special_token_ids(self) -> frozenset[int]:
+        """The ids of the role tokens, the additional special tokens (sentinels included) and
+        every added token marked special: never masked or predicted in pre-training."""
+        return self._special_ids
+
+    @property
+    def sentinel_token_ids(self) -> list[int]:
+        """The ids of <extra_id_0>, <extra_id_1>, ... in that order ([] when the vocabulary has none)."""
+        return list(self._sentinel_ids)
+
+    # --- framing ---------------------------------------------------------------------------------------
+
+    def frame(self, ids: Sequence[int], pair: Sequence[int] | None = None) -> tuple[list[int], list[int]]:
+        """Token ids of a text (and of a second one) framed as the tokenizer frames texts it encodes:
+        BERT's "[CLS] A [SEP] B [SEP]", RoBERTa's "<s> A </s></s> B </s>", GPT-2's "A B", T5's
+        "A </s> B </s>", XLNet's "A <sep> B <sep> <cls>". For inputs assembled from ids (tasks, data).
+
+        Returns:
+            (input_ids, token_type_ids), of length len(ids) + len(pair) + the special tokens.
+        """
+        template = self._framing(pair is not None)
+        input_ids, token_type_ids = [], []
+        for part, type_id in template:
+            piece = ids if part == "A" else pair if part == "B" else [part]
+            input_ids += piece
+            token_type_ids += [type_id] * len(piece)
+        return input_ids, token_type_ids
+
+    def _framing(self, is_pair: bool) -> list[tuple[int | str, int]]:
+        """The frame of a text (or pair) as (special token id or "A"/"B", token type) parts, read off
+        the engine's own output for stand-in texts, whatever its post-processor."""
+        key = "pair" if is_pair else "single"
+        if key not in self._frames:
+            (encoding,) = self._encode([("a", "b") if is_pair else "a"], max_length=None, padding=False,
+                                       truncation=False)
+            parts: list[tuple[int | str, int]] = []
+            for token_id, sequence, type_id in zip(encoding.ids, encoding.sequence_ids, encoding.type_ids):
+                part = token_id if sequence is None else "AB"[sequence]
+                if sequence is None or not parts or parts[-1][0] != part:
+                    parts.append((part, type_id))
+            self._frames[key] = parts
+        return self._frames[key]
+
+    # --- encoding and decoding -------------------------------------------------------------------------
 
     def __call__(
         self,
@@ -299,10 +509,11 @@ class Tokenizer:
 
         Args:
             texts: one text or a list of texts (text A).
-            text_pairs: optional text B for each text: "[CLS] A [SEP] B [SEP]".
+            text_pairs: optional text B for each text: "[CLS] A [SEP] B [SEP]" (each class's own framing).
             max_length: the longest row, special tokens included; default `model_max_length`.
-            padding: True pads with [PAD] to the longest row of the batch, "max_length" to
-                `max_length`, False not at all (rows then stay lists: ragged rows are no tensor).
+            padding: True pads (see `pad_token_id`, on the `padding_side`) to the longest row of the
+                batch, "max_length" to `max_length`, False not at all (rows then stay lists: ragged
+                rows are no tensor).
             truncation: cut rows to `max_length`, taking tokens from the longer of A and B
                 first ("longest_first").
             return_tensors: "pt" for torch LongTensors, None for lists.
@@ -364,7 +575,9 @@ class Tokenizer:
             self._engine.no_truncation()
         if padding:
             length = max_length if padding == "max_length" else None
-            self._engine.enable_padding(pad_id=self.pad_token_id, pad_token=PAD, length=length)
+            pad_id = self.pad_token_id
+            self._engine.enable_padding(direction=self.padding_side, pad_id=pad_id, pad_token=self._tokens[pad_id],
+                                        length=length)
         else:
             self._engine.no_padding()
         return self._engine.encode_batch(batch, add_special_tokens=add_special_tokens)
@@ -383,7 +596,7 @@ class Tokenizer:
         Args:
             text: text A.
             text_pair: optional text B.
-            add_special_tokens: add [CLS] and [SEP].
+            add_special_tokens: add the class's special tokens ([CLS] and [SEP] for BERT).
             max_length: the longest result; default `model_max_length`.
             truncation: cut to `max_length` (longest_first).
 
@@ -401,29 +614,37 @@ class Tokenizer:
         return encoding.ids
 
     def tokenize(self, text: str) -> list[str]:
-        """The WordPiece (or unigram) tokens of `text`, without special tokens or truncation."""
+        """The tokens of `text` (WordPiece, BPE or unigram pieces), without special tokens or truncation."""
         (encoding,) = self._encode(
             [text], max_length=None, padding=False, truncation=False, add_special_tokens=False
         )
         return encoding.tokens
 
     def normalize(self, text: str) -> str:
-        """`text` as the WordPiece model sees it: cleaned, lowercased and accent-stripped as configured."""
-        return self._engine.normalizer.normalize_str(text)
+        """`text` as the model sees it: cleaned, lowercased and accent-stripped as configured
+        (unchanged for a tokenizer without normalisation, such as GPT-2's)."""
+        normalizer = self._engine.normalizer
+        return text if normalizer is None else normalizer.normalize_str(text)
 
     def decode(self, ids: Iterable[int] | torch.Tensor, skip_special_tokens: bool = True) -> str:
-        """Turn ids back into text: "##" pieces are glued to the previous piece.
+        """Turn ids back into text: "##" pieces are glued to the previous piece, "▁" and "Ġ" become spaces.
 
         Args:
             ids: token ids, a list or a 1-D tensor.
             skip_special_tokens: leave out [CLS], [SEP], [PAD] and the other special tokens.
 
         Returns:
-            The text, normalized (lowercased for uncased models), with spaces between words
-            and none before punctuation.
+            The text, normalized (lowercased for uncased models); for WordPiece with spaces
+            between words and none before punctuation. When the config asks for it
+            (`clean_up_tokenization_spaces`), the spaces before punctuation and contractions
+            are dropped as transformers does (never for BPE, whose spaces are the text's).
         """
         ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-        return self._engine.decode(ids, skip_special_tokens=skip_special_tokens)
+        text = self._engine.decode(ids, skip_special_tokens=skip_special_tokens)
+        if self.files.config.get("clean_up_tokenization_spaces") and self.model != "bpe":
+            for before, after in _CLEAN_UP:
+                text = text.replace(before, after)
+        return text
 
     def convert_ids_to_tokens(self, ids: int | Iterable[int]) -> str | list[str]:
         """The token string of one id, or the list of token strings of several."""
@@ -432,11 +653,10 @@ class Tokenizer:
         return [self._tokens[i] for i in ids]
 
     def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | list[int]:
-        """The id of one token, or the ids of several; tokens outside the vocabulary map to [UNK]."""
-        unk = self.unk_token_id
+        """The id of one token, or the ids of several; tokens outside the vocabulary map to the unk token."""
         if isinstance(tokens, str):
-            return self._ids.get(tokens, unk)
-        return [self._ids.get(token, unk) for token in tokens]
+            return self._ids[tokens] if tokens in self._ids else self.unk_token_id
+        return [self._ids[token] if token in self._ids else self.unk_token_id for token in tokens]
 
     @property
     def vocab_size(self) -> int:
@@ -446,42 +666,10 @@ class Tokenizer:
     def __len__(self) -> int:
         return len(self._tokens)
 
-    @property
-    def pad_token_id(self) -> int:
-        return self._ids[PAD]
-
-    @property
-    def unk_token_id(self) -> int:
-        return self._ids[UNK]
-
-    @property
-    def cls_token_id(self) -> int:
-        return self._ids[CLS]
-
-    @property
-    def sep_token_id(self) -> int:
-        return self._ids[SEP]
-
-    @property
-    def mask_token_id(self) -> int:
-        return self._ids[MASK]
-
-    @property
-    def special_token_ids(self) -> frozenset[int]:
-        """The ids of [PAD] [UNK] [CLS] [SEP] [MASK] and the sentinels (never masked or predicted
-        in pre-training)."""
-        return frozenset([self._ids[token] for token in SPECIAL_TOKENS] + self.sentinel_token_ids)
-
-    @property
-    def sentinel_token_ids(self) -> list[int]:
-        """The ids of <extra_id_0>, <extra_id_1>, ... in that order ([] when the vocabulary has none)."""
-        return list(self._sentinel_ids)
-
     def __repr__(self) -> str:
-        return (
-            f"Tokenizer(model={self.model}, vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case}, "
-            f"strip_accents={self.strip_accents}, keep_hangul={self.keep_hangul})"
-        )
+        options = "".join(f", {key}={value}" for key, value in (self._options or {}).items())
+        return (f"Tokenizer(kind={self.kind}, class={self.tokenizer_class}, vocab_size={self.vocab_size}, "
+                f"special_tokens={self.files.special_tokens}{options})")
 
 
 def train_tokenizer(
@@ -497,32 +685,37 @@ def train_tokenizer(
     model: str = "wordpiece",
     sentinels: int = 0,
 ) -> Tokenizer:
-    """Learn a new WordPiece (or unigram) vocabulary from a corpus (text, JSONL or Parquet, maybe compressed).
+    """Learn a new WordPiece, unigram or byte-level BPE vocabulary from a corpus (text, JSONL or
+    Parquet, maybe compressed).
 
-    Text is normalized and pre-tokenized as BERT does (uncased: lowercase, strip accents,
-    with `keep_hangul=True`), then the `tokenizers` WordPieceTrainer learns the vocabulary.
-    Files are streamed line by line (see `corpus_lines`), so the corpus need not fit in
-    memory; they are read twice, the first time to fix the alphabet so that training is
-    deterministic.
+    WordPiece: text is normalized and pre-tokenized as BERT does (uncased: lowercase, strip
+    accents, with `keep_hangul=True`), then the `tokenizers` WordPieceTrainer learns the
+    vocabulary. Files are streamed line by line (see `corpus_lines`), so the corpus need not
+    fit in memory; they are read twice, the first time to fix the alphabet so that training is
+    deterministic. BPE: GPT-2's byte-level BPE (see the module docstring), always cased.
 
     Args:
         files: corpus files and/or folders (see `text_files`).
         vocab_size: the vocabulary size, special tokens included.
-        cased: keep case and accents (BERT "cased"); the default is uncased.
+        cased: keep case and accents (BERT "cased"); the default is uncased. A byte-level BPE
+            is always cased, as GPT-2's.
         out_dir: if given, save the tokenizer there (see `Tokenizer.save_pretrained`).
         min_frequency: the fewest occurrences for a merged piece to enter the vocabulary.
-        limit_alphabet: keep at most this many distinct characters; rarer ones become [UNK].
+        limit_alphabet: keep at most this many distinct characters; rarer ones become [UNK]
+            (a byte-level BPE has its 256 byte symbols instead).
         skip_bad_lines: skip lines that are not valid UTF-8 (or JSONL lines that are not
             JSON objects) instead of failing.
         text_field: the JSONL field or Parquet column holding the text.
         stats: if given, gets the number of files and of skipped lines (counted once,
             though the corpus is read twice).
-        model: "wordpiece" (BERT's) or "unigram" (SentencePiece's, T5's: see the module docstring).
+        model: "wordpiece" (BERT's), "unigram" (SentencePiece's, T5's) or "bpe" (GPT-2's byte-level
+            BPE); see the module docstring.
         sentinels: append this many sentinel tokens, <extra_id_{sentinels-1}> ... <extra_id_0>
             (T5: 100), counted in vocab_size.
 
     Returns:
-        The tokenizer, with [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
+        The tokenizer: WordPiece and unigram with [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4;
+        BPE with <|endoftext|>=0 (its bos, eos and unk), saved as transformers saves GPT-2's.
 
     Raises:
         UserError: as `read_documents` for the corpus, or a vocabulary too small for it.
@@ -536,6 +729,23 @@ def train_tokenizer(
         raise UserError(f"vocab_size={vocab_size} is too small: use at least {MIN_VOCAB_SIZE}"
                         f"{f' besides the {sentinels} sentinels' if sentinels else ''}")
     sentinel_tokens = [f"<extra_id_{n}>" for n in reversed(range(sentinels))]  # T5: <extra_id_0> last
+    if model == "bpe":
+        if vocab_size - sentinels <= BYTE_LEVEL_ALPHABET:
+            raise UserError(f"vocab_size={vocab_size} is too small for a byte-level BPE: its {BYTE_LEVEL_ALPHABET} "
+                            f"byte symbols and {END_OF_TEXT} alone take {BYTE_LEVEL_ALPHABET + 1}"
+                            f"{f' besides the {sentinels} sentinels' if sentinels else ''}")
+        engine = _learn_byte_level_bpe(_line_batches(paths, text_field, skip_bad_lines, stats),
+                                       vocab_size - sentinels, min_frequency)
+        files = TokenizerFiles(kind="bpe", tokenizer_class="GPT2Tokenizer",
+                               special_tokens=dict.fromkeys(("bos", "eos", "unk"), END_OF_TEXT),
+                               extra_special_tokens=sentinel_tokens[::-1], model_max_length=GPT2_MODEL_MAX_LENGTH,
+                               config={"add_prefix_space": False, "errors": "replace"})
+        engine.add_special_tokens(sentinel_tokens)
+        engine.post_processor = post_processor(files.tokenizer_class, files.special_tokens, engine, files.config)
+        tokenizer = Tokenizer._from_pipeline(engine, files)
+        if out_dir is not None:
+            tokenizer.save_pretrained(out_dir)
+        return tokenizer
     if model == "unigram":
         tokens, scores = _learn_unigram(_line_batches(paths, text_field, skip_bad_lines, stats), cased,
                                         vocab_size - sentinels)
@@ -602,6 +812,18 @@ def _learn_wordpiece(
     return engine.get_vocab()
 
 
+def _learn_byte_level_bpe(batches: Iterator[list[str]], vocab_size: int, min_frequency: int) -> tokenizers.Tokenizer:
+    """GPT-2's byte-level BPE learned by the `tokenizers` BpeTrainer over the corpus's line `batches`:
+    <|endoftext|> first, then the 256 byte symbols, then the merges in the order learned."""
+    engine = tokenizers.Tokenizer(BPE())  # no unknown token: every byte has its symbol
+    engine.pre_tokenizer = byte_level()
+    engine.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[END_OF_TEXT],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    engine.train_from_iterator(batches, trainer)
+    return engine
+
+
 def _learn_unigram(batches: Iterator[list[str]], cased: bool, vocab_size: int) -> tuple[list[str], list[float]]:
     """The `tokenizers` UnigramTrainer over the corpus's line `batches`: the pieces in id order
     (the five special tokens first) and their log probabilities."""
@@ -625,105 +847,6 @@ def _learn_unigram(batches: Iterator[list[str]], cased: bool, vocab_size: int) -
                for piece, score in learned]
     learned.sort(key=lambda item: (-item[1], item[0]))
     return [piece for piece, _ in special + learned], [score for _, score in special + learned]
-
-
-def read_vocab(path: str | os.PathLike) -> list[str]:
-    """Read a BERT vocab.txt: one token per line, line i (from 0) is id i.
-
-    Raises:
-        UserError: the file is missing, not UTF-8, empty, repeats a token or lacks a special token.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: vocabulary file not found (expected one token per line)")
-    text = _decode_utf8(path.read_bytes(), path)
-    # Split on "\n" only, as transformers does: str.splitlines would also split inside tokens
-    # holding characters such as U+2028 or U+0085.
-    tokens = text.replace("\r\n", "\n").split("\n")
-    if tokens[-1] == "":
-        tokens.pop()
-    _check_vocab(tokens, str(path))
-    return tokens
-
-
-def _read_unigram(path: Path) -> tuple[list[str], list[float]]:
-    """The pieces and scores of a unigram tokenizer.json (its model's "vocab": [[piece, score], ...])."""
-    if not path.is_file():
-        raise UserError(f"{path}: not found (a unigram tokenizer keeps its pieces and their scores there)")
-    try:
-        model = loads_json(_decode_utf8(path.read_bytes(), path)).get("model", {})
-        pieces = [(str(piece), float(score)) for piece, score in model["vocab"]] if model.get("type") == "Unigram" else None
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
-    except (AttributeError, KeyError, TypeError, ValueError):
-        pieces = None
-    if not pieces:
-        raise UserError(f"{path}: expected a Unigram model with a vocab of [piece, score] pairs")
-    tokens = [piece for piece, _ in pieces]
-    _check_vocab(tokens, str(path))
-    return tokens, [score for _, score in pieces]
-
-
-def _check_vocab(tokens: Sequence[str], source: str) -> None:
-    """Raise UserError unless `tokens` is non-empty, has no repeats and holds every special token."""
-    if not tokens:
-        raise UserError(f"{source}: the vocabulary is empty")
-    first_line: dict[str, int] = {}
-    for line, token in enumerate(tokens, start=1):
-        if token in first_line:
-            raise UserError(f"{source}:{line}: duplicate token {token!r} (first on line {first_line[token]})")
-        first_line[token] = line
-    missing = [token for token in SPECIAL_TOKENS if token not in first_line]
-    if missing:
-        raise UserError(f"{source}: the vocabulary lacks the special tokens {' '.join(missing)}")
-
-
-def _decode_utf8(data: bytes, path: Path) -> str:
-    """Decode the whole content `data` of `path`; name the bad line if it fails."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = 1 + data.count(b"\n", 0, error.start)
-        raise UserError(f"{path}:{line}: not valid UTF-8 ({error.reason})") from None
-
-
-def _read_config(path: Path) -> dict:
-    """The Tokenizer options stored in tokenizer_config.json ({} if the file is absent).
-
-    Keys that belong to transformers but not to us (class name, special token spellings,
-    ...) are ignored.
-    """
-    if not path.is_file():
-        return {}
-    try:
-        config = loads_json(_decode_utf8(path.read_bytes(), path))
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
-    if not isinstance(config, dict):
-        raise UserError(f"{path}: expected a JSON object")
-    options = {}
-    for key, allowed, kinds in (
-        ("do_lower_case", "true or false", (bool,)),
-        ("strip_accents", "true, false or null", (bool, type(None))),
-        ("tokenize_chinese_chars", "true or false", (bool,)),
-        ("keep_hangul", "true or false", (bool,)),
-        ("model_max_length", "a positive integer", (int,)),
-        ("tokenizer_model", " or ".join(TOKENIZER_MODELS), (str,)),
-    ):
-        if key not in config:
-            continue
-        value = config[key]
-        if (type(value) not in kinds or (key == "model_max_length" and value < 1)
-                or (key == "tokenizer_model" and value not in TOKENIZER_MODELS)):
-            raise UserError(f"{path}: field {key!r} must be {allowed}, got {value!r}")
-        options[key] = value
-    if options.get("model_max_length", 0) >= _HF_NO_LIMIT:
-        del options["model_max_length"]  # "no limit": BERT's position table is the limit
-    return options
-
-
-def _special_tokens_map() -> dict[str, str]:
-    return {"pad_token": PAD, "unk_token": UNK, "cls_token": CLS, "sep_token": SEP, "mask_token": MASK}
 
 
 def _normalizer(

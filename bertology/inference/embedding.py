@@ -17,7 +17,6 @@ folder the limit is its `max_seq_length`, the length it was trained with."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,22 +26,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..data.tokenizer import VOCAB_FILE, Tokenizer
+from ..data.tokenizer import Tokenizer
 from ..errors import UserError
-from ..files import loads_json
-from ..models import resolve_model_dir
-from ..models.bert import BertModel
-from ..models.elmo import ELMoModel
 from ..models.features import (
     LAYER_CHOICES,
+    FeatureEncoder,
     combine_layers,
     feature_width,
-    load_feature_encoder,
     parse_layers,
     pool,
 )
 from ..ops import PRECISIONS, autocast, resolve_precision
 from ..tasks.inputs import Feature, collate, in_row_order, word_of_each_token
+from .modeldir import open_model_dir
 
 POOLINGS = ("mean", "cls", "max")
 
@@ -53,44 +49,20 @@ LEVELS = ("sentence", "token")
 WORD_PIECES = ("first", "mean", "ends", "none")
 
 
-SENTENCE_TRANSFORMERS_CONFIG = "sentence_bert_config.json"
-
-
-def load_encoder(model_dir: str | Path, device: str | torch.device | None = None) -> tuple[BertModel | ELMoModel, Tokenizer]:
-    """Any model directory -> its bare encoder (task heads dropped) in eval mode, and its tokenizer.
+def load_encoder(model_dir: str | Path, device: str | torch.device | None = None) -> tuple[FeatureEncoder, Tokenizer]:
+    """Any model directory -> its layers as a feature source (task heads dropped) in eval mode, and
+    its tokenizer (see inference/modeldir.py's `ModelDir.feature_encoder`).
 
     Args:
-        model_dir: a bertology or transformers BERT folder (config.json, weights, vocab.txt), an
-            ELMo biLM's (its three layers; no softmax), or the name of an installed model
-            (`all-MiniLM-L6-v2`: see models.resolve_model_dir).
+        model_dir: a model directory of any family with layers (a BERT, a transformers /
+            sentence-transformers BERT folder, ELMo's biLM, a GPT, T5's encoder, ...), or the name
+            of an installed model (`all-MiniLM-L6-v2`: see models.resolve_model_dir).
         device: where the encoder runs; default the GPU when there is one, else the CPU.
     Returns:
         (encoder, tokenizer). For a sentence-transformers folder the tokenizer's
         `model_max_length` is its `max_seq_length`, the length the model was trained with.
     """
-    model_dir = resolve_model_dir(model_dir)
-    if not (model_dir / VOCAB_FILE).is_file():
-        raise UserError(f"{model_dir}: no tokenizer here (a model directory needs its {VOCAB_FILE})")
-    tokenizer = Tokenizer.from_pretrained(model_dir)
-    sbert_limit = _sentence_transformers_limit(model_dir / SENTENCE_TRANSFORMERS_CONFIG)
-    if sbert_limit is not None:
-        tokenizer.model_max_length = min(tokenizer.model_max_length, sbert_limit)
-    model = load_feature_encoder(model_dir)  # a task model's head weights are simply not read
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    return model.to(device).eval(), tokenizer
-
-
-def _sentence_transformers_limit(path: Path) -> int | None:
-    """The `max_seq_length` of a sentence_bert_config.json, or None without one."""
-    if not path.is_file():
-        return None
-    try:
-        limit = loads_json(path.read_text(encoding="utf-8")).get("max_seq_length")
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-        raise UserError(f"{path}: not a JSON object") from None
-    if limit is not None and (type(limit) is not int or limit < 2):
-        raise UserError(f"{path}: max_seq_length must be an integer of at least 2, got {limit!r}")
-    return limit
+    return open_model_dir(model_dir).feature_encoder(device)
 
 
 @dataclass
@@ -114,9 +86,9 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
         raise UserError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
 
 
-def _layer_choice(model: BertModel | ELMoModel, layers: str) -> tuple[list[int], str]:
+def _layer_choice(model: FeatureEncoder, layers: str) -> tuple[list[int], str]:
     """parse_layers, without the trainable mix (there is no head here to learn its weights)."""
-    indices, combine = parse_layers(layers, model.config.num_hidden_layers)
+    indices, combine = parse_layers(layers, model.num_hidden_layers)
     if combine == "mix":
         fixed = ", ".join(name for name in LAYER_CHOICES if name != "mix")
         raise UserError(f"layers: 'mix' is learned while training a head (finetune --mode features); "
@@ -124,10 +96,10 @@ def _layer_choice(model: BertModel | ELMoModel, layers: str) -> tuple[list[int],
     return indices, combine
 
 
-def length_limit(model: BertModel | ELMoModel, tokenizer: Tokenizer, max_seq_len: int | None) -> int:
+def length_limit(model: FeatureEncoder, tokenizer: Tokenizer, max_seq_len: int | None) -> int:
     """Tokens per text, [CLS] and [SEP] included: the given limit, else the model's and tokenizer's
     (an LSTM's has none: the tokenizer's)."""
-    positions = getattr(model.config, "max_position_embeddings", None) or max(max_seq_len or 0, tokenizer.model_max_length)
+    positions = model.context_length or max(max_seq_len or 0, tokenizer.model_max_length)
     if max_seq_len is None:
         return min(positions, tokenizer.model_max_length)
     if not 2 < max_seq_len <= positions:
@@ -143,7 +115,7 @@ def _tokenize(tokenizer: Tokenizer, texts: Sequence[str], limit: int, stats: Emb
     return [row if len(row) <= limit else row[: limit - 1] + row[-1:] for row in rows]
 
 
-def _states(model: BertModel | ELMoModel, rows: list[list[int]], pad_id: int, indices: list[int], combine: str,
+def _states(model: FeatureEncoder, rows: list[list[int]], pad_id: int, indices: list[int], combine: str,
             precision: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Padded forward pass over token-id rows -> combined layer states (B, T, W) fp32 and mask (B, T)."""
     device = next(model.parameters()).device
@@ -156,7 +128,7 @@ def _states(model: BertModel | ELMoModel, rows: list[list[int]], pad_id: int, in
 
 
 @torch.inference_mode()
-def embed_texts(model: BertModel | ELMoModel, tokenizer: Tokenizer, texts: Sequence[str], *, layers: str = "last",
+def embed_texts(model: FeatureEncoder, tokenizer: Tokenizer, texts: Sequence[str], *, layers: str = "last",
                 pooling: str = "mean", normalize: bool = False, batch_size: int = 64, precision: str = "auto",
                 max_seq_len: int | None = None, stats: EmbedStats | None = None) -> np.ndarray:
     """One vector per text.
@@ -179,7 +151,7 @@ def embed_texts(model: BertModel | ELMoModel, tokenizer: Tokenizer, texts: Seque
     _check_choice("pooling", pooling, POOLINGS)
     _check_choice("precision", precision, PRECISIONS)
     indices, combine = _layer_choice(model, layers)
-    width = feature_width(model.config.hidden_size, indices, combine)
+    width = feature_width(model.hidden_size, indices, combine)
     if not texts:
         return np.zeros((0, width), np.float32)
     rows = _tokenize(tokenizer, texts, length_limit(model, tokenizer, max_seq_len), stats)
@@ -250,7 +222,7 @@ def _word_vectors(pieces: torch.Tensor, owner: list[int], count: int, how: str) 
 
 
 @torch.inference_mode()
-def embed_tokens(model: BertModel | ELMoModel, tokenizer: Tokenizer, texts: Sequence[str], *, layers: str = "last",
+def embed_tokens(model: FeatureEncoder, tokenizer: Tokenizer, texts: Sequence[str], *, layers: str = "last",
                  word_pieces: str = "first", normalize: bool = False, batch_size: int = 64,
                  precision: str = "auto", max_seq_len: int | None = None,
                  stats: EmbedStats | None = None) -> list[WordVectors]:
@@ -269,9 +241,9 @@ def embed_tokens(model: BertModel | ELMoModel, tokenizer: Tokenizer, texts: Sequ
     """
     _check_choice("word_pieces", word_pieces, WORD_PIECES)
     _check_choice("precision", precision, PRECISIONS)
-    if word_pieces == "ends" and not isinstance(model, ELMoModel):
+    if word_pieces == "ends" and not model.spec.two_directions:
         raise UserError("word_pieces: 'ends' takes each direction of a biLM (an ELMo) where it has read the whole "
-                        "word; a BERT reads both ways at every piece: use first or mean")
+                        "word; this model's features are not a forward and a backward half: use first or mean")
     indices, combine = _layer_choice(model, layers)
     aligned = _align_words(tokenizer, texts, word_pieces, length_limit(model, tokenizer, max_seq_len), stats)
     precision = resolve_precision(precision, next(model.parameters()).device)

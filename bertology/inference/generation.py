@@ -12,13 +12,20 @@ attending to the encoder states (their keys and values cached too).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from ..errors import UserError
-from ..models.gpt import position_ids_for
+from ..memory import FP32_BYTES, check_fits
+from ..ops import position_ids_for
+
+
+# Beam search divides a score by length ** length_penalty: beyond this, a length of 2 already
+# divides by zero or overflows (transformers' values lie in -2 .. 2).
+MAX_LENGTH_PENALTY = 10.0
 
 
 @dataclass
@@ -40,8 +47,8 @@ class GenerationConfig:
         """One-line errors naming the setting, before any work."""
         if type(self.max_new_tokens) is not int or self.max_new_tokens < 1:
             raise UserError(f"max_new_tokens (--max-new-tokens) must be a positive integer, got {self.max_new_tokens!r}")
-        if not self.temperature > 0:
-            raise UserError(f"temperature (--temperature) must be positive, got {self.temperature!r}")
+        if not 0 < self.temperature < math.inf:  # inf would sample uniformly; nan fails every comparison
+            raise UserError(f"temperature (--temperature) must be positive and finite, got {self.temperature!r}")
         if self.top_k is not None and (type(self.top_k) is not int or self.top_k < 1):
             raise UserError(f"top_k (--top-k) must be a positive integer, got {self.top_k!r}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
@@ -50,6 +57,9 @@ class GenerationConfig:
             raise UserError(f"num_beams (--num-beams) must be a positive integer, got {self.num_beams!r}")
         if self.num_beams > 1 and self.do_sample:
             raise UserError("num_beams > 1 (--num-beams) with do_sample (--do-sample): choose beam search or sampling")
+        if not -MAX_LENGTH_PENALTY <= self.length_penalty <= MAX_LENGTH_PENALTY:
+            raise UserError(f"length_penalty must be a number from {-MAX_LENGTH_PENALTY} to {MAX_LENGTH_PENALTY}, "
+                            f"got {self.length_penalty!r}")
 
     @property
     def padding_id(self) -> int:
@@ -62,8 +72,12 @@ class GenerationConfig:
 def filter_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                   top_p: float | None = None) -> torch.Tensor:
     """Sampling's warping of next-token logits (B, V): divide by `temperature`, keep the `top_k`
-    largest, then the smallest set whose probability reaches `top_p` (nucleus); the rest -inf."""
-    logits = logits / temperature
+    largest, then the smallest set whose probability reaches `top_p` (nucleus); the rest -inf.
+
+    The logits are shifted so that each row's largest is 0 before the division (the distribution
+    is the same): a tiny temperature then makes the rest -inf, not every logit +-inf and NaN.
+    """
+    logits = (logits - logits.max(-1, keepdim=True).values) / temperature
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -71,7 +85,8 @@ def filter_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | N
         ordered, order = torch.sort(logits, dim=-1, descending=True)
         probabilities = ordered.softmax(-1)
         before = probabilities.cumsum(-1) - probabilities  # the mass of the tokens ranked above each one
-        drop = before >= top_p  # the first token is never dropped: nothing ranks above it
+        drop = before >= top_p
+        drop[:, 0] = False  # the most probable token always stays (a top_p of 1e-300 is 0 in float32)
         logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
     return logits
 
@@ -119,6 +134,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
     config.validate()
     if input_ids.shape[1] == 0:
         raise UserError("the prompt is empty: give at least one token")
+    check_fits_model(model, input_ids.shape, config)
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(input_ids.dtype)
     model.eval()
     encoded = None
@@ -147,6 +163,23 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         if finished.all():
             break
     return ids
+
+
+def check_fits_model(model, prompts: tuple[int, int], config: GenerationConfig) -> None:
+    """One-line errors, before any work, for settings the model cannot run on `prompts` (B, T):
+    more beams than its vocabulary has tokens or the memory holds (each step's B x beams rows of
+    logits, their log-probabilities and the candidates), or (a decoder-only model) a prompt and
+    its new tokens beyond its positions."""
+    batch, prompt_length = prompts
+    vocab_size = model.config.vocab_size
+    if config.num_beams > vocab_size:
+        raise UserError(f"num_beams (--num-beams) {config.num_beams} is more than the model's {vocab_size:,} tokens")
+    check_fits(3 * FP32_BYTES * batch * config.num_beams * vocab_size,
+               f"num_beams (--num-beams) {config.num_beams} for {batch} prompt(s) over {vocab_size:,} tokens")
+    positions = getattr(model.config, "n_positions", None)
+    if not is_encoder_decoder(model) and positions and prompt_length + config.max_new_tokens > positions:
+        raise UserError(f"max_new_tokens (--max-new-tokens) {config.max_new_tokens} after a prompt of {prompt_length} "
+                        f"tokens goes beyond the model's context of {positions} positions (n_positions)")
 
 
 def is_encoder_decoder(model) -> bool:

@@ -1,10 +1,10 @@
-"""One home for what a model directory says about itself, and one function that opens any of them.
+"""One opener for a model directory: its config.json read once, into an object that knows its family.
 
 A directory is in the transformers layout (config.json, model.safetensors, the tokenizer)
 and bertology adds a few config.json keys, read and written only here:
 
 - `finetuning_task`, `bertology_task`, `bertology_inputs`: the task a model was fine-tuned
-  for and its input settings (`describe_task` writes them, `task_of` reads them back);
+  for and its input settings (`describe_task` writes them, `ModelDir.task` reads them back);
 - `bertology_export`: the format of an export (`int8`, `onnx`, or `hf`);
 - `architectures`: the model class (transformers' key);
 - a feature-based model adds `feature_head.json` and its weights.
@@ -13,17 +13,22 @@ The architecture switches transformers' BERT lacks (`causal`, `share_layers`, `h
 are not such keys: they are fields of the model's own config (models/bert.py's `BertConfig`),
 which writes and reads them with the rest of the architecture.
 
-`load_model` opens any PyTorch directory through its model family (models/__init__.py
-recognises the family from `model_type`), an int8 export quantized and a feature-based
-model with its head; `load_finetuned` adds the ONNX Runtime path and the task, for
-evaluate, predict and serve.
+`open_model_dir(name or path)` gives a `ModelDir`: the directory's family (models/__init__.py
+recognises it from `model_type`), its config, its task, its export format, its model (through
+the family's spec; an int8 export quantized, a feature-based model with its head), its tokenizer
+and its layers as a feature source. Every command that reads a model directory opens it here,
+once; inference/runners.py runs a fine-tuned one for evaluate, predict and serve.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -31,84 +36,160 @@ from torch import nn
 from .. import checkpoint
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
-from ..models import family_of, read_config, resolve_model_dir
-from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
-from ..models.bert import BertConfig, BertForWordInContext, BertModel, BertPreTrainedModel, model_class, tensor_shapes
-from ..models.elmo import ELMoConfig
-from ..models.gpt import GPTConfig
-from ..models.features import HEAD_CONFIG, FeatureModel
+from ..files import loads_json
+from ..models import Family, family_of, read_config, resolve_model_dir
+from ..models.features import HEAD_CONFIG, FeatureEncoder, FeatureModel, load_feature_encoder
 from ..models.quantized import load_quantized
-from ..models.t5 import T5Config, T5ForConditionalGeneration
-from ..models.taglm import TagLMConfig
-from ..models.xlnet import XLNetConfig
 from ..tasks.inputs import InputSettings
 from ..tasks.readers import Columns, TaskSpec
-from .onnx import OnnxModel
-from .tagging import Tagger
 
 # config.json keys bertology adds (transformers keeps unknown keys, so they survive its round trips).
 FINETUNING_TASK_KEY = "finetuning_task"  # transformers' own key: the task's name
 TASK_KEY = "bertology_task"  # the TaskSpec: labels, kind, metrics, ...
 INPUTS_KEY = "bertology_inputs"  # the InputSettings: length limits, windows, SQuAD search
 EXPORT_KEY = "bertology_export"  # the export format that wrote the directory
+SENTENCE_TRANSFORMERS_CONFIG = "sentence_bert_config.json"
 CPU_FORMATS = ("int8", "onnx")  # run on the CPU only (PyTorch's quantized kernels, ONNX Runtime's CPU provider)
 
 
-def load_config(directory: str | os.PathLike) -> BertConfig | GPTConfig | AWDLSTMConfig | XLNetConfig:
-    """The config of a model directory that tasks can fine-tune: a BERT encoder's, a GPT's
-    (sequence tasks the GPT paper's way, token and span tasks on every token), an XLNet's (sequence
-    tasks on its last token, token and span tasks on every token) or an AWD-LSTM's (ULMFiT's classifier)."""
-    family = family_of(directory).name
-    if family == "t5":
-        raise UserError(f"{directory}: a T5 (text to text), with no task head: `bertology evaluate`, `predict` and "
-                        "`serve` take a fine-tuned T5, and `bertology generate` runs it")
-    return {"gpt": GPTConfig, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig, "taglm": TagLMConfig,
-            "xlnet": XLNetConfig}.get(family, BertConfig).load(directory)
+@dataclass
+class ModelDir:
+    """A model directory with its config.json read once (`data`), and what that says of it."""
+
+    path: Path
+    data: dict[str, Any]  # config.json, as read
+    family: Family
+
+    @property
+    def spec(self):
+        """The family's spec (models/base.py's FamilySpec): what the model can do."""
+        return self.family.spec
+
+    @cached_property
+    def config(self):
+        """The family's config object, from `data` (no second read)."""
+        return self.spec.config_class.load(self.path, self.data)
+
+    @property
+    def export_format(self) -> str | None:
+        """The export format that wrote the directory ("hf", "int8", "onnx"), or None for a model as trained."""
+        return self.data.get(EXPORT_KEY)
+
+    @property
+    def is_finetuned(self) -> bool:
+        """Whether it holds a model fine-tuned by bertology (it knows its task)."""
+        return bool(self.data.get(TASK_KEY))
+
+    @property
+    def is_feature_model(self) -> bool:
+        """Whether it holds a feature-based model (a frozen encoder and a feature head)."""
+        return (self.path / HEAD_CONFIG).is_file()
+
+    def task(self) -> tuple[TaskSpec, InputSettings]:
+        """The task and input settings it was fine-tuned with (see `describe_task`)."""
+        if not self.is_finetuned:
+            raise UserError(f"{self.path}: not a fine-tuned model (its config.json has no {TASK_KEY}; "
+                            "make one with `bertology finetune`)")
+        return task_from_dict(self.data[TASK_KEY]), InputSettings(**self.data.get(INPUTS_KEY, {}))
+
+    def describe(self) -> str:
+        """One line: what the family's spec says of this model ("encoder (6 layers, 384 wide, ...)")."""
+        return self.spec.describe(self.config)
+
+    def load_model(self) -> nn.Module:
+        """The model as the class config.json names, through its family's spec; an int8 export comes
+        back quantized as it was saved, a feature-based model with its head."""
+        if self.export_format == "int8":
+            return load_quantized(self.path, self.config)
+        if self.export_format == "onnx":
+            raise UserError(f"{self.path}: an ONNX export (model.onnx), not PyTorch weights; run it with "
+                            "`bertology evaluate` / `bertology predict`, or load it with bertology.inference.onnx.OnnxModel")
+        if self.is_feature_model:
+            return FeatureModel.from_pretrained(self.path, self.data)
+        return self.spec.load(self.path, self.config)
+
+    def tokenizer(self) -> Tokenizer:
+        """The directory's tokenizer."""
+        return Tokenizer.from_pretrained(self.path)
+
+    def feature_encoder(self, device: str | torch.device | None = None) -> tuple[FeatureEncoder, Tokenizer]:
+        """Its layers as a feature source (task heads and an LM's output left out) in eval mode on
+        `device` (default the GPU when there is one), and its tokenizer, whose length limit is cut
+        to the model's context and, for a sentence-transformers folder, to its training length."""
+        tokenizer = self.tokenizer()
+        encoder = load_feature_encoder(self.path, self.data)
+        for limit in (encoder.context_length, sentence_transformers_limit(self.path)):
+            if limit is not None:
+                tokenizer.model_max_length = min(tokenizer.model_max_length, limit)
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        return encoder.to(device).eval(), tokenizer
+
+
+def sentence_transformers_limit(directory: Path) -> int | None:
+    """The `max_seq_length` of a sentence-transformers folder's sentence_bert_config.json (the length
+    it was trained with), or None without one."""
+    path = directory / SENTENCE_TRANSFORMERS_CONFIG
+    if not path.is_file():
+        return None
+    try:
+        limit = loads_json(path.read_text(encoding="utf-8")).get("max_seq_length")
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        raise UserError(f"{path}: not a JSON object") from None
+    if limit is not None and (type(limit) is not int or limit < 2):
+        raise UserError(f"{path}: max_seq_length must be an integer of at least 2, got {limit!r}")
+    return limit
+
+
+def open_model_dir(name_or_path: str | os.PathLike) -> ModelDir:
+    """A model directory (or an installed model's name, see models.resolve_model_dir), config.json
+    read once; a missing file or a family bertology does not know is a one-line error."""
+    path = resolve_model_dir(name_or_path)
+    data = read_config(path)
+    return ModelDir(path, data, family_of(path, data))
+
+
+def load_model(directory: str | os.PathLike) -> nn.Module:
+    """Open a model directory as the class its config.json names (see `ModelDir.load_model`)."""
+    return open_model_dir(directory).load_model()
+
+
+def open_static_vectors(directory: str | os.PathLike, flag: str) -> nn.Module:
+    """Static word vectors (a family whose spec has `word_vectors`: `bertology static train` writes
+    them) for the setting `flag` (--vectors); any other directory is a
+    one-line error naming the flag."""
+    opened = open_model_dir(directory)
+    if not opened.spec.word_vectors:
+        raise UserError(f"{flag} {directory}: takes a static-vectors directory (`bertology static train`), not a "
+                        f"{opened.family.name} model")
+    return opened.load_model()
 
 
 def save_random_weights(like: str | os.PathLike, out: str | os.PathLike, seed: int) -> Path:
     """A model directory `out` of `like`'s architecture and vocabulary with random weights drawn
-    with `seed`: the from-scratch twin a pre-trained model is compared with. Written into
-    `<out>.partial` and renamed, so a folder at `out` is always whole. BERT, T5 and AWD-LSTM."""
-    like, out = Path(like), Path(out)
-    family = family_of(str(like)).name
-    builders = {"bert": (BertConfig, BertModel), "t5": (T5Config, T5ForConditionalGeneration),
-                "awd-lstm": (AWDLSTMConfig, AWDLSTMLanguageModel)}
-    if family not in builders:
-        raise UserError(f"{like}: random weights of a {family} model are not built (BERT, T5 and AWD-LSTM are)")
-    config_class, model_class_ = builders[family]
+    with `seed`: the from-scratch twin a pre-trained model is compared with (the family's default
+    class). Written into `<out>.partial` and renamed, so a folder at `out` is always whole."""
+    model_dir, out = open_model_dir(like), Path(out)
+    if not model_dir.spec.random_twin:
+        raise UserError(f"{like}: random weights of a {model_dir.family.name} model are not built here")
     torch.manual_seed(seed)
     partial = out.with_name(out.name + ".partial")
-    model_class_(config_class.load(like)).save_pretrained(partial)
-    Tokenizer.from_pretrained(like).save_pretrained(partial)
+    model_dir.spec.default_class(model_dir.config).save_pretrained(partial)
+    model_dir.tokenizer().save_pretrained(partial)
     os.replace(partial, out)
     return out
 
 
-def describe_task(config: BertConfig | GPTConfig, spec: TaskSpec, settings: InputSettings) -> None:
+def describe_task(config: Any, spec: TaskSpec, settings: InputSettings) -> None:
     """Record the task and input settings in the model's config.json, for evaluate and predict."""
     config.extra[FINETUNING_TASK_KEY] = spec.name
     config.extra[TASK_KEY] = dataclasses.asdict(spec)
     config.extra[INPUTS_KEY] = dataclasses.asdict(settings)
 
 
-def is_finetuned(config: BertConfig) -> bool:
-    """Whether the directory of `config` holds a model fine-tuned by bertology (it knows its task)."""
-    return bool(config.extra.get(TASK_KEY))
-
-
-def has_head_for(config: BertConfig, spec: TaskSpec) -> bool:
+def has_head_for(config: Any, spec: TaskSpec) -> bool:
     """Whether a saved model's head was trained for this very task and label set (so it is kept)."""
     id2label = dict(enumerate(spec.labels)) if spec.labels else None
     return config.extra.get(FINETUNING_TASK_KEY) == spec.name and config.id2label == id2label
-
-
-def task_of(config: BertConfig, directory: str) -> tuple[TaskSpec, InputSettings]:
-    """The task and input settings a fine-tuned model directory was trained with (see `describe_task`)."""
-    if not is_finetuned(config):
-        raise UserError(f"{directory}: not a fine-tuned model (its config.json has no {TASK_KEY}; "
-                        "make one with `bertology finetune`)")
-    return task_from_dict(config.extra[TASK_KEY]), InputSettings(**config.extra.get(INPUTS_KEY, {}))
 
 
 def task_from_dict(saved: dict) -> TaskSpec:
@@ -120,102 +201,26 @@ def task_from_dict(saved: dict) -> TaskSpec:
     return TaskSpec(**values)
 
 
-def export_format(config: BertConfig) -> str | None:
-    """The export format that wrote a directory ("hf", "int8", "onnx"), or None for a model as trained."""
-    return config.extra.get(EXPORT_KEY)
-
-
-def exported_config(model: BertPreTrainedModel, fmt: str) -> BertConfig:
+def exported_config(model: nn.Module, fmt: str):
     """The config an export writes: the model's, naming its class (transformers' `architectures`) and the format.
 
     Raises:
-        UserError: WiC's head exported as "hf" or "onnx": neither transformers nor the ONNX graph's
-            inputs have its target word positions; a BiLSTM head (`head_bilstm`) in any format:
-            transformers has no such head, and the int8 and ONNX exports hold linear heads only.
+        UserError: a head that takes more than token inputs (WiC's target words' positions) exported
+            as "hf" or "onnx": neither transformers nor the ONNX graph's inputs have them; a BiLSTM
+            head (`head_bilstm`) in any format: transformers has no such head, and the int8 and ONNX
+            exports hold linear heads only.
     """
-    if isinstance(model, BertForWordInContext) and fmt in ("hf", "onnx"):
-        raise UserError(f"a {type(model).__name__} (WiC's head) has no {fmt} export: it also takes the target "
-                        "words' positions, which transformers' classes and the exported graph do not; evaluate and "
-                        "predict run the model directory itself, or export it as int8")
-    if model.config.head_bilstm:
+    extra_inputs = getattr(model, "extra_inputs", ())
+    if extra_inputs and fmt in ("hf", "onnx"):
+        raise UserError(f"a {type(model).__name__} has no {fmt} export: it also takes {', '.join(extra_inputs)}, "
+                        "which transformers' classes and the exported graph do not; evaluate and predict run the "
+                        "model directory itself, or export it as int8")
+    if getattr(model.config, "head_bilstm", False):
         why = "transformers has no such head" if fmt == "hf" else "the int8 and onnx exports hold linear heads only"
         raise UserError(f"a model fine-tuned with --head-bilstm (a BiLSTM between the encoder and the head) has no "
                         f"{fmt} export: {why}; evaluate, predict and serve run the model directory itself")
     extra = {**model.config.extra, "architectures": [type(model).__name__], EXPORT_KEY: fmt}
     return dataclasses.replace(model.config, extra=extra)
-
-
-def is_feature_model(directory: str | Path) -> bool:
-    """Whether a model directory holds a feature-based model (a frozen encoder and a feature head)."""
-    return (Path(directory) / HEAD_CONFIG).is_file()
-
-
-def load_model(directory: str | os.PathLike) -> nn.Module:
-    """Open a model directory as the class its config.json names, through its model family;
-    an int8 export comes back quantized, as it was saved. `directory` may also name an installed
-    model (`all-MiniLM-L6-v2`: see models.resolve_model_dir)."""
-    directory = resolve_model_dir(directory)
-    family = family_of(directory)
-    exported = read_config(directory).get(EXPORT_KEY)
-    if exported == "int8":
-        return load_quantized(directory)
-    if exported == "onnx":
-        raise UserError(f"{directory}: an ONNX export (model.onnx), not PyTorch weights; run it with "
-                        "`bertology evaluate` / `bertology predict`, or load it with bertology.inference.onnx.OnnxModel")
-    return family.load().load_pretrained(directory)
-
-
-def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer | None, TaskSpec, InputSettings]:
-    """A fine-tuned (feature-based, or exported) model directory -> model, tokenizer, task, input settings.
-
-    A TagLM directory comes back as its `Tagger` (tagger and biLM; sentences of words in) and no tokenizer.
-
-    An `onnx` export comes back as an ONNX Runtime model and an `int8` export quantized
-    (models/quantized.py); both are called like the PyTorch models and stay on the CPU.
-    """
-    model_dir = resolve_model_dir(model_dir)
-    if family_of(model_dir).name in ("static", "cove"):  # static_heads.py runs these heads
-        source = "static word vectors" if family_of(model_dir).name == "static" else "CoVe"
-        raise UserError(f"{model_dir}: a feature head over {source}: `bertology evaluate`, `predict` and `serve` "
-                        "run it; distill does not take one yet")
-    config = load_config(model_dir)
-    spec, settings = task_of(config, model_dir)
-    if family_of(model_dir).name == "taglm":  # words in, tags out: the tagger brings its biLM's tokenizer
-        return Tagger.from_pretrained(model_dir), None, spec, settings
-    exported = export_format(config)
-    if is_feature_model(model_dir):
-        model = FeatureModel.from_pretrained(model_dir)
-    elif exported == "onnx":
-        model = OnnxModel(model_dir)
-    else:
-        model = load_model(model_dir)
-    if torch.cuda.is_available() and exported not in CPU_FORMATS:
-        model = model.cuda()
-    return model, Tokenizer.from_pretrained(model_dir), spec, settings
-
-
-def _family_problems(directory: Path) -> list[str]:
-    """`check_model_dir` for the families other than BERT (GPT, T5, static vectors): their own
-    loader checks the config and every weight's presence and shape; then the vocabulary against
-    the embedding rows, every tensor finite, and the tokenizer."""
-    try:
-        model = load_model(directory)
-    except UserError as err:
-        return [str(err)]
-    problems = []
-    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
-    if vocab_size is not None:
-        try:
-            checkpoint.check_vocab(directory, vocab_size)
-        except UserError as err:
-            problems.append(str(err))
-        try:
-            Tokenizer.from_pretrained(directory)
-        except UserError as err:
-            problems.append(str(err))
-    problems += [f"{directory}: tensor {name} holds NaN or infinite values" for name, tensor in model.state_dict().items()
-                 if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
-    return problems
 
 
 def check_model_dir(directory: str | os.PathLike) -> list[str]:
@@ -224,25 +229,20 @@ def check_model_dir(directory: str | os.PathLike) -> list[str]:
     config (shape, dtype, finite), and the tokenizer. Empty when the directory is healthy."""
     directory = Path(directory)
     try:
-        if family_of(directory).name != "bert":
-            return _family_problems(directory)
-        config = BertConfig.load(directory)
+        model_dir = open_model_dir(directory)
+        config = model_dir.config
     except UserError as err:
         return [str(err)]
     problems = []
-    try:
-        checkpoint.check_vocab(directory, config.vocab_size)
-    except UserError as err:
-        problems.append(str(err))
-    try:
-        raw, path = checkpoint.read_weights(directory)
-    except UserError as err:
-        return [*problems, str(err)]
-    state, _ = checkpoint.from_transformers(raw, path)
-    shapes = tensor_shapes(model_class(config), config)
-    problems += [f"{path}: {problem}" for problem in checkpoint.weight_problems(state, shapes)]
-    try:
-        Tokenizer.from_pretrained(directory)
-    except UserError as err:
-        problems.append(str(err))
+    if model_dir.spec.tokenized:
+        try:
+            checkpoint.check_vocab(directory, config.vocab_size)
+        except UserError as err:
+            problems.append(str(err))
+    problems += model_dir.spec.model_class(config).checkpoint_problems(directory, config)
+    if model_dir.spec.tokenized:
+        try:
+            Tokenizer.from_pretrained(directory)
+        except UserError as err:
+            problems.append(str(err))
     return problems

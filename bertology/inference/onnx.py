@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from ..models.bert import BertConfig, ModelOutput
+from ..models.base import ModelOutput
+from ..models.bert import BertConfig
 
 ONNX_NAME = "model.onnx"
 

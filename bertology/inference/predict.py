@@ -12,7 +12,6 @@ from torch import nn
 
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
-from ..models.bert import BertPreTrainedModel
 from ..ops import autocast, resolve_precision
 from ..tasks.inputs import (
     Encoded,
@@ -26,7 +25,6 @@ from ..tasks.inputs import (
 )
 from ..tasks.metrics import compute_metrics
 from ..tasks.readers import TaskSpec
-from .tagging import Tagger
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -48,7 +46,7 @@ def precision_for(model: nn.Module, precision: str, device: torch.device) -> str
 
 
 @torch.no_grad()
-def run_rows(model: BertPreTrainedModel, encoded: Encoded, spec: TaskSpec, pad_id: int, batch_size: int,
+def run_rows(model: nn.Module, encoded: Encoded, spec: TaskSpec, pad_id: int, batch_size: int,
              precision: str = "auto", progress: bool = False) -> list:
     """Model outputs for every row, in row order: logits, or (start, end) score pairs for spans."""
     from tqdm.auto import tqdm
@@ -83,11 +81,9 @@ def decode(spec: TaskSpec, encoded: Encoded, outputs: list, examples: list, sett
                         allow_no_answer=spec.unanswerable)
 
 
-def predict(model: BertPreTrainedModel, tokenizer: Tokenizer, spec: TaskSpec, examples: list,
+def predict(model: nn.Module, tokenizer: Tokenizer, spec: TaskSpec, examples: list,
             settings: InputSettings, batch_size: int = 128, precision: str = "auto", progress: bool = False):
-    """Predictions for `examples` (see `decode`); a TagLM `Tagger` tags their words itself."""
-    if isinstance(model, Tagger):
-        return model.tag([e.words for e in examples], batch_size)
+    """Predictions for `examples` (see `decode`) of a task model's head (or a feature model's)."""
     encoded = encode(spec, examples, tokenizer, settings, training=False)
     outputs = run_rows(model, encoded, spec, tokenizer.pad_token_id, batch_size, precision, progress)
     return decode(spec, encoded, outputs, examples, settings)

@@ -4,21 +4,15 @@ A fine-tuned directory (from `bertology finetune`, feature-based or exported) pr
 its task does: a label with the probability of every label, a regression score, one tag per
 whitespace-separated word, or an answer span of a context. A WiC model labels a pair of
 sentences, given the index of the target word among each sentence's whitespace-separated words
-(WiC's "i1-i2"), T (same sense) or F. Texts go through the same
-encode -> run_rows path as `bertology predict` (inference/predict.py), with the length limits and
-long-input handling the model was trained with, so the two agree. Two kinds of directory take
-`bertology predict`'s own paths instead, and agree with it the same way:
+(WiC's "i1-i2"), T (same sense) or F. Texts become the task's examples and go through the
+directory's runner (inference/runners.py), the one `bertology predict` uses, with the length
+limits and long-input handling the model was trained with, so the two agree: a T5 fine-tuned
+text to text writes its answer and carries the decoded `output` and whether it read as an answer
+(`valid`) in place of probabilities; a feature head over static word vectors or CoVe reads the
+words' vectors, as it did in training.
 
-- a T5 fine-tuned text to text (inference/text_to_text.py) writes its answer greedily, within
-  the fine-tuning's generation limits, and the answer is read back as a label, a score, tags or
-  an answer text. It has no probabilities: each prediction carries the decoded `output` and
-  whether it read as an answer (`valid`; false is T5's "invalid" prediction, in whose place
-  stands what `bertology predict` writes for it);
-- a feature head over static word vectors or CoVe (inference/static_heads.py) reads the
-  words' vectors, as it did in training.
-
-Every BERT-family directory, a bare encoder included, embeds texts through inference/embedding.py:
-token vectors pooled into one vector each.
+Every directory whose family has a layer stack, a bare encoder included, embeds texts through
+inference/embedding.py: token vectors pooled into one vector each.
 
 Example:
     >>> predictor = Predictor.load("runs/sst2")
@@ -36,27 +30,25 @@ from torch import nn
 from .. import __version__
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
-from ..models import family_of, resolve_model_dir
-from ..models.bert import BertModel
-from ..models.cove import CoVeModel
-from ..models.static import StaticVectors
-from ..models.t5 import T5Config
-from ..ops import resolve_precision
-from ..tasks.inputs import (
-    InputSettings,
-    decode_tokens,
-    encode,
-    example_logits,
-    find_answers,
-    softmax,
-)
+from ..models.features import FeatureEncoder, FeatureModel
+from ..ops import run_precision
+from ..tasks.inputs import InputSettings
 from ..tasks.readers import SequenceExample, SpanExample, TaskSpec, TokenExample, WicExample
-from .embedding import embed_texts, length_limit, load_encoder
-from .modeldir import is_finetuned, load_config, load_finetuned, task_of
-from .predict import model_device, precision_for, run_rows
-from .static_heads import head_logits, load_static_head, read_logits, word_features
-from .tagging import Tagger
-from .text_to_text import Casting, EntityCasting, QuestionCasting, generation_inputs, open_directory, predict_text
+from .embedding import embed_texts, length_limit
+from .modeldir import ModelDir, open_model_dir
+from .predict import model_device
+from .runners import Runner, open_runner
+
+
+def task_model_encoder(model_dir: ModelDir, model: nn.Module) -> FeatureEncoder | None:
+    """The layer stack under a task model's head as a feature source (for /embed), or None (an
+    exported graph, a family without layers)."""
+    if isinstance(model, FeatureModel):
+        return model.encoder
+    stack = getattr(model, getattr(type(model), "backbone", ""), None)
+    if stack is None or model_dir.spec.feature_encoder is None:
+        return None
+    return FeatureEncoder(stack, model_dir.spec, model_dir.config).eval()
 
 
 @dataclass
@@ -64,45 +56,44 @@ class Predictor:
     """A loaded model directory, ready for raw texts. Not thread-safe: call it from one thread."""
 
     model_dir: str
+    family: str  # the model family's name (models/__init__.py)
+    runner: Runner | None  # the fine-tuned model's; None for a bare encoder (which can only embed)
+    encoder: FeatureEncoder | None  # the layers that embed (None for an exported graph, or words in)
     tokenizer: Tokenizer | None  # None for a TagLM tagger and a feature head over word vectors (they read words)
-    encoder: BertModel | None  # the encoder under the task head (None for an exported graph without one)
-    model: nn.Module | None = None  # the task model (a fine-tuned T5, a FeatureHead, ...); None for a bare encoder
-    spec: TaskSpec | None = None
-    settings: InputSettings | None = None  # the fine-tuned model's length limits and long-input handling
     precision: str = "fp32"  # resolved: fp32 or bf16
-    casting: Casting | QuestionCasting | EntityCasting | None = None  # a T5's: texts to inputs, outputs to answers
-    word_vectors: StaticVectors | CoVeModel | None = None  # a feature head's: where its words' features come from
 
     @classmethod
-    def load(cls, model_dir: str, precision: str = "auto") -> Predictor:
-        """Load a fine-tuned model directory, or a bare encoder (which can only embed).
+    def load(cls, model_dir: str, precision: str = "fp32") -> Predictor:
+        """Load a fine-tuned model directory, or a bare encoder (which can only embed); `model_dir`
+        may also name an installed model (see models.resolve_model_dir). `precision` follows the
+        one policy of inference/runners.py (`run_precision`)."""
+        return cls.open(open_model_dir(model_dir), precision)
 
-        `precision` "auto" becomes bf16 where the device runs it fast, else fp32 (always
-        fp32 for exported int8 and ONNX models, which refuse bf16 here, at load time).
-        `model_dir` may also name an installed model (see models.resolve_model_dir). A T5 fine-tuned
-        text to text and a feature head over static vectors or CoVe run in fp32 only ("auto" is
-        fp32 for them, bf16 is refused): a T5 picks each token by exact comparisons of logits,
-        and a feature head is small and was trained in fp32.
-        """
-        model_dir = str(resolve_model_dir(model_dir))
-        family = family_of(model_dir).name
-        if family in ("t5", "static", "cove"):
-            if precision == "bf16":
-                raise UserError(f"--precision bf16: {model_dir} ({family}) runs in fp32 only (a T5 picks tokens by "
-                                "exact comparisons of logits; a feature head over word vectors trained in fp32)")
-            if family == "t5":
-                spec, settings = task_of(T5Config.load(model_dir), model_dir)
-                model, tokenizer, casting = open_directory(model_dir, spec, settings)
-                return cls(model_dir, tokenizer, None, model, spec, settings, casting=casting)
-            head, vectors, spec = load_static_head(model_dir)
-            return cls(model_dir, None, None, head, spec, word_vectors=vectors)
-        if not is_finetuned(load_config(model_dir)):
-            encoder, tokenizer = load_encoder(model_dir)
-            return cls(model_dir, tokenizer, encoder, precision=resolve_precision(precision, model_device(encoder)))
-        model, tokenizer, spec, settings = load_finetuned(model_dir)
-        encoder = getattr(model, "bert", None)  # an ONNX Runtime model has none
-        return cls(model_dir, tokenizer, encoder if isinstance(encoder, BertModel) else None, model, spec, settings,
-                   precision_for(model, precision, model_device(model)))
+    @classmethod
+    def open(cls, opened: ModelDir, precision: str = "fp32") -> Predictor:
+        """`load` of a directory already opened (its config.json read)."""
+        if not opened.is_finetuned and not (opened.path / "feature_head.json").is_file():
+            encoder, tokenizer = opened.feature_encoder()
+            return cls(str(opened.path), opened.family.name, None, encoder, tokenizer,
+                       run_precision(precision, model_device(encoder)))
+        runner = open_runner(opened, precision)
+        return cls(str(opened.path), opened.family.name, runner, task_model_encoder(opened, runner.model), runner.tokenizer,
+                   runner.precision)
+
+    @property
+    def model(self) -> nn.Module | None:
+        """The task model (None for a bare encoder)."""
+        return self.runner.model if self.runner is not None else None
+
+    @property
+    def spec(self) -> TaskSpec | None:
+        """The task (None for a bare encoder)."""
+        return self.runner.spec if self.runner is not None else None
+
+    @property
+    def settings(self) -> InputSettings | None:
+        """The fine-tuned model's length limits and long-input handling."""
+        return self.runner.settings if self.runner is not None else None
 
     @property
     def kind(self) -> str:
@@ -157,71 +148,7 @@ class Predictor:
         if self.takes_targets != (target_indices is not None):
             raise UserError("target_indices: " + ("required by" if self.takes_targets else "not taken by")
                             + f" this model's task ({self.spec.name})")
-        examples = self._examples(texts, text_pairs, target_indices)
-        if isinstance(self.model, Tagger):
-            return [{"tokens": e.words, "tags": tags}
-                    for e, tags in zip(examples, self.model.tag([e.words for e in examples], batch_size))]
-        if self.casting is not None:
-            return self._generated(examples, batch_size)
-        if self.word_vectors is not None:
-            return self._from_word_vectors(examples, batch_size)
-        encoded = encode(self.spec, examples, self.tokenizer, self.settings, training=False)
-        outputs = run_rows(self.model, encoded, self.spec, self.tokenizer.pad_token_id, batch_size, self.precision)
-        if self.spec.kind == "token":
-            return [{"tokens": e.words, "tags": tags}
-                    for e, tags in zip(examples, decode_tokens(self.spec, encoded, outputs, examples))]
-        if self.spec.kind == "span":
-            return find_answers(encoded, [o[0] for o in outputs], [o[1] for o in outputs], examples,
-                                self.settings, self.spec.unanswerable)
-        logits = example_logits(encoded, outputs)
-        if self.spec.regression:
-            return [{"score": float(row[0])} for row in logits]
-        probabilities = softmax(logits)
-        return [{"label": self.spec.labels[int(p.argmax())], "scores": dict(zip(self.spec.labels, p.tolist()))}
-                for p in probabilities]
-
-    def _generated(self, examples: list, batch_size: int) -> list[dict]:
-        """A T5's answers, generated and read back as `bertology predict` does
-        (text_to_text.predict_directory), with what it wrote in place of probabilities:
-
-        classification {"label", "output", "valid"}; regression {"score", "output", "valid"};
-        tagging {"tokens", "tags", "output", "valid"}; question answering {"answer", "start",
-        "end", "output", "valid"}, where start and end (exclusive) are the character offsets of
-        the answer's first occurrence in the context, None when the context does not hold it as
-        written (an uncased vocabulary writes it lower-cased) or there is no answer ("").
-        `output` is the decoded text; `valid` False marks T5's "invalid" prediction, whose
-        label, score, tags or answer is then `bertology predict`'s stand-in (`Casting.stand_in`).
-        """
-        inputs, limits = generation_inputs(self.tokenizer, self.casting, examples, self.settings.max_seq_len,
-                                           self.model.config.n_positions)
-        predictions = []
-        for example, output in zip(examples, predict_text(self.model, self.tokenizer, inputs.ids, limits, batch_size)):
-            answer, valid = self.casting.parse(output, example)
-            written = {"output": output, "valid": valid}
-            if self.spec.kind == "token":
-                predictions.append({"tokens": example.words, "tags": answer, **written})
-            elif self.spec.kind == "span":
-                answer = answer or ""  # an unread output: no prediction, written as no answer
-                start = example.context.find(answer) if answer else -1
-                predictions.append({"answer": answer, "start": start if start >= 0 else None,
-                                    "end": start + len(answer) if start >= 0 else None, **written})
-            else:
-                predictions.append({"score" if self.spec.regression else "label": answer, **written})
-        return predictions
-
-    def _from_word_vectors(self, examples: list, batch_size: int) -> list[dict]:
-        """A feature head's predictions over its words' vectors, as `bertology predict` makes them
-        (static_heads.predict_examples); classification adds every label's probability (softmax
-        of the head's logits)."""
-        logits = head_logits(self.model, self.spec, word_features(self.word_vectors, examples), batch_size)
-        predictions = read_logits(self.spec, logits)
-        if self.spec.kind == "token":
-            return [{"tokens": e.words, "tags": tags} for e, tags in zip(examples, predictions)]
-        if self.spec.regression:
-            return [{"score": value} for value in predictions]
-        probabilities = softmax(np.stack([row.numpy() for row in logits]))
-        return [{"label": label, "scores": dict(zip(self.spec.labels, p.tolist()))}
-                for label, p in zip(predictions, probabilities)]
+        return self.runner.answer(self._examples(texts, text_pairs, target_indices), batch_size)
 
     def check_word_pairs(self, texts: list[str], text_pairs: list[str],
                          target_indices: Sequence[Sequence[int]]) -> None:
@@ -236,8 +163,7 @@ class Predictor:
         Raises:
             UserError: naming the field ("target_indices[2][1]: ...").
         """
-        encode(self.spec, word_pairs(texts, text_pairs, target_indices), self.tokenizer, self.settings,
-               training=False)
+        self.runner.check(word_pairs(texts, text_pairs, target_indices))
 
     def _examples(self, texts: list[str], pairs: list[str] | None,
                   target_indices: Sequence[Sequence[int]] | None = None) -> list:
@@ -257,16 +183,17 @@ class Predictor:
         when `normalize` (a dot product is then the cosine similarity). Long texts are cut to
         the encoder's limit, as `bertology embed` does."""
         if self.encoder is None:
-            raise UserError(f"{self.model_dir} has no BERT encoder to embed with (an ONNX export: embed with the "
-                            "directory it was exported from; a TagLM tagger: embed with its lm/ folder; a T5, "
-                            "a GPT, or a feature head over static vectors or CoVe: embed with a BERT-family model)")
+            raise UserError(f"{self.model_dir} has no layers to embed with (an ONNX export: embed with the directory "
+                            "it was exported from; a TagLM tagger: embed with its lm/ folder; a T5 fine-tuned text "
+                            "to text, or a feature head over static vectors or CoVe: embed with the model it started "
+                            "from)")
         return embed_texts(self.encoder, self.tokenizer, texts, pooling=pooling, normalize=normalize,
                            batch_size=batch_size, precision=self.precision)
 
     def describe(self) -> dict:
         """What /info reports about the model."""
-        counted = [m for m in (self.model if self.model is not None else self.encoder, self.word_vectors)
-                   if m is not None]
+        parameters = self.runner.parameters() if self.runner is not None else \
+            sum(p.numel() for p in self.encoder.parameters())
         return {
             "model_dir": self.model_dir,
             "task": self.spec.name if self.spec else None,
@@ -274,10 +201,10 @@ class Predictor:
             "labels": list(self.spec.labels) if self.spec and self.spec.labels else None,
             "takes_pairs": self.takes_pairs,
             "takes_targets": self.takes_targets,
-            "parameters": sum(p.numel() for m in counted for p in m.parameters()) or None,  # None: an ONNX graph
+            "parameters": parameters,  # None: an ONNX graph
             "max_seq_len": self.settings.max_seq_len if self.settings else None,  # predict's rows
             "long_inputs": self.settings.long_inputs if self.settings else None,
-            "embedding_size": self.encoder.config.hidden_size if self.encoder is not None else None,
+            "embedding_size": self.encoder.hidden_size if self.encoder is not None else None,
             "embedding_max_seq_len": length_limit(self.encoder, self.tokenizer, None) if self.encoder else None,
             "precision": self.precision,
             "version": __version__,

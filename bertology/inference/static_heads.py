@@ -14,17 +14,16 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+from torch import nn
 
 from ..errors import UserError
 from ..files import loads_json
-from ..models import family_of
-from ..models.cove import CoVeModel
 from ..models.features import FeatureHead, HeadConfig
-from ..models.static import StaticVectors, tokenize_words
+from ..models.static import tokenize_words
 from ..ops import IGNORE_INDEX
 from ..tasks.inputs import in_row_order
 from ..tasks.readers import SequenceExample, TaskSpec
-from .modeldir import load_model, task_from_dict
+from .modeldir import open_model_dir, task_from_dict
 
 HEAD_CONFIG_NAME = "feature_head.json"
 HEAD_WEIGHTS_NAME = "feature_head.safetensors"
@@ -38,54 +37,29 @@ def example_texts(example) -> list[list[str]]:
     return [list(example.words)]
 
 
-def example_words(example) -> list[str]:
-    """An example's words, its texts one after the other."""
-    return [word for text in example_texts(example) for word in text]
+def open_word_features(directory: str | Path) -> nn.Module:
+    """A word-reading family's feature source from its directory (its spec's `word_features`:
+    static vectors, or a CoVe translation model's encoder, the decoder left out)."""
+    model_dir = open_model_dir(directory)
+    if model_dir.spec.word_features is None:
+        raise UserError(f"{directory}: a {model_dir.family.name} model reads tokens, not words: it is no word "
+                        "feature source (static vectors or CoVe)")
+    return model_dir.spec.word_features(model_dir.path, model_dir.config).eval()
 
 
-def open_word_features(directory: str) -> StaticVectors | CoVeModel:
-    """A static-vectors directory's vectors, or a CoVe directory's encoder (a translation model's
-    decoder left out)."""
-    if family_of(directory).name == "cove":
-        return CoVeModel.from_pretrained(directory)
-    return load_model(directory)
-
-
-def cove_features(model: CoVeModel, examples: list, batch_size: int = 64) -> list[torch.Tensor]:
-    """Each example's (words, D + 2H) float16 [GloVe; CoVe] features: the MT-LSTM run once over
-    every text (texts sorted by length, batch_size at a time), a pair's two texts one after the
-    other; a text with no word gets one zero row, as `word_features` gives."""
-    texts = [text for example in examples for text in example_texts(example)]
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    encoded: list[torch.Tensor | None] = [None] * len(texts)
-    for start in range(0, len(order), batch_size):
-        rows = order[start: start + batch_size]
-        features, _ = model([texts[i] for i in rows])  # (B, T, D + 2H)
-        for j, i in enumerate(rows):
-            encoded[i] = features[j, : len(texts[i])].half()
+def word_features(vectors: nn.Module, examples: list) -> list[torch.Tensor]:
+    """Each example's (words, D) features from a word feature source's `text_features` (static
+    vectors' float32, CoVe's float16), a pair's two texts one after the other; an example with no
+    word gets one zero row, so that pooling has something to pool (its prediction is then the
+    head's bias)."""
+    texts_of = [example_texts(example) for example in examples]
+    encoded = vectors.text_features([text for texts in texts_of for text in texts])
     rows, position = [], 0
-    for example in examples:
-        count = len(example_texts(example))
-        parts = [t for t in encoded[position: position + count] if len(t)]
-        position += count
-        rows.append(torch.cat(parts) if parts else torch.zeros(1, model.hidden_size, dtype=torch.float16))
-    return rows
-
-
-def word_features(vectors: StaticVectors | CoVeModel, examples: list) -> list[torch.Tensor]:
-    """Each example's (words, D) vectors (float32; CoVe's float16); a text with no word gets one
-    zero row, so that pooling has something to pool (its prediction is then the head's bias)."""
-    if isinstance(vectors, CoVeModel):
-        return cove_features(vectors, examples)
-    cache: dict[str, torch.Tensor | None] = {}
-    zeros = torch.zeros(vectors.hidden_size)
-    rows = []
-    for example in examples:
-        words = example_words(example) or [""]
-        for word in words:
-            if word not in cache:
-                cache[word] = vectors.vector(word) if word else None
-        rows.append(torch.stack([cache[w] if cache[w] is not None else zeros for w in words]))
+    for texts in texts_of:
+        parts = [t for t in encoded[position: position + len(texts)] if len(t)]
+        position += len(texts)
+        rows.append(torch.cat(parts) if parts else torch.zeros(1, vectors.hidden_size, dtype=encoded[0].dtype
+                                                               if encoded else torch.float32))
     return rows
 
 
@@ -141,14 +115,14 @@ def predict_static(head: FeatureHead, spec: TaskSpec, features: list[torch.Tenso
     return read_logits(spec, head_logits(head, spec, features, batch_size))
 
 
-def predict_examples(head: FeatureHead, vectors: StaticVectors | CoVeModel, spec: TaskSpec, examples: list,
+def predict_examples(head: FeatureHead, vectors: nn.Module, spec: TaskSpec, examples: list,
                      batch_size: int = 128) -> list:
     """`evaluate` and `predict`: the examples' features (`word_features`) through the head
     (`predict_static`), the path of the training's dev evaluation. Returns predictions as `score` takes them."""
     return predict_static(head, spec, word_features(vectors, examples), batch_size)
 
 
-def load_static_head(directory: str | Path) -> tuple[FeatureHead, StaticVectors | CoVeModel, TaskSpec]:
+def load_static_head(directory: str | Path) -> tuple[FeatureHead, nn.Module, TaskSpec]:
     """A directory written by recipes/static_features.py's `save_head` -> its head (eval mode),
     vectors (or CoVe encoder) and task.
 

@@ -1,6 +1,6 @@
 """TagLM's tagger together with its biLM: what evaluate, predict and serve run for a TagLM directory.
 
-A TagLM directory (recipes/taglm.py writes it) holds the tagger (models/taglm.py: config.json,
+A TagLM directory (recipes/tagger.py writes it) holds the tagger (models/taglm.py: config.json,
 model.safetensors, words.txt) and, when it reads a biLM, that biLM in its `lm` folder (an ELMo
 directory without the softmax, with its tokenizer). `Tagger` opens both and tags sentences of
 words: the biLM's top layer for each word (`BiLMStates`), then the tagger's Viterbi path.
@@ -20,10 +20,9 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from ..models import family_of
-from ..models.taglm import TagLMForTokenClassification
 from ..tasks.inputs import in_row_order
-from .embedding import embed_tokens, load_encoder
+from .embedding import embed_tokens
+from .modeldir import ModelDir, open_model_dir
 
 LM_FOLDER = "lm"
 NO_LENGTH_LIMIT = 2**30  # an LSTM has no position table: every sentence is read whole, never cut
@@ -34,13 +33,12 @@ class BiLMStates:
     forward direction after the word's last piece and the backward one at its first."""
 
     def __init__(self, directory: str | os.PathLike):
-        directory = Path(directory)
-        family = family_of(directory).name
-        if family != "elmo":
-            raise UserError(f"{directory}: a {family} model, but TagLM's --lm is a bidirectional LM: an ELMo "
-                            "directory from `bertology pretrain --arch elmo`")
-        self.model, self.tokenizer = load_encoder(directory, "cpu")
-        self.width = self.model.config.hidden_size
+        model_dir = open_model_dir(directory)
+        if not model_dir.spec.two_directions:
+            raise UserError(f"{directory}: a {model_dir.family.name} model, but TagLM's --lm is a bidirectional LM: an "
+                            "ELMo directory from `bertology pretrain --arch elmo`")
+        self.model, self.tokenizer = model_dir.feature_encoder("cpu")
+        self.width = self.model.hidden_size
 
     def __call__(self, sentences: list[list[str]], batch_size: int = 64) -> list[torch.Tensor]:
         """Each sentence's (len(words), width) float32 states; a word the tokenizer drops entirely
@@ -69,7 +67,7 @@ def pad_states(states: list[torch.Tensor]) -> torch.Tensor:
     return nn.utils.rnn.pad_sequence([s.float() for s in states], batch_first=True)
 
 
-def tagger_inputs(model: TagLMForTokenClassification, sentences: list[list[str]],
+def tagger_inputs(model: nn.Module, sentences: list[list[str]],
                   states: list[torch.Tensor] | None) -> dict[str, torch.Tensor]:
     """A padded batch for the tagger: word_ids, char_ids, attention_mask (B, T) and, when the
     tagger reads a biLM, lm_states (B, T, width) from each sentence's states."""
@@ -80,7 +78,7 @@ def tagger_inputs(model: TagLMForTokenClassification, sentences: list[list[str]]
 
 
 @torch.no_grad()
-def viterbi_tags(model: TagLMForTokenClassification, sentences: list[list[str]], states: list[torch.Tensor] | None,
+def viterbi_tags(model: nn.Module, sentences: list[list[str]], states: list[torch.Tensor] | None,
                  batch_size: int) -> list[list[str]]:
     """Each sentence's tags (the CRF's best path) in length-sorted batches, from its biLM states
     when the tagger reads them; an empty sentence gets none. Leaves the model in eval mode."""
@@ -99,7 +97,7 @@ def viterbi_tags(model: TagLMForTokenClassification, sentences: list[list[str]],
 class Tagger(nn.Module):
     """A TagLM tagger and (when it reads one) its biLM, called on sentences of words."""
 
-    def __init__(self, model: TagLMForTokenClassification, lm: BiLMStates | None):
+    def __init__(self, model: nn.Module, lm: BiLMStates | None):
         super().__init__()
         if (lm is None) != (model.config.lm_size == 0) or (lm is not None and lm.width != model.config.lm_size):
             raise UserError(f"this tagger reads biLM states {model.config.lm_size} wide; the biLM given has "
@@ -128,8 +126,13 @@ class Tagger(nn.Module):
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike) -> "Tagger":
         """Open a TagLM directory: the tagger and, if it reads one, the biLM in its `lm` folder."""
-        directory = Path(directory)
-        model = TagLMForTokenClassification.from_pretrained(directory)
+        return cls.open(open_model_dir(directory))
+
+    @classmethod
+    def open(cls, model_dir: ModelDir) -> "Tagger":
+        """`from_pretrained` of a directory already opened (its config.json read)."""
+        directory = model_dir.path
+        model = model_dir.load_model()
         lm = None
         if model.config.lm_size:
             if not (directory / LM_FOLDER).is_dir():

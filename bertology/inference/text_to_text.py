@@ -38,7 +38,7 @@ end of text or at a length no valid answer needs: the longest label; SQuAD's
 --max-answer-length; for CoNLL, every word its own entity. Inputs longer than --max-seq-len are
 cut at the end (no windows).
 
-Fine-tuning and `bertology evaluate` / `predict` (recipes/text_to_text.py) and `bertology serve`
+Fine-tuning and `bertology evaluate` / `predict` (recipes/text_to_text_finetuning.py) and `bertology serve`
 (inference/predictor.py) all read a fine-tuned directory through `open_directory`,
 `generation_inputs` and `predict_text`, so they agree.
 """
@@ -51,15 +51,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from ..data.padding import pad_rows
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
-from ..models.t5 import T5ForConditionalGeneration
 from ..tasks.inputs import InputSettings
 from ..tasks.metrics import normalize_answer
 from ..tasks.readers import SequenceExample, SpanExample, TaskSpec, TokenExample
 from .generation import GenerationConfig, generate
+from .predict import score
 
 # T5's words for GLUE's numbered labels (its preprocessors' label names).
 VERBALIZERS = {
@@ -382,7 +383,7 @@ def encode_inputs(casting, tokenizer: Tokenizer, examples: list, max_input: int,
 
 
 @torch.no_grad()
-def predict_text(model: T5ForConditionalGeneration, tokenizer: Tokenizer, inputs: list[list[int]],
+def predict_text(model: nn.Module, tokenizer: Tokenizer, inputs: list[list[int]],
                  max_new_tokens: int | list[int], batch_size: int = 64) -> list[str]:
     """Greedy outputs, decoded up to the end of text, for encoded inputs; `max_new_tokens` is one
     limit, or one per input (a batch generates up to its largest)."""
@@ -408,7 +409,24 @@ def generation_inputs(tokenizer: Tokenizer, casting, examples: list, max_input: 
     return inputs, [min(limit, decoder_limit) for limit in casting.answer_limits(tokenizer, examples)]
 
 
-def open_directory(model_dir: str, spec: TaskSpec, settings: InputSettings):
-    """A fine-tuned T5 directory -> (model, tokenizer, casting)."""
-    tokenizer = Tokenizer.from_pretrained(model_dir)
-    return T5ForConditionalGeneration.from_pretrained(model_dir), tokenizer, casting_for(spec, tokenizer, settings)
+def decode_examples(model: nn.Module, tokenizer: Tokenizer, casting, examples: list,
+                    prepared: tuple[Inputs, list[int]], batch_size: int) -> list[tuple]:
+    """Generate for every example from its `generation_inputs` and read each output back:
+    [(prediction, valid)]."""
+    inputs, limits = prepared
+    texts = predict_text(model, tokenizer, inputs.ids, limits, batch_size)
+    return [casting.parse(text, example) for text, example in zip(texts, examples)]
+
+
+def split_metrics(spec: TaskSpec, casting, examples: list, prepared: tuple[Inputs, list[int]], parsed: list[tuple],
+                  split: str) -> dict[str, float]:
+    """The task's metrics on one split from its decoded outputs (`decode_examples`), the share of
+    invalid ones, and for SQuAD and CoNLL the shares of inputs cut and of answers cut with them."""
+    inputs = prepared[0]
+    results = score(spec, examples, casting.collect(examples, [p for p, _ in parsed]), split)
+    suffix = "" if split == "dev" else f"_{split.removeprefix('dev_')}"
+    results[f"invalid{suffix}"] = sum(not valid for _, valid in parsed) / len(parsed)
+    if casting.answers_in_input:
+        results[f"inputs_cut{suffix}"] = sum(inputs.cut) / len(examples)
+        results[f"answers_cut{suffix}"] = sum(inputs.answer_cut) / len(examples)
+    return results

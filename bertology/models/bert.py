@@ -24,15 +24,14 @@ model are all here, so this file is the whole BERT family."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import dataclasses
 import math
 import os
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +39,7 @@ from torch import nn
 
 from .. import checkpoint
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import (
     IGNORE_INDEX,
     Dropout,
@@ -51,21 +51,17 @@ from ..ops import (
     relative_position_bucket,
     span_loss,
 )
-from . import ConfigFile
+from .base import (
+    ACTIVATIONS,
+    ConfigFile,
+    FamilySpec,
+    ModelOutput,
+    PreTrainedModel,
+    activation,
+    init_module,
+    tensor_shapes,
+)
 
-# name -> (num_hidden_layers, hidden_size). Heads = hidden/64 and intermediate = 4*hidden,
-# as in the BERT paper and Turc et al. 2019 ("Well-Read Students Learn Better").
-PRESETS: dict[str, tuple[int, int]] = {
-    "tiny": (2, 128),
-    "mini": (4, 256),
-    "small": (4, 512),
-    "medium": (8, 512),
-    "base": (12, 768),
-    "large": (24, 1024),
-}
-
-
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 POSITION_TYPES = ("absolute", "relative")
 
 # Upper bounds for the size fields of a config.json: well above every published BERT-family
@@ -82,14 +78,35 @@ SIZE_LIMITS = {
 }
 
 
+BERT_SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "max_position_embeddings",
+                    "type_vocab_size", "embedding_size")
+
+
+def bert_parameters(values: dict[str, Any]) -> int:
+    """A BERT's parameter count from its config's fields: the embeddings (ALBERT's factorized ones
+    with their projection), each layer (one when shared) and the pooler."""
+    hidden, inner = values["hidden_size"], values["intermediate_size"]
+    width = values["embedding_size"] or hidden
+    embeddings = (values["vocab_size"] + values["max_position_embeddings"] + values["type_vocab_size"]) * width
+    layers = 1 if values["share_layers"] else values["num_hidden_layers"]
+    return (embeddings + (width * hidden if width != hidden else 0)
+            + layers * (4 * hidden * hidden + 2 * hidden * inner + 9 * hidden + inner) + hidden * hidden)
+
 @dataclass
 class BertConfig(ConfigFile):
-    """Hyper-parameters of a BERT encoder and its task head.
+    """Hyper-parameters of a BERT encoder and its task head (transformers' BertConfig names).
 
     Example: `BertConfig.from_preset("mini", vocab_size=8000)` is a 4-layer,
     256-wide encoder with 4 heads and a 1024-wide feed-forward.
     """
 
+    MODEL_TYPE: ClassVar[str] = "bert"
+    MODEL_TYPES: ClassVar[tuple[str, ...]] = ("bert", "bertology")  # a config.json without one is BERT's too
+    WHAT: ClassVar[str] = "a BERT encoder"
+
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(bert_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = BERT_SIZE_FIELDS
     vocab_size: int = 30522  # the uncased English WordPiece vocabulary of the BERT release
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -150,18 +167,15 @@ class BertConfig(ConfigFile):
         """Width of the token/segment/position embeddings (hidden_size unless factorized)."""
         return self.embedding_size or self.hidden_size
 
-    @property
-    def is_vanilla_bert(self) -> bool:
-        """True when transformers' BertModel can represent this architecture exactly."""
-        return (
-            self.embedding_width == self.hidden_size
-            and not self.share_layers
-            and not self.pre_layer_norm
-            and self.type_vocab_size > 0
-            and not self.causal
-            and self.position_embedding_type == "absolute"
-            and not self.gated_feed_forward  # zero biases stand in for use_bias=False
-        )
+    def transformers_incompatibility(self) -> str | None:
+        """Which variant transformers' BertModel lacks, or None when it represents this architecture exactly."""
+        variants = {"factorized embeddings": self.embedding_width != self.hidden_size,
+                    "shared layers": self.share_layers, "pre-LayerNorm": self.pre_layer_norm,
+                    "no segment embeddings": self.type_vocab_size == 0, "causal attention": self.causal,
+                    "relative positions": self.position_embedding_type != "absolute",
+                    "a gated feed-forward": self.gated_feed_forward}  # use_bias=False: zero biases stand in
+        found = [name for name, used in variants.items() if used]
+        return ", ".join(found) if found else None
 
     def validate(self) -> None:
         """Raise UserError naming the first field whose value cannot build a model.
@@ -220,99 +234,16 @@ class BertConfig(ConfigFile):
             if len(self.id2label) != self.num_labels:
                 raise UserError(f"config field 'id2label' has {len(self.id2label)} labels but 'num_labels' is "
                                 f"{self.num_labels}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> "BertConfig":
-        """Build a config from a named size preset (see PRESETS), with field overrides."""
-        if name not in PRESETS:
-            raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-        layers, hidden = PRESETS[name]
-        sizes = dict(num_hidden_layers=layers, hidden_size=hidden,
-                     num_attention_heads=hidden // 64, intermediate_size=4 * hidden)
-        return cls(**{**sizes, **overrides})
-
-    def to_dict(self) -> dict[str, Any]:
-        """The config as a transformers-compatible dict (what config.json holds)."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        data = {**self.extra, **data, "model_type": "bert"}
-        if self.id2label is not None:
-            data["id2label"] = {str(k): v for k, v in self.id2label.items()}
-            data["label2id"] = {v: int(k) for k, v in self.id2label.items()}
-        else:
-            del data["id2label"]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "BertConfig":
-        """Build a config from a dict; unknown keys are kept in `extra` for round trips."""
-        if not isinstance(data, dict):
-            raise UserError(f"{source}: expected a JSON object")
-        data = dict(data)
-        model_type = data.pop("model_type", "bert")
-        if model_type not in ("bert", "bertology"):
-            raise UserError(f"{source}: model_type {model_type!r} is not a BERT encoder")
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in data.items() if k in names}
-        extra = {k: v for k, v in data.items() if k not in names and k != "label2id"}
-        if known.get("id2label") is not None:
-            labels = known["id2label"]
-            if not isinstance(labels, dict) or not all(isinstance(k, str) and k.isdigit() for k in labels):
-                raise UserError(f"{source}: config field 'id2label' must be an object from label ids to names, "
-                                f"got {str(labels)[:80]!r}")
-            known["id2label"] = {int(k): v for k, v in labels.items()}
-            known.setdefault("num_labels", len(known["id2label"]))
-        try:
-            return cls(**known, extra=extra)
-        except UserError as err:
-            raise UserError(f"{source}: {err}") from None
-        except TypeError as err:
-            raise UserError(f"{source}: {err}") from None
+    def sizes(cls, layers: int, width: int) -> dict[str, Any]:
+        """A named size's fields: heads of 64 and a feed-forward 4 x as wide."""
+        return dict(num_hidden_layers=layers, hidden_size=width, num_attention_heads=width // 64,
+                    intermediate_size=4 * width)
 
 
-@dataclass
-class ModelOutput:
-    """What every model's forward returns; fields a model does not produce stay None.
-
-    Shapes: B = batch, T = sequence length, H = hidden size, V = vocabulary, N = number
-    of labelled (masked) positions in the batch.
-    """
-
-    loss: torch.Tensor | None = None  # scalar
-    logits: torch.Tensor | None = None  # (B, num_labels), (B, T, num_labels), or MLM (B, T, V) / (N, V)
-    prediction_logits: torch.Tensor | None = None  # masked LM: (B, T, V), or (N, V) when labels are given
-    seq_relationship_logits: torch.Tensor | None = None  # next-sentence: (B, 2)
-    start_logits: torch.Tensor | None = None  # (B, T)
-    end_logits: torch.Tensor | None = None  # (B, T)
-    last_hidden_state: torch.Tensor | None = None  # (B, T, H)
-    pooler_output: torch.Tensor | None = None  # (B, H)
-    hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings output, then each layer: (B, T, H)
-    attentions: tuple[torch.Tensor, ...] | None = None  # each layer: (B, heads, T, T)
-    past_key_values: list[tuple[torch.Tensor, ...]] | None = None  # decoders: per layer keys, values (B, heads, S, H/heads)
-    encoder_last_hidden_state: torch.Tensor | None = None  # encoder-decoders: the encoder's states (B, S, H)
-    recurrent_state: list[tuple[torch.Tensor, ...]] | None = None  # LSTMs: per layer (h, c), each (1, B, width)
-    # bertology's own, for the pre-training loop's metrics (pre-training models given labels):
-    masked_lm_loss: torch.Tensor | None = None  # scalar: the masked LM's part of `loss`
-    masked_lm_correct: torch.Tensor | None = None  # scalar: labelled positions whose argmax is the label
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-    def keys(self) -> list[str]:
-        """Names of the fields that are set, as in transformers' ModelOutput."""
-        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
-
-
-def activation(name: str):
-    """The feed-forward non-linearity named by `hidden_act`."""
-    return {
-        "gelu": F.gelu,  # exact erf form, as the BERT release
-        "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-        "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-        "relu": F.relu,
-    }[name]
-
-
-class Embeddings(nn.Module):
+class BertEmbeddings(nn.Module):
     """Token + segment + position embeddings, LayerNorm and dropout (and ALBERT's projection)."""
 
     def __init__(self, config: BertConfig):
@@ -343,7 +274,7 @@ class Embeddings(nn.Module):
         return x if self.projection is None else self.projection(x)
 
 
-class SelfAttention(nn.Module):
+class BertSelfAttention(nn.Module):
     """Multi-head scaled dot-product self-attention with one fused Q/K/V projection."""
 
     def __init__(self, config: BertConfig):
@@ -381,12 +312,12 @@ class SelfAttention(nn.Module):
         return self.out(y), weights if need_weights else None
 
 
-class TransformerLayer(nn.Module):
+class BertLayer(nn.Module):
     """Self-attention and a GELU feed-forward (or a gated one), each with a residual connection and LayerNorm."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.attention = SelfAttention(config)
+        self.attention = BertSelfAttention(config)
         self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.gated = config.gated_feed_forward
         self.ffn_in = Linear(config.hidden_size, config.intermediate_size, bias=config.use_bias)
@@ -418,28 +349,12 @@ class TransformerLayer(nn.Module):
         return self.ffn_norm(x + self.dropout(self.feed_forward(x))), weights
 
 
-def init_module(module: nn.Module, std: float) -> None:
-    """BERT's initialisation of one module: normal(0, std) weights, zero biases, unit LayerNorms."""
-    if isinstance(module, nn.Linear):
-        nn.init.normal_(module.weight, std=std)
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.Embedding):
-        nn.init.normal_(module.weight, std=std)
-        if module.padding_idx is not None:
-            with torch.no_grad():
-                module.weight[module.padding_idx].zero_()
-    elif isinstance(module, nn.LayerNorm):
-        nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
+class BertPreTrainedModel(PreTrainedModel):
+    """BERT's initialisation and its loading, lenient where a new task's head starts fresh; saving,
+    under transformers' BERT names (checkpoint.py's key table), is models/base.py's."""
 
-
-class BertPreTrainedModel(nn.Module):
-    """Shared plumbing of every model: BERT initialisation, from_pretrained, save_pretrained."""
-
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.config = config
+    config_class = BertConfig
+    backbone = "bert"
 
     def init_weights(self) -> None:
         """BERT's initialisation of every module (see `init_module`).
@@ -453,8 +368,26 @@ class BertPreTrainedModel(nn.Module):
             if id(module) not in done:
                 init_module(module, self.config.initializer_range)
 
+    onnx_output_names: ClassVar[tuple[str, ...]] = ("logits",)  # what its ONNX graph returns (uses/export.py)
+
+    def to_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Our names -> transformers' BERT names (the fused Q/K/V split in three). With use_bias=False,
+        zeros in place of the missing biases keep the file in BertModel's layout."""
+        zeros = {f"{name}.bias": torch.zeros(module.out_features) for name, module in self.named_modules()
+                 if isinstance(module, nn.Linear) and module.bias is None}
+        return checkpoint.to_transformers({**state, **zeros})
+
+    def onnx_inputs(self) -> tuple[str, ...]:
+        """The inputs of its ONNX graph (no token_type_ids when the model has no segment embeddings)."""
+        return ("input_ids", "attention_mask") + (("token_type_ids",) if self.config.type_vocab_size > 0 else ())
+
+    def onnx_outputs(self) -> tuple[str, ...]:
+        """The ModelOutput fields its forward fills without labels, which its ONNX graph returns."""
+        return self.onnx_output_names
+
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike, drop_head: bool = False, **config_overrides: Any):
+    def from_pretrained(cls, directory: str | os.PathLike, drop_head: bool = False, config: BertConfig | None = None,
+                        **config_overrides: Any):
         """Load a model from a directory in the transformers layout (ours or transformers').
 
         Args:
@@ -462,6 +395,7 @@ class BertPreTrainedModel(nn.Module):
                 `pytorch_model.bin`, read with `torch.load(weights_only=True)`).
             drop_head: ignore the checkpoint's task-head weights, a BiLSTM head's too (a new task's
                 head starts fresh).
+            config: the directory's config, already read (default: read config.json).
             config_overrides: config fields to change, e.g. `num_labels=3` for a new head.
         Returns:
             The model in eval mode. Weights a head needs but the checkpoint lacks are
@@ -470,7 +404,7 @@ class BertPreTrainedModel(nn.Module):
         directory = Path(directory)
         if not directory.is_dir():
             raise UserError(f"{directory}: no such model directory")
-        config = BertConfig.load(directory)
+        config = config if config is not None else BertConfig.load(directory)
         if config_overrides:
             try:
                 config = replace(config, **config_overrides)
@@ -486,21 +420,36 @@ class BertPreTrainedModel(nn.Module):
         model.newly_initialized = checkpoint.assign_state_dict(model, state)
         return model.eval()
 
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """Write `config.json` and `model.safetensors` (transformers' key names) atomically."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.config.extra["architectures"] = [type(self).__name__]
-        state = self.state_dict()
-        # use_bias=False: zeros in place of the missing biases keep the file in BertModel's layout
-        state |= {f"{name}.bias": torch.zeros(module.out_features) for name, module in self.named_modules()
-                  if isinstance(module, nn.Linear) and module.bias is None}
-        checkpoint.save_state_dict(state, directory)
-        self.config.save(directory)
+    @classmethod
+    def checkpoint_problems(cls, directory: str | os.PathLike, config: BertConfig) -> list[str]:
+        """Every problem of the weights at once (a head or pooler may be missing: it starts fresh), without
+        allocating the model: each tensor against the config's shapes, dtype and finiteness."""
+        try:
+            raw, path = checkpoint.read_weights(Path(directory))
+        except UserError as err:
+            return [str(err)]
+        state, _ = checkpoint.from_transformers(raw, path)
+        expected = tensor_shapes(cls, config)
+        if not config.use_bias:
+            try:
+                state = _without_zero_biases(state, expected, path)
+            except UserError as err:
+                return [str(err)]
+        return [f"{path}: {problem}" for problem in checkpoint.weight_problems(state, expected)]
 
-    def num_parameters(self) -> int:
-        """Number of distinct parameters (tied and shared weights counted once)."""
-        return sum(p.numel() for p in self.parameters())
+    @classmethod
+    def from_language_model(cls, directory: str | os.PathLike, num_labels: int, id2label: dict[int, str] | None,
+                            config: BertConfig | None = None, head_bilstm: bool = False):
+        """This task model with a fresh head (`num_labels` labels named by `id2label`; with
+        `head_bilstm`, a fresh BiLSTM under it) on the encoder of a directory of the family."""
+        return cls.from_pretrained(directory, drop_head=True, config=config, num_labels=num_labels, id2label=id2label,
+                                   head_bilstm=head_bilstm)
+
+    @classmethod
+    def keeps_head(cls, config: BertConfig, head_bilstm: bool = False) -> bool:
+        """Whether a directory's head (trained for the task at hand) can be kept: not when a BiLSTM
+        is asked for under a head that was trained without one."""
+        return config.head_bilstm or not head_bilstm
 
 
 class BertModel(BertPreTrainedModel):
@@ -513,12 +462,16 @@ class BertModel(BertPreTrainedModel):
         (torch.Size([1, 4, 128]), torch.Size([1, 128]))
     """
 
+    def onnx_outputs(self) -> tuple[str, ...]:
+        """The states, and the pooled [CLS] vector when the model has a pooler."""
+        return ("last_hidden_state", "pooler_output") if self.pooler is not None else ("last_hidden_state",)
+
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
-        self.embeddings = Embeddings(config)
+        self.embeddings = BertEmbeddings(config)
         # ALBERT's sharing: one layer's weights, applied num_hidden_layers times.
         num_distinct = 1 if config.share_layers else config.num_hidden_layers
-        self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(num_distinct))
+        self.layers = nn.ModuleList(BertLayer(config) for _ in range(num_distinct))
         # Pre-LN blocks leave the residual stream unnormalised, so the stack ends with one LayerNorm.
         self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_layer_norm else None
         self.pooler = Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
@@ -601,7 +554,7 @@ class BertModel(BertPreTrainedModel):
         )
 
 
-class MaskedLMHead(nn.Module):
+class BertMaskedLMHead(nn.Module):
     """Masked-LM head: dense + GELU + LayerNorm, then a decoder tied to the word embeddings.
 
     Given `positions`, it scores only those positions (sparse prediction): the
@@ -626,7 +579,7 @@ class MaskedLMHead(nn.Module):
         return linear(h, word_embeddings, self.bias)
 
 
-class ClassificationHead(nn.Module):
+class BertClassificationHead(nn.Module):
     """Dropout then a linear layer: on the pooled [CLS] vector, on every token, or on WiC's [CLS; targets]."""
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float):
@@ -639,7 +592,7 @@ class ClassificationHead(nn.Module):
         return self.dense(self.dropout(x))
 
 
-class HeadBiLSTM(nn.Module):
+class BertHeadBiLSTM(nn.Module):
     """The BERT paper's Table 5 "+ BiLSTM": one bidirectional LSTM layer (PyTorch's fused nn.LSTM) between
     the encoder and a task head, hidden_size // 2 wide each way so that its states keep the encoder's width.
 
@@ -648,7 +601,7 @@ class HeadBiLSTM(nn.Module):
     only their left context; the backward direction gives every position its right context back.
 
     Example:
-        >>> bilstm = HeadBiLSTM(BertConfig.from_preset("tiny", vocab_size=100, head_bilstm=True))
+        >>> bilstm = BertHeadBiLSTM(BertConfig.from_preset("tiny", vocab_size=100, head_bilstm=True))
         >>> states, summary = bilstm(torch.randn(2, 5, 128), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]))
         >>> states.shape, summary.shape
         (torch.Size([2, 5, 128]), torch.Size([2, 128]))
@@ -720,11 +673,13 @@ class BertForPreTraining(_PreTrainingHeads):
     are computed at the labelled positions only, so `prediction_logits` is (N, V).
     """
 
+    onnx_output_names = ("prediction_logits", "seq_relationship_logits")
+
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config)
-        self.mlm = MaskedLMHead(config)
-        self.nsp = ClassificationHead(config.hidden_size, 2, dropout=0.0)
+        self.mlm = BertMaskedLMHead(config)
+        self.nsp = BertClassificationHead(config.hidden_size, 2, dropout=0.0)
         self.init_weights()
 
     def forward(
@@ -759,7 +714,7 @@ class BertForMaskedLM(_PreTrainingHeads):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)
-        self.mlm = MaskedLMHead(config)
+        self.mlm = BertMaskedLMHead(config)
         self.init_weights()
 
     def forward(
@@ -786,10 +741,10 @@ class _Classifier(BertPreTrainedModel):
     def __init__(self, config: BertConfig, per_token: bool):
         super().__init__(config)
         self.per_token = per_token
-        # With the BiLSTM, sentences are read from its summary (HeadBiLSTM.forward), not the pooler.
+        # With the BiLSTM, sentences are read from its summary (BertHeadBiLSTM.forward), not the pooler.
         self.bert = BertModel(config, add_pooling_layer=not per_token and not config.head_bilstm)
-        self.bilstm = HeadBiLSTM(config) if config.head_bilstm else None
-        self.classifier = ClassificationHead(config.hidden_size, config.num_labels, _classifier_dropout(config))
+        self.bilstm = BertHeadBiLSTM(config) if config.head_bilstm else None
+        self.classifier = BertClassificationHead(config.hidden_size, config.num_labels, _classifier_dropout(config))
         self.init_weights()
 
     def forward(
@@ -842,10 +797,13 @@ class BertForQuestionAnswering(BertPreTrainedModel):
     """Encoder + span head: a start and an end score for every token (SQuAD), on the BiLSTM's states
     with `head_bilstm`."""
 
+    onnx_output_names = ("start_logits", "end_logits")
+    transformers_config_fields = {"num_labels": 2, "id2label": None}  # transformers sizes the span head by num_labels
+
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)
-        self.bilstm = HeadBiLSTM(config) if config.head_bilstm else None
+        self.bilstm = BertHeadBiLSTM(config) if config.head_bilstm else None
         self.qa_outputs = Linear(config.hidden_size, 2)
         self.init_weights()
 
@@ -881,10 +839,12 @@ class BertForWordInContext(BertPreTrainedModel):
         torch.Size([1, 2])
     """
 
+    extra_inputs = ("target_spans",)  # beyond the token inputs: no transformers class or ONNX graph takes them
+
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config)
-        self.classifier = ClassificationHead(3 * config.hidden_size, config.num_labels, _classifier_dropout(config))
+        self.classifier = BertClassificationHead(3 * config.hidden_size, config.num_labels, _classifier_dropout(config))
         self.init_weights()
 
     def forward(
@@ -914,36 +874,55 @@ class BertForWordInContext(BertPreTrainedModel):
         return _task_output(out, loss=loss, logits=logits)
 
 
+class BertDiscriminatorHead(nn.Module):
+    """ELECTRA's discriminator head (transformers' ElectraDiscriminatorPredictions): dense + activation
+    + one logit per token, replaced or original."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = Linear(config.hidden_size, config.hidden_size)
+        self.act = activation(config.hidden_act)
+        self.out = BertClassificationHead(config.hidden_size, 1, dropout=0.0)
+        for module in self.modules():
+            init_module(module, config.initializer_range)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, T) logits."""
+        return self.out(self.act(self.dense(hidden))).squeeze(-1)
+
+
+def electra_generator_config(config: BertConfig, size: float = 0.25) -> BertConfig:
+    """ELECTRA's generator: the discriminator's depth at `size` of its width (ELECTRA's best ratio is
+    1/4; the paper also studies 1/8, 1/2 and 1), reading the discriminator's embeddings (same width E)
+    through its own projection."""
+    hidden = max(32, round(config.hidden_size * size))
+    return replace(config, hidden_size=hidden, num_attention_heads=max(1, hidden // 64),
+                   intermediate_size=4 * hidden, embedding_size=config.embedding_width)
+
+
+def electra_models(config: BertConfig, generator_size: float = 0.25
+                   ) -> tuple[BertModel, BertDiscriminatorHead, BertForMaskedLM]:
+    """ELECTRA's three parts (Clark et al. 2020): the discriminator's encoder (the model it saves),
+    its head, and the small generator, sharing the token, position and segment embeddings and their
+    LayerNorm, as the release does."""
+    discriminator = BertModel(config, add_pooling_layer=False)
+    generator = BertForMaskedLM(electra_generator_config(config, generator_size))
+    for part in ("word_embeddings", "position_embeddings", "token_type_embeddings", "norm"):
+        setattr(generator.bert.embeddings, part, getattr(discriminator.embeddings, part))
+    return discriminator, BertDiscriminatorHead(config), generator
+
+
+def causal_masked_lm(config: BertConfig) -> BertForMaskedLM:
+    """The BERT paper's left-to-right baseline: the encoder under a causal mask, with the masked-LM
+    head scoring each position's next token (its labels come shifted: position t holds token t + 1)."""
+    return BertForMaskedLM(replace(config, causal=True))
+
+
 MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = {
     cls.__name__: cls
     for cls in (BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
                 BertForTokenClassification, BertForQuestionAnswering, BertForWordInContext)
 }
-
-
-def model_class(config: BertConfig) -> type[BertPreTrainedModel]:
-    """The class a config.json names in `architectures` (BertModel when it names none we know)."""
-    names = config.extra.get("architectures") or ["BertModel"]
-    return MODEL_CLASSES.get(names[0], BertModel)
-
-
-def load_pretrained(directory: str | os.PathLike) -> BertPreTrainedModel:
-    """Open a BERT model directory as the class its config.json names (the family's entry point, see models/__init__.py)."""
-    return model_class(BertConfig.load(directory)).from_pretrained(directory)
-
-
-def evenly_spaced_layers(kept: int, total: int) -> list[int]:
-    """The indices of `kept` evenly spaced layers out of `total`: i * total // kept for i < kept,
-    every (total / kept)-th layer from the first.
-
-    Keeping half is DistilBERT's "one layer out of two" (Sanh et al. 2019): 0, 2 of 4 and 0, 2, 4
-    of 6. Otherwise e.g. 2 of 6 are 0, 3; 4 of 6 are 0, 1, 3, 4; 1 is layer 0 alone; all are all.
-    (DistilBERT's released extraction script kept 0, 2, 4, 7, 9, 11 of BERT-base's 12, the last layer
-    too: give such indices to `keep_layers` directly.)
-    """
-    if not 1 <= kept <= total:
-        raise UserError(f"cannot keep {kept} of {total} layers: choose 1 to {total}")
-    return [i * total // kept for i in range(kept)]
 
 
 def keep_layers(model: BertPreTrainedModel, indices: Sequence[int]) -> BertPreTrainedModel:
@@ -979,28 +958,52 @@ def keep_layers(model: BertPreTrainedModel, indices: Sequence[int]) -> BertPreTr
     return cut
 
 
-def tensor_shapes(cls: type[BertPreTrainedModel], config: BertConfig) -> dict[str, torch.Size]:
-    """The state-dict shapes of a `cls(config)` model, found without allocating it (PyTorch's meta
-    device), so that weights are checked against the config before any memory is spent."""
-    with torch.device("meta"), _skipped_init():
-        return {name: tensor.shape for name, tensor in cls(config).state_dict().items()}
+def _layer_of(name: str) -> int | None:
+    """A task model's parameter -> its depth: 0 the embeddings, i + 1 layer i, None the pooler and head."""
+    if match := re.search(r"(?:^|\.)layers\.(\d+)\.", name):
+        return int(match.group(1)) + 1
+    return 0 if re.search(r"(?:^|\.)embeddings\.", name) else None
 
 
-# torch.nn.init's in-place fills, made no-ops by `_skipped_init`.
-_INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "zeros_", "ones_", "xavier_uniform_",
-                   "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_")
+def _switch(field_name: str):
+    """A `pretrain` switch that sets the config field of its name when given."""
+    return lambda value: {field_name: value} if value else {}
 
 
-@contextlib.contextmanager
-def _skipped_init():
-    """torch.nn.init's fills as no-ops, as transformers' `no_init_weights` makes them: a meta tensor
-    holds nothing to fill, and filling one at random goes through torch._refs, whose first use
-    imports torch._dynamo (0.7 s, on every model load)."""
-    saved = {name: getattr(nn.init, name) for name in _INIT_FUNCTIONS}
-    try:
-        for name in _INIT_FUNCTIONS:
-            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
-        yield
-    finally:
-        for name, function in saved.items():
-            setattr(nn.init, name, function)
+SPEC = FamilySpec(
+    config_class=BertConfig,
+    model_classes=MODEL_CLASSES,
+    default_class=BertModel,
+    describe=lambda c: f"encoder ({c.num_hidden_layers} layers, {c.hidden_size} wide, {c.vocab_size:,}-token vocabulary)",
+    objectives=("bert", "roberta", "albert", "electra", "clm"),
+    pretraining_models={"masked_lm": BertForMaskedLM, "masked_lm_with_pair": BertForPreTraining,
+                        "causal_lm": causal_masked_lm, "replaced_token_detection": electra_models},
+    pretrain_switches={"pre_layer_norm": _switch("pre_layer_norm"), "share_layers": _switch("share_layers"),
+                       "embedding_size": _switch("embedding_size"),
+                       "segment_embeddings": lambda on: {} if on else {"type_vocab_size": 0},
+                       "position": lambda kind: {"position_embedding_type": kind} if kind != "absolute" else {},
+                       # Cramming's (Geiping and Goldstein 2022)
+                       "bias": lambda on: {} if on else {"use_bias": False},
+                       "gated_gelu": _switch("gated_feed_forward"),
+                       "dropout": lambda p: {} if p is None else {"hidden_dropout_prob": p,
+                                                                  "attention_probs_dropout_prob": p}},
+    context_length=lambda c: c.max_position_embeddings,
+    heads={"sequence": BertForSequenceClassification, "token": BertForTokenClassification,
+           "span": BertForQuestionAnswering, "wic": BertForWordInContext},
+    finetune_modes=("finetune", "features"),
+    finetune_options=("head_bilstm",),
+    random_twin=True,
+    feature_encoder=lambda directory, config: BertModel.from_pretrained(directory, config=config),
+    hidden_states=lambda stack, ids, mask, types=None: stack(ids, mask, types, output_hidden_states=True).hidden_states,
+    feature_layers=lambda c: c.num_hidden_layers,
+    feature_width=lambda c: c.hidden_size,
+    input_vectors=lambda stack: stack.embeddings.word_embeddings.weight,
+    layer_of=_layer_of,
+    num_layers=lambda model: len(model.bert.layers),
+    attention_maps=True,
+    student_config=lambda teacher, preset, **head: BertConfig.from_preset(
+        preset, vocab_size=teacher.vocab_size, max_position_embeddings=teacher.max_position_embeddings,
+        type_vocab_size=teacher.type_vocab_size, **head),
+    keep_layers=keep_layers,
+    export_formats=("hf", "int8", "onnx"),
+)

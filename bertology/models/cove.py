@@ -44,22 +44,20 @@ vectors) and target_words.txt (the German vocabulary): self-contained, no GloVe 
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .. import checkpoint
 from ..errors import UserError
-from ..files import write_text_atomic
-from . import ConfigFile
-from .bert import ModelOutput
+from ..memory import FP32_BYTES, check_fits, check_model_size
+from .base import ConfigFile, FamilySpec, ModelOutput, PreTrainedModel
 from .static import normalize_word, tokenize_words
 
 MODEL_TYPE = "cove"
@@ -107,6 +105,22 @@ def detokenize(tokens: list[str]) -> str:
     return _JOINERS.sub(r"\1", _NO_SPACE_AFTER.sub(r"\1", _NO_SPACE_BEFORE.sub(r"\1", text)))
 
 
+COVE_SIZE_FIELDS = ("input_size", "hidden_size", "num_layers", "target_embedding_size", "source_vocab_size",
+                    "decoder_vocab_size")
+
+
+def cove_parameters(values: dict[str, Any]) -> int:
+    """A CoVe translation model's parameter count from its config's fields: the fixed English vectors,
+    the encoder's BiLSTMs, the decoder's LSTMs (2 H wide, fed the attention's output too), the
+    attention and the German embedding and output layers."""
+    hidden, layers, target = values["hidden_size"], values["num_layers"], values["target_embedding_size"]
+    encoder = sum(2 * 4 * (inputs * hidden + hidden * hidden + 2 * hidden)
+                  for inputs in [values["input_size"]] + [2 * hidden] * (layers - 1))
+    decoder = sum(4 * (inputs * 2 * hidden + 4 * hidden * hidden + 4 * hidden)
+                  for inputs in [target + 2 * hidden] + [2 * hidden] * (layers - 1))
+    german = values["decoder_vocab_size"] * (target + 2 * hidden + 1)
+    return values["source_vocab_size"] * values["input_size"] + encoder + decoder + 8 * hidden * hidden + german
+
 @dataclass
 class CoVeConfig(ConfigFile):
     """Hyper-parameters of the MT-LSTM and its decoder (transformers' names where they exist).
@@ -115,6 +129,9 @@ class CoVeConfig(ConfigFile):
     decoder_vocab_size=8004)` is the paper's MT-LSTM over 300-d GloVe vectors.
     """
 
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(cove_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = COVE_SIZE_FIELDS
     MODEL_TYPE: ClassVar[str] = MODEL_TYPE
     WHAT: ClassVar[str] = "a CoVe model"
 
@@ -145,6 +162,7 @@ class CoVeConfig(ConfigFile):
                             f"tokens ({len(SOURCE_SPECIALS)} and {len(TARGET_SPECIALS)})")
         if type(self.dropout) not in (int, float) or not 0 <= self.dropout < 1:
             raise UserError(f"config field 'dropout' must be a number in [0, 1), got {self.dropout!r}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @property
     def features_size(self) -> int:
@@ -152,12 +170,12 @@ class CoVeConfig(ConfigFile):
         return self.input_size + 2 * self.hidden_size
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> "CoVeConfig":
-        """A config from a named size (see PRESETS), with field overrides."""
+    def preset(cls, name: str) -> dict[str, Any]:
+        """A named size's fields, from CoVe's size table (PRESETS)."""
         if name not in PRESETS:
             raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
         hidden_size, target_embedding_size = PRESETS[name]
-        return cls(**{"hidden_size": hidden_size, "target_embedding_size": target_embedding_size, **overrides})
+        return {"hidden_size": hidden_size, "target_embedding_size": target_embedding_size}
 
 
 class MTLSTM(nn.Module):
@@ -236,38 +254,32 @@ class AttentionDecoder(nn.Module):
         return self.output(self.dropout(adjusted))
 
 
-class CoVePreTrainedModel(nn.Module):
-    """Saving and loading, shared by the translation model and the feature model."""
+class CoVePreTrainedModel(PreTrainedModel):
+    """Saving and loading (models/base.py's, with the two word lists beside the weights), shared by
+    the translation model and the feature model (which opens a translation model's directory and
+    leaves the decoder out)."""
+
+    config_class = CoVeConfig
 
     def __init__(self, config: CoVeConfig, source_words: list[str], target_words: list[str]):
-        super().__init__()
+        super().__init__(config)
         if len(source_words) != config.source_vocab_size or len(target_words) != config.decoder_vocab_size:
             raise ValueError(f"{len(source_words)} source and {len(target_words)} target words for a config of "
                              f"{config.source_vocab_size} and {config.decoder_vocab_size}")
-        self.config = config
         self.source_words = list(source_words)
         self.target_words = list(target_words)
         self.source_index = {word: i for i, word in enumerate(self.source_words)}
         self.target_index = {word: i for i, word in enumerate(self.target_words)}
         self.encoder = MTLSTM(config)
 
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """Write the word lists, model.safetensors and config.json (last, naming this class), atomically."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(directory / SOURCE_WORDS_NAME, "".join(w + "\n" for w in self.source_words))
-        write_text_atomic(directory / TARGET_WORDS_NAME, "".join(w + "\n" for w in self.target_words))
-        checkpoint.write_weights(self.state_dict(), directory)
-        self.config.architectures = [type(self).__name__]
-        self.config.save(directory)
+    def extra_files(self) -> dict[str, str]:
+        """The English and the German word lists, one word a line."""
+        return {SOURCE_WORDS_NAME: "".join(w + "\n" for w in self.source_words),
+                TARGET_WORDS_NAME: "".join(w + "\n" for w in self.target_words)}
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> "CoVePreTrainedModel":
-        """Load a directory written by `save_pretrained` (the feature model takes a translation
-        model's directory and leaves the decoder out); eval mode. A word list of the wrong length,
-        or a weight missing, misshapen or not finite, is a one-line error naming the file."""
-        directory = Path(directory)
-        config = CoVeConfig.load(directory)
+    def read_extra_files(cls, directory: Path, config: CoVeConfig) -> dict[str, Any]:
+        """The two word lists; one of the wrong length is a one-line error naming the file."""
         words = {}
         for name, size, what in ((SOURCE_WORDS_NAME, config.source_vocab_size, "source_vocab_size"),
                                  (TARGET_WORDS_NAME, config.decoder_vocab_size, "decoder_vocab_size")):
@@ -277,10 +289,7 @@ class CoVePreTrainedModel(nn.Module):
             words[name] = path.read_text(encoding="utf-8").split("\n")[:-1]
             if len(words[name]) != size:
                 raise UserError(f"{path}: {len(words[name])} words, but {directory / 'config.json'} has {what} {size}")
-        state, source = checkpoint.read_weights(directory)
-        model = cls(config, words[SOURCE_WORDS_NAME], words[TARGET_WORDS_NAME])
-        checkpoint.load_checked(model, state, source, "a CoVe model of this config")
-        return model.eval()
+        return {"source_words": words[SOURCE_WORDS_NAME], "target_words": words[TARGET_WORDS_NAME]}
 
     def source_ids(self, sentences: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         """B word sequences (already split, e.g. by `source_words`) -> input_ids, attention_mask (B, S).
@@ -296,10 +305,6 @@ class CoVePreTrainedModel(nn.Module):
                                                                          unknown) for w in words])
             mask[row, : len(words)] = 1
         return ids, mask
-
-    def num_parameters(self) -> int:
-        """Trained parameters (the fixed English vectors are a buffer)."""
-        return sum(p.numel() for p in self.parameters())
 
 
 class CoVeForTranslation(CoVePreTrainedModel):
@@ -449,7 +454,12 @@ class CoVeForTranslation(CoVePreTrainedModel):
     def translate(self, texts: list[str], beam_size: int = 1, max_length: int | None = None,
                   batch_size: int = 64) -> list[str]:
         """English texts -> German texts (greedy for beam_size 1, else beam search), in order,
-        batched by length."""
+        batched by length. More beams than German words, or than the memory holds, is a one-line error."""
+        vocab_size = self.config.decoder_vocab_size
+        if beam_size > vocab_size:
+            raise UserError(f"--beam-size {beam_size} is more than the model's {vocab_size:,} German words")
+        check_fits(3 * FP32_BYTES * min(batch_size, len(texts)) * beam_size * vocab_size,
+                   f"--beam-size {beam_size} x --batch-size {batch_size} over {vocab_size:,} German words")
         sentences = [source_words(text, self.config.lowercase) for text in texts]
         order = sorted(range(len(texts)), key=lambda i: len(sentences[i]))
         out: list[str] = [""] * len(texts)
@@ -483,6 +493,19 @@ class CoVeModel(CoVePreTrainedModel):
         return normalize_word(word, self.config.lowercase)
 
     @torch.no_grad()
+    def text_features(self, texts: list[list[str]], batch_size: int = 64) -> list[torch.Tensor]:
+        """Each text's (words, D + 2H) float16 [GloVe; CoVe] features: the MT-LSTM run once over
+        every text (sorted by length, batch_size at a time); a text with no word gives (0, D + 2H)."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        encoded: list[torch.Tensor] = [torch.zeros(0, self.hidden_size, dtype=torch.float16)] * len(texts)
+        for start in range(0, len(order), batch_size):
+            rows = order[start: start + batch_size]
+            features, _ = self([texts[i] for i in rows])  # (B, T, D + 2H)
+            for j, i in enumerate(rows):
+                encoded[i] = features[j, : len(texts[i])].half()
+        return encoded
+
+    @torch.no_grad()
     def forward(self, sentences: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Features of a batch of word sequences.
 
@@ -503,9 +526,29 @@ class CoVeModel(CoVePreTrainedModel):
         return features, real
 
 
-def load_pretrained(directory: str | os.PathLike) -> CoVeForTranslation | CoVeModel:
-    """A CoVe model from a directory written here: the translation model, or (a feature model's
-    encoder, saved without the decoder) the feature model, as config.json's `architectures` says."""
-    if CoVeConfig.load(directory).architectures[:1] == ["CoVeModel"]:
-        return CoVeModel.from_pretrained(directory)
-    return CoVeForTranslation.from_pretrained(directory)
+def _target_views(model: CoVeModel, targets: list[tuple[list[str], int]],
+                  batch_size: int) -> tuple[dict[str, np.ndarray], int]:
+    """WiC's views of the target word: the paper's [GloVe; CoVe], and each half alone beside it
+    (the GloVe half is its context-free control)."""
+    rows = []
+    for first in range(0, len(targets), batch_size):
+        chunk = targets[first:first + batch_size]
+        features, _ = model([words for words, _ in chunk])  # (B, T, D + 2H)
+        rows.append(features[torch.arange(len(chunk)), [position for _, position in chunk]].numpy())
+    both = np.concatenate(rows)
+    glove_width = model.config.input_size
+    return {"GloVe (context-free)": both[:, :glove_width], "CoVe": both[:, glove_width:], "[GloVe; CoVe]": both}, 0
+
+
+SPEC = FamilySpec(
+    config_class=CoVeConfig,
+    model_classes={cls.__name__: cls for cls in (CoVeForTranslation, CoVeModel)},
+    default_class=CoVeForTranslation,
+    describe=lambda c: f"CoVe MT-LSTM ({c.num_layers} layers, {c.hidden_size} wide)",
+    runner="word_features",
+    tokenized=False,
+    translates=True,
+    finetune_modes=("features",),  # a fixed feature source, as in its paper
+    word_features=lambda directory, config: CoVeModel.from_pretrained(directory, config=config),
+    word_views=_target_views,
+)

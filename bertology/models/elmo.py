@@ -29,21 +29,18 @@ language-model objective carries it along a token stream (training/objectives.py
 
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import checkpoint
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy
-from . import ConfigFile
-from .bert import ModelOutput
+from .base import ConfigFile, FamilySpec, ModelOutput, PreTrainedModel
 
 # PyTorch's CPU LSTM with proj_size runs its own kernel instead of oneDNN's and says so once per
 # process; the speed it costs is measured in bench/elmo.py, and the warning tells a user nothing to do.
@@ -69,6 +66,23 @@ PRESETS: dict[str, tuple[list[list[int]], int, int, int]] = {
 }
 
 
+ELMO_SIZE_FIELDS = ("vocab_size", "max_characters_per_token", "char_embedding_dim", "n_highway", "projection_dim",
+                    "lstm_dim", "n_layers")
+
+
+def elmo_parameters(values: dict[str, Any]) -> int:
+    """An ELMo biLM's size from its config's fields, in fp32 parameters: the character CNN (its
+    filters, highway layers and projection), each direction's LSTMs with projections, the softmax
+    over the vocabulary, and the vocabulary's character ids (int64: two parameters' bytes each)."""
+    filters = sum(count for _, count in values["filters"])
+    projection, cells = values["projection_dim"], values["lstm_dim"]
+    cnn = (262 * values["char_embedding_dim"] + sum(width * values["char_embedding_dim"] * count
+                                                   for width, count in values["filters"])
+           + values["n_highway"] * 2 * (filters * filters + filters) + filters * projection)
+    lstms = 2 * values["n_layers"] * (4 * cells * (2 * projection + 2) + cells * projection)
+    vocab = values["vocab_size"]
+    return cnn + lstms + vocab * (projection + 1) + 2 * vocab * values["max_characters_per_token"]
+
 @dataclass
 class ELMoConfig(ConfigFile):
     """Hyper-parameters of an ELMo biLM (the names of bilm-tf's options file, flattened).
@@ -76,6 +90,9 @@ class ELMoConfig(ConfigFile):
     Example: `ELMoConfig.from_preset("base", vocab_size=30522)` is the original ELMo's biLM.
     """
 
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(elmo_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = ELMO_SIZE_FIELDS
     MODEL_TYPE: ClassVar[str] = MODEL_TYPE
     WHAT: ClassVar[str] = "an ELMo biLM"
 
@@ -90,7 +107,7 @@ class ELMoConfig(ConfigFile):
     use_skip_connections: bool = True  # the second LSTM adds its input to its output
     dropout: float = 0.1
     pad_token_id: int = 0
-    architectures: list[str] = field(default_factory=lambda: ["ELMoLanguageModel"])
+    architectures: list[str] = field(default_factory=lambda: ["ELMoLMHeadModel"])
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -109,6 +126,7 @@ class ELMoConfig(ConfigFile):
                             f"({self.lstm_dim}): the LSTMs project their cells down to it")
         if type(self.dropout) not in (int, float) or not 0 <= self.dropout < 1:
             raise UserError(f"config field 'dropout' must be a number in [0, 1), got {self.dropout!r}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @property
     def hidden_size(self) -> int:
@@ -121,13 +139,13 @@ class ELMoConfig(ConfigFile):
         return self.n_layers
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> "ELMoConfig":
-        """A config from a named size (see PRESETS), with field overrides."""
+    def preset(cls, name: str) -> dict[str, Any]:
+        """A named size's fields, from ELMo's size table (PRESETS)."""
         if name not in PRESETS:
             raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
         filters, n_highway, projection_dim, lstm_dim = PRESETS[name]
-        return cls(**{**dict(filters=[list(f) for f in filters], n_highway=n_highway, projection_dim=projection_dim,
-                             lstm_dim=lstm_dim), **overrides})
+        return dict(filters=[list(f) for f in filters], n_highway=n_highway, projection_dim=projection_dim,
+                    lstm_dim=lstm_dim)
 
 
 def character_ids(tokens: list[str], max_characters: int) -> torch.Tensor:
@@ -211,32 +229,11 @@ class ELMoBiLM(nn.Module):
         return outputs, new_state
 
 
-class ELMoPreTrainedModel(nn.Module):
-    """Saving and loading, shared by the language model and the feature model."""
+class ELMoPreTrainedModel(PreTrainedModel):
+    """Saving and loading (models/base.py's), shared by the language model and the feature model
+    (which opens a language model's directory and leaves its softmax out)."""
 
-    def __init__(self, config: ELMoConfig):
-        super().__init__()
-        self.config = config
-
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """Write config.json (naming this class) and model.safetensors atomically."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.config.architectures = [type(self).__name__]
-        checkpoint.write_weights(self.state_dict(), directory)
-        self.config.save(directory)
-
-    @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> "ELMoPreTrainedModel":
-        """Load a directory written by `save_pretrained` (the feature model takes a language
-        model's directory and leaves its softmax out); eval mode. A weight missing, misshapen or
-        not finite is a one-line error naming the file."""
-        directory = Path(directory)
-        config = ELMoConfig.load(directory)
-        state, source = checkpoint.read_weights(directory)
-        model = cls(config)
-        checkpoint.load_checked(model, state, source, "an ELMo biLM of this config")
-        return model.eval()
+    config_class = ELMoConfig
 
     def num_parameters(self, softmax: bool = True) -> int:
         """Trained parameters (the character table is a buffer); softmax=False leaves the output layer out,
@@ -244,13 +241,21 @@ class ELMoPreTrainedModel(nn.Module):
         return sum(p.numel() for name, p in self.named_parameters() if softmax or not name.startswith("softmax."))
 
 
-class ELMoLanguageModel(ELMoPreTrainedModel):
+class ELMoLMHeadModel(ELMoPreTrainedModel):
     """The biLM with its shared softmax: each direction predicts the next token in its reading order."""
 
     def __init__(self, config: ELMoConfig):
         super().__init__(config)
         self.bilm = ELMoBiLM(config)
         self.softmax = nn.Linear(config.projection_dim, config.vocab_size)
+
+    def state_widths(self) -> list[tuple[int, int]]:
+        """Each LSTM's (h, c) widths in one direction: the carried state of a token stream."""
+        return [(self.config.projection_dim, self.config.lstm_dim)] * self.config.n_layers
+
+    def learn_spellings(self, tokens: list[str]) -> None:
+        """Give the character CNN every vocabulary entry's spelling (its `char_ids` buffer)."""
+        self.bilm.token_encoder.char_ids.copy_(character_ids(tokens, self.config.max_characters_per_token))
 
     def direction_loss(self, input_ids: torch.Tensor, labels: torch.Tensor, backward: bool,
                        state: STATE | None) -> ModelOutput:
@@ -296,9 +301,29 @@ class ELMoModel(ELMoPreTrainedModel):
         return ModelOutput(last_hidden_state=layers[-1], hidden_states=tuple(layers))
 
 
-def load_pretrained(directory: str | os.PathLike) -> ELMoLanguageModel | ELMoModel:
-    """An ELMo biLM from a directory written here: the language model, or (a feature model's
-    encoder, saved without the softmax) the feature model, as config.json's `architectures` says."""
-    if ELMoConfig.load(directory).architectures[:1] == ["ELMoModel"]:
-        return ELMoModel.from_pretrained(directory)
-    return ELMoLanguageModel.from_pretrained(directory)
+def _token_layer(stack: "ELMoModel") -> torch.Tensor:
+    """ELMo's context-free vectors: the character CNN's output for every vocabulary entry (V, 2 x projection)."""
+    ids = torch.arange(stack.config.vocab_size, device=next(stack.parameters()).device)
+    return torch.cat([stack.bilm.token_encoder(chunk[None])[0] for chunk in ids.split(4096)])
+
+
+SPEC = FamilySpec(
+    config_class=ELMoConfig,
+    model_classes={**{cls.__name__: cls for cls in (ELMoLMHeadModel, ELMoModel)},
+                   "ELMoLanguageModel": ELMoLMHeadModel},  # the name directories of bertology 0.1 hold
+    default_class=ELMoLMHeadModel,
+    describe=lambda c: (f"ELMo biLM (2 x {c.n_layers} layers, {c.projection_dim}/{c.lstm_dim} wide, "
+                        f"{c.vocab_size:,}-token vocabulary)"),
+    objectives=("bilm",),
+    pretraining_models={"bidirectional_lm": ELMoLMHeadModel},
+    reads_stream=True,
+    token_ids=lambda tokenizer: {"pad_token_id": tokenizer.pad_token_id},
+    vocabulary_hook=lambda model, tokens: model.learn_spellings(tokens),
+    finetune_modes=("features",),  # a feature source, as in its paper
+    feature_encoder=lambda directory, config: ELMoModel.from_pretrained(directory, config=config),
+    feature_layers=lambda c: c.n_layers,
+    feature_width=lambda c: c.hidden_size,
+    input_vectors=_token_layer,
+    layer_names=("token layer", "LSTM"),
+    two_directions=True,
+)

@@ -29,8 +29,7 @@ from ..errors import UserError
 from ..files import atomic_path, loads_json, write_json_atomic
 from ..ops import IGNORE_INDEX
 from . import family_of
-from .bert import BertModel, ModelOutput
-from .elmo import ELMoModel
+from .base import FamilySpec, ModelOutput
 from .static import StaticVectors, tokenize_words
 
 # name -> (layers relative to the stack, how to combine them). Layer 0 is the embeddings output.
@@ -188,13 +187,70 @@ def head_loss(logits: torch.Tensor, labels: torch.Tensor, kind: str, regression:
     return F.cross_entropy(logits, labels)
 
 
-def load_feature_encoder(directory: str | Path) -> BertModel | ELMoModel:
-    """A model directory's encoder as a feature source, in eval mode (task heads and an LM's
-    softmax left out): a BERT (hidden_states: the embeddings output, then every layer) or ELMo's
-    biLM (its token layer, then each LSTM layer, both directions side by side)."""
-    if family_of(directory).name == "elmo":
-        return ELMoModel.from_pretrained(directory)
-    return BertModel.from_pretrained(directory)
+class FeatureEncoder(nn.Module):
+    """Any family's layer stack as a feature source, called like a BERT encoder.
+
+    `stack` is what the family's spec gives as its `feature_encoder` (a BERT's BertModel, a GPT's
+    decoder stack, a T5's encoder, ELMo's biLM, an AWD-LSTM's LSTMs), read through the spec's
+    `hidden_states`: forward returns every layer's states, the embeddings' output first, as
+    transformers' `hidden_states`. `num_hidden_layers` counts the layers above the embeddings.
+    """
+
+    def __init__(self, stack: nn.Module, spec: FamilySpec, config):
+        super().__init__()
+        self.stack = stack
+        self.spec = spec
+        self.config = config
+
+    @property
+    def num_hidden_layers(self) -> int:
+        """Layers above the embeddings (hidden_states holds this many plus one)."""
+        return self.spec.feature_layers(self.config)
+
+    @property
+    def hidden_size(self) -> int:
+        """The width of the last layer's states."""
+        return self.spec.feature_width(self.config)
+
+    @property
+    def context_length(self) -> int | None:
+        """The longest input the stack reads (None: no hard limit)."""
+        return self.spec.context_length(self.config)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = True) -> ModelOutput:
+        """input_ids, attention_mask, token_type_ids (B, T), right-padded -> hidden_states, each
+        (B, T, H) (an AWD-LSTM's differ in width), and last_hidden_state."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        states = tuple(self.spec.hidden_states(self.stack, input_ids, attention_mask, token_type_ids))
+        return ModelOutput(last_hidden_state=states[-1], hidden_states=states)
+
+    def describe(self) -> str:
+        """What the family's spec says of this model ("encoder (6 layers, 384 wide, ...)")."""
+        return self.spec.describe(self.config)
+
+    def input_vectors(self) -> torch.Tensor:
+        """The context-free vector of every vocabulary entry, (V, E) fp32 on the CPU: the input
+        embeddings (ELMo: its token layer, the same in every context)."""
+        with torch.no_grad():
+            return self.spec.input_vectors(self.stack).detach().float().cpu()
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """The stack's own directory (a feature model keeps its encoder so)."""
+        self.stack.save_pretrained(directory)
+
+
+def load_feature_encoder(directory: str | Path, config_data: dict | None = None) -> FeatureEncoder:
+    """A model directory's layer stack as a feature source, in eval mode (task heads and an LM's
+    softmax left out); `config_data`: its config.json, read already. A family without a layer
+    stack (static vectors) is a one-line error."""
+    family = family_of(directory, config_data)
+    spec = family.spec
+    if spec.feature_encoder is None:
+        raise UserError(f"{directory}: a {family.name} model has no layers to read features from")
+    config = spec.config_class.load(directory, config_data)
+    return FeatureEncoder(spec.feature_encoder(directory, config).eval(), spec, config).eval()
 
 
 WORD_VECTORS_DIR = "word_vectors"  # a feature model's static vectors, when its head reads them
@@ -289,11 +345,11 @@ class PieceWordVectors(nn.Module):
 
 
 class FeatureModel(nn.Module):
-    """A frozen encoder (a BERT or ELMo's biLM) and a feature head, called like a task model
-    (logits out); with `word_vectors`, each piece's static word vector goes in front of its
-    features, ELMo's [x_k; ELMo_k]."""
+    """A frozen encoder (a BERT or ELMo's biLM, as a `FeatureEncoder`) and a feature head, called
+    like a task model (logits out); with `word_vectors`, each piece's static word vector goes in
+    front of its features, ELMo's [x_k; ELMo_k]."""
 
-    def __init__(self, encoder: BertModel | ELMoModel, head: FeatureHead, word_vectors: PieceWordVectors | None = None):
+    def __init__(self, encoder: FeatureEncoder, head: FeatureHead, word_vectors: PieceWordVectors | None = None):
         super().__init__()
         if bool(head.config.word_vector_size) != (word_vectors is not None):
             raise ValueError("the head's word_vector_size and the word vectors given disagree")
@@ -326,8 +382,8 @@ class FeatureModel(nn.Module):
         write_json_atomic(directory / HEAD_CONFIG, dataclasses.asdict(self.head.config))
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path) -> FeatureModel:
-        """Load what `save_pretrained` wrote."""
+    def from_pretrained(cls, directory: str | Path, config_data: dict | None = None) -> FeatureModel:
+        """Load what `save_pretrained` wrote (`config_data`: its config.json, read already)."""
         directory = Path(directory)
         try:
             config = HeadConfig(**loads_json((directory / HEAD_CONFIG).read_text(encoding="utf-8")))
@@ -336,4 +392,4 @@ class FeatureModel(nn.Module):
         except (OSError, ValueError, TypeError, RuntimeError) as err:
             raise UserError(f"{directory}: cannot load the feature head ({err})") from None
         word_vectors = PieceWordVectors.from_pretrained(directory / WORD_VECTORS_DIR) if config.word_vector_size else None
-        return cls(load_feature_encoder(directory), head, word_vectors).eval()
+        return cls(load_feature_encoder(directory, config_data), head, word_vectors).eval()

@@ -27,24 +27,22 @@ span heads, so a GPT-1 directory with one of them names our class and loads here
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import checkpoint
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy, last_token_states, span_loss
-from . import ConfigFile
-from .bert import PRESETS, ModelOutput, activation
+from .base import ConfigFile, FamilySpec, ModelOutput, PreTrainedModel, activation, init_module
 
-# The sizes are the BERT family's (bert.PRESETS: name -> layers, width), so that `--preset` means
+# The sizes are every family's (base.SIZES: name -> layers, width), so that `--preset` means
 # the same for every family; n_head = width / 64, 512 positions. "base" is GPT-1's size (117M
 # parameters with its 40,478-token vocabulary).
 MODEL_TYPES = ("openai-gpt", "gpt2")
@@ -52,6 +50,17 @@ MODEL_TYPES = ("openai-gpt", "gpt2")
 OPENAI_GPT_AFN = {"gelu": "gelu_new", "relu": "relu"}
 CACHE = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each (B, heads, S, head size)
 
+
+GPT_SIZE_FIELDS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_inner")
+
+
+def gpt_parameters(values: dict[str, Any]) -> int:
+    """A GPT's parameter count from its config's fields: embeddings, then per block the attention
+    (4 E^2), the feed-forward (2 E I) and their biases and LayerNorms."""
+    width = values["n_embd"]
+    inner = values["n_inner"] or 4 * width
+    return (values["vocab_size"] + values["n_positions"]) * width + values["n_layer"] * (
+        4 * width * width + 2 * width * inner + 9 * width + inner) + 2 * width
 
 @dataclass
 class GPTConfig(ConfigFile):
@@ -61,6 +70,13 @@ class GPTConfig(ConfigFile):
     with GPT-1's post-LN blocks; `pre_layer_norm=True` gives GPT-2's.
     """
 
+    MODEL_TYPES: ClassVar[tuple[str, ...]] = MODEL_TYPES
+    WHAT: ClassVar[str] = "a GPT"
+    NOT_STORED: ClassVar[tuple[str, ...]] = ("pre_layer_norm",)  # the model_type says it
+
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(gpt_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = GPT_SIZE_FIELDS
     vocab_size: int = 40478
     n_positions: int = 512  # the context length
     n_embd: int = 768
@@ -102,12 +118,14 @@ class GPTConfig(ConfigFile):
             raise UserError(f"config field 'activation_function' {self.activation_function!r} is not known") from None
         if type(self.num_labels) is not int or self.num_labels < 1:
             raise UserError(f"config field 'num_labels' must be a positive integer, got {self.num_labels!r}")
-        if type(self.lm_coef) not in (int, float) or self.lm_coef < 0:
-            raise UserError(f"config field 'lm_coef' must be a number >= 0, got {self.lm_coef!r}")
+        for name in ("lm_coef", "initializer_range"):  # `nan < 0` is False: the range is written to fail on NaN
+            if type(getattr(self, name)) not in (int, float) or not 0 <= getattr(self, name) < math.inf:
+                raise UserError(f"config field {name!r} must be a finite number >= 0, got {getattr(self, name)!r}")
         for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
             # Not checked against vocab_size: transformers' GPT-2 config keeps 50256 at any size.
             if getattr(self, name) is not None and (type(getattr(self, name)) is not int or getattr(self, name) < 0):
                 raise UserError(f"config field {name!r} must be a token id or null, got {getattr(self, name)!r}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @property
     def model_type(self) -> str:
@@ -120,16 +138,13 @@ class GPTConfig(ConfigFile):
         return self.n_inner or 4 * self.n_embd
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> "GPTConfig":
-        """A config from a named size (see PRESETS), with field overrides."""
-        if name not in PRESETS:
-            raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-        n_layer, n_embd = PRESETS[name]
-        return cls(**{**dict(n_layer=n_layer, n_embd=n_embd, n_head=max(n_embd // 64, 1)), **overrides})
+    def sizes(cls, layers: int, width: int) -> dict[str, Any]:
+        """A named size's fields: heads of 64."""
+        return dict(n_layer=layers, n_embd=width, n_head=max(width // 64, 1))
 
     def to_dict(self) -> dict[str, Any]:
         """config.json's content, in the keys of the transformers class for this layout."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "pre_layer_norm")}
+        data = super().to_dict()
         if not self.pre_layer_norm:  # OpenAIGPTConfig: `afn`, and the feed-forward is always 4 * n_embd
             activation_name = data.pop("activation_function")
             if activation_name not in OPENAI_GPT_AFN.values():
@@ -140,36 +155,15 @@ class GPTConfig(ConfigFile):
                 raise UserError("GPT-1's layout (openai-gpt) has a feed-forward of 4 * n_embd; n_inner needs "
                                 "pre_layer_norm (GPT-2's layout)")
             del data["n_inner"]
-        if self.id2label is not None:  # transformers' keys: string ids, and the inverse map
-            data["id2label"] = {str(k): v for k, v in self.id2label.items()}
-            data["label2id"] = {v: int(k) for k, v in self.id2label.items()}
-        else:
-            del data["id2label"]
-        return {**self.extra, **data, "model_type": self.model_type}
+        return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "GPTConfig":
-        """A config from config.json's content (either transformers layout); unknown keys go to `extra`."""
-        data = dict(data)
-        model_type = data.pop("model_type", None)
-        if model_type not in MODEL_TYPES:
-            raise UserError(f"{source}: model_type {model_type!r} is not a GPT ({' or '.join(MODEL_TYPES)})")
+    def from_stored(cls, data: dict[str, Any], model_type: str, source: str) -> dict[str, Any]:
+        """GPT-1's `afn` as our activation name; the layout (pre-LN or not) from the model_type."""
         if "afn" in data:
             data["activation_function"] = OPENAI_GPT_AFN.get(data["afn"], data["afn"])
             del data["afn"]
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "pre_layer_norm"}
-        known = {k: v for k, v in data.items() if k in names}
-        extra = {k: v for k, v in data.items() if k not in names and k != "label2id"}
-        if isinstance(known.get("id2label"), dict):
-            try:
-                known["id2label"] = {int(k): v for k, v in known["id2label"].items()}
-            except ValueError:
-                raise UserError(f"{source}: config field 'id2label' must map label ids to names") from None
-            known.setdefault("num_labels", len(known["id2label"]))
-        try:
-            return cls(**known, pre_layer_norm=model_type == "gpt2", extra=extra)
-        except UserError as err:
-            raise UserError(f"{source}: {err}") from None
+        return {**data, "pre_layer_norm": model_type == "gpt2"}
 
 
 class GPTAttention(nn.Module):
@@ -236,17 +230,6 @@ class GPTBlock(nn.Module):
         return self.ln_2(x + self.mlp(x)), present
 
 
-def init_module(module: nn.Module, std: float) -> None:
-    """GPT's initialisation: normal(0, std) weights, zero biases, unit LayerNorms."""
-    if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, std=std)
-        if getattr(module, "bias", None) is not None:
-            nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.LayerNorm):
-        nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
-
-
 def attention_bias(attention_mask: torch.Tensor | None, batch: int, length: int, past_length: int,
                    dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """The additive attention bias (B, 1, T, S), S = past_length + T: causal, and padding
@@ -262,19 +245,12 @@ def attention_bias(attention_mask: torch.Tensor | None, batch: int, length: int,
     return bias.expand(batch, 1, length, total)
 
 
-def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions (B, S) counted from each sequence's first real token (`attention_mask` (B, S),
-    1 = real), so that a left-padded prompt gets the positions it would have alone; what
-    transformers' generate passes as position_ids."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+class GPTPreTrainedModel(PreTrainedModel):
+    """Initialisation, and the key table of saving and loading, shared by the bare model, the LM and
+    the task models (transformers' OpenAIGPT or GPT-2 layout, the tied output matrix stored once)."""
 
-
-class GPTPreTrainedModel(nn.Module):
-    """Initialisation, saving and loading, shared by the bare model, the LM and the task models."""
-
-    def __init__(self, config: GPTConfig):
-        super().__init__()
-        self.config = config
+    config_class = GPTConfig
+    backbone = "transformer"
 
     def init_weights(self) -> None:
         """normal(0, initializer_range) for every matrix, as the GPT releases; GPT-2 also scales
@@ -286,43 +262,22 @@ class GPTPreTrainedModel(nn.Module):
                 if name.endswith("c_proj.weight"):
                     nn.init.normal_(parameter, std=self.config.initializer_range / math.sqrt(2 * self.config.n_layer))
 
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """Write config.json and model.safetensors in transformers' layout for this config's
-        model_type, atomically (the tied output matrix is stored once, as transformers does)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        classes = ARCHITECTURES.get(type(self).__name__, ARCHITECTURES["GPTLMHeadModel"])
-        self.config.extra["architectures"] = [classes[self.config.model_type]]
-        checkpoint.write_weights(to_transformers(self.state_dict(), self.config), directory)
-        self.config.save(directory)
+    def tied_keys(self) -> tuple[str, ...]:
+        """The output matrix is the token embeddings."""
+        return TIED
+
+    def architecture_name(self) -> str:
+        """transformers' class for this layout, or ours where transformers has none (GPT-1's token and span heads)."""
+        return ARCHITECTURES.get(type(self).__name__, ARCHITECTURES["GPTLMHeadModel"])[self.config.model_type]
+
+    def to_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Our names -> transformers' for the config's layout (Conv1D weights transposed)."""
+        return to_transformers(state, self.config)
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> "GPTPreTrainedModel":
-        """Load a directory written here or by transformers (OpenAIGPT or GPT-2); eval mode.
-        A weight missing or of the wrong shape is a one-line error naming the file."""
-        directory = Path(directory)
-        config = GPTConfig.load(directory)
-        raw, source = checkpoint.read_weights(directory)
-        state = from_transformers(raw, config)
-        if cls is GPTModel:  # the bare model's names lack the LM's `transformer.` prefix
-            state = {k.removeprefix("transformer."): v for k, v in state.items()}
-        model = cls(config)
-        checkpoint.load_checked(model, state, source, f"a {config.model_type} model of this config", skip=TIED)
-        return model.eval()
-
-    @classmethod
-    def from_language_model(cls, directory: str | os.PathLike, num_labels: int,
-                            id2label: dict[int, str] | None) -> "GPTPreTrainedModel":
-        """This task model with a fresh head (`num_labels` labels, named by `id2label`) on the decoder
-        of a pre-trained GPT directory (a language model, or a task model of any head)."""
-        config = dataclasses.replace(GPTConfig.load(directory), num_labels=num_labels, id2label=id2label)
-        model = cls(config)
-        model.transformer.load_state_dict(load_pretrained(directory).transformer.state_dict())
-        return model
-
-    def num_parameters(self) -> int:
-        """Distinct parameters (the tied output matrix counted once)."""
-        return sum(p.numel() for p in self.parameters())
+    def from_checkpoint(cls, stored: dict[str, torch.Tensor], config: GPTConfig, source: Path) -> dict[str, torch.Tensor]:
+        """transformers' GPT-1 or GPT-2 tensors -> our names."""
+        return from_transformers(stored, config)
 
 
 class GPTModel(GPTPreTrainedModel):
@@ -367,6 +322,8 @@ class GPTModel(GPTPreTrainedModel):
 
 class GPTLMHeadModel(GPTPreTrainedModel):
     """GPT with its language-model head: next-token logits from the tied embedding table."""
+
+    shifts_labels = True  # its labels are the inputs; position t is scored on token t + 1 (transformers')
 
     def __init__(self, config: GPTConfig):
         super().__init__(config)
@@ -518,9 +475,11 @@ ARCHITECTURES = {
     "GPTForTokenClassification": {"openai-gpt": "GPTForTokenClassification", "gpt2": "GPT2ForTokenClassification"},
     "GPTForQuestionAnswering": {"openai-gpt": "GPTForQuestionAnswering", "gpt2": "GPT2ForQuestionAnswering"},
 }
-# A directory's `architectures` name (either layout's) -> the class that loads it; anything else is a language model.
-TASK_MODELS = {"SequenceClassification": GPTForSequenceClassification,
-               "TokenClassification": GPTForTokenClassification, "QuestionAnswering": GPTForQuestionAnswering}
+# A directory's `architectures` name (ours, or either layout's) -> the class that loads it; any other
+# (a bare GPT2Model's included) opens as the language model.
+MODEL_CLASSES = {name: cls for cls in (GPTLMHeadModel, GPTForSequenceClassification, GPTForTokenClassification,
+                                       GPTForQuestionAnswering)
+                 for name in (cls.__name__, *ARCHITECTURES[cls.__name__].values())}
 TIED = ("lm_head.weight",)
 # transformers stores these as Conv1D weights, (in, out): the transpose of nn.Linear's.
 _CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
@@ -564,9 +523,35 @@ def from_transformers(state: dict[str, torch.Tensor], config: GPTConfig) -> dict
     return converted
 
 
-def load_pretrained(directory: str | os.PathLike) -> GPTPreTrainedModel:
-    """A GPT language model or task model (sequence, token or span head, as config.json's
-    `architectures` says) from a directory written here or by transformers."""
-    architecture = str((GPTConfig.load(directory).extra.get("architectures") or [""])[0])
-    model_class = next((c for suffix, c in TASK_MODELS.items() if architecture.endswith(suffix)), GPTLMHeadModel)
-    return model_class.from_pretrained(directory)
+def _layer_of(name: str) -> int | None:
+    """A task model's parameter -> its depth: 0 the embeddings, i + 1 block i, None the final LayerNorm and head."""
+    if match := re.search(r"(?:^|\.)h\.(\d+)\.", name):
+        return int(match.group(1)) + 1
+    return 0 if re.search(r"(?:^|\.)(wte|wpe)\.", name) else None
+
+
+SPEC = FamilySpec(
+    config_class=GPTConfig,
+    model_classes=MODEL_CLASSES,
+    default_class=GPTLMHeadModel,
+    describe=lambda c: f"{c.model_type} decoder ({c.n_layer} layers, {c.n_embd} wide, {c.vocab_size:,}-token vocabulary)",
+    objectives=("clm",),
+    pretraining_models={"causal_lm": GPTLMHeadModel},
+    tokenizer_model="bpe",  # GPT-2's byte-level BPE
+    # <|endoftext|> as bos and eos in config.json, so that transformers' generate stops there too
+    token_ids=lambda tokenizer: {f"{role}_token_id": tokenizer.special_token_id(role) for role in ("bos", "eos")
+                                 if role in tokenizer.special_tokens},
+    pretrain_switches={"pre_layer_norm": lambda on: {"pre_layer_norm": True} if on else {}},
+    context_length=lambda c: c.n_positions,
+    heads={"sequence": GPTForSequenceClassification, "token": GPTForTokenClassification,
+           "span": GPTForQuestionAnswering},
+    heads_note="a GPT is fine-tuned here for sequence, token and span tasks",
+    finetune_modes=("finetune",),
+    feature_encoder=lambda directory, config: SPEC.load(directory, config).transformer,
+    feature_layers=lambda c: c.n_layer,
+    feature_width=lambda c: c.n_embd,
+    input_vectors=lambda stack: stack.wte.weight,
+    layer_of=_layer_of,
+    num_layers=lambda model: len(model.transformer.h),
+    generation="causal",
+)

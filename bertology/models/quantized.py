@@ -21,7 +21,9 @@ from torch import nn
 from .. import checkpoint
 from ..errors import UserError
 from ..ops import Linear
-from .bert import BertConfig, BertPreTrainedModel, model_class, tensor_shapes
+from .base import tensor_shapes
+from .bert import SPEC as BERT
+from .bert import BertConfig, BertPreTrainedModel
 
 
 @contextlib.contextmanager
@@ -72,10 +74,11 @@ def quantized_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_quantized(directory: str | os.PathLike) -> BertPreTrainedModel:
-    """Rebuild an `int8` export: the same quantized model that was saved, bit for bit."""
+def load_quantized(directory: str | os.PathLike, config: BertConfig | None = None) -> BertPreTrainedModel:
+    """Rebuild an `int8` export: the same quantized model that was saved, bit for bit (`config`:
+    its config.json, read already)."""
     directory = Path(directory)
-    config = BertConfig.load(directory)
+    config = config if config is not None else BertConfig.load(directory)
     raw, path = checkpoint.read_weights(directory)
     state, _ = checkpoint.from_transformers(raw, path)
     packed = {}
@@ -89,7 +92,7 @@ def load_quantized(directory: str | os.PathLike) -> BertPreTrainedModel:
         # Dequantized float weights: they fill the float model, and quantize back to exactly `ints`.
         state[f"{name}.weight"] = ((ints.double() - zeros[:, None]) * scales[:, None]).float()
         packed[name] = (scales, zeros)
-    cls = model_class(config)
+    cls = BERT.model_class(config)
     checkpoint.check_weights(state, tensor_shapes(cls, config), path)
     model = cls(config)
     checkpoint.assign_state_dict(model, state)

@@ -4,7 +4,7 @@ The family before contextual encoders: word2vec (Mikolov et al. 2013, "Efficient
 Word Representations in Vector Space"; "Distributed Representations of Words and Phrases"),
 fastText's subword vectors (Bojanowski et al. 2017, "Enriching Word Vectors with Subword
 Information") and GloVe (Pennington et al. 2014, "GloVe: Global Vectors for Word
-Representation"). word2vec and fastText are trained by gensim (recipes/static.py); GloVe's
+Representation"). word2vec and fastText are trained by gensim (recipes/static_vectors.py); GloVe's
 weighted least-squares model and its AdaGrad updates are here (`GloVe`), counting its
 co-occurrences is data/cooccurrence.py's job.
 
@@ -30,7 +30,6 @@ evaluation and features look words up through the same normalisation (`normalize
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import re
@@ -39,17 +38,20 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from gensim.models.fasttext import FastTextKeyedVectors, ft_ngram_hashes
 from gensim.models.keyedvectors import KeyedVectors
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import UserError
-from ..files import atomic_path, loads_json, write_json_atomic, write_text_atomic
+from ..files import atomic_path, write_text_atomic
+from ..text import sniff_encoding
+from .base import ConfigFile, FamilySpec
 
 MODEL_TYPE = "static"
 CONFIG_NAME = "config.json"
@@ -90,8 +92,11 @@ def normalize_word(text: str, lowercase: bool) -> str:
 
 
 @dataclass
-class StaticConfig:
+class StaticConfig(ConfigFile):
     """What a vectors directory's config.json holds (besides `model_type`)."""
+
+    MODEL_TYPE: ClassVar[str] = MODEL_TYPE
+    WHAT: ClassVar[str] = "static word vectors"
 
     method: str  # word2vec | fasttext | glove | imported
     vector_size: int
@@ -100,6 +105,13 @@ class StaticConfig:
     max_n: int = 0
     bucket: int = 0
     settings: dict[str, Any] = field(default_factory=dict)  # how the vectors were made (training flags, source file)
+    vocab_size: int | None = None  # the words in vectors.bin (written by save_pretrained)
+    has_counts: bool = False  # vocab.txt holds the training counts, not zeros
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """Static vectors keep no unknown keys (an unknown key is an error)."""
+        return {}
 
     def to_dict(self) -> dict[str, Any]:
         """The config.json contents."""
@@ -108,6 +120,10 @@ class StaticConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str | os.PathLike) -> StaticConfig:
         """Read config.json's contents; a missing or unknown key is a one-line error naming `source`."""
+        if not isinstance(data, dict):
+            raise UserError(f"{source}: expected a JSON object")
+        if data.get("model_type") != MODEL_TYPE:
+            raise UserError(f"{source}: model_type is {data.get('model_type')!r}, not {MODEL_TYPE!r}")
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k != "model_type"}
         unknown = sorted(set(values) - names)
@@ -119,6 +135,13 @@ class StaticConfig:
             raise UserError(f"{source}: {err}") from None
         if config.method not in (*METHODS, IMPORTED):
             raise UserError(f"{source}: unknown method {config.method!r}")
+        for name in ("vector_size", "min_n", "max_n", "bucket"):
+            value = getattr(config, name)
+            if type(value) is not int or value < (1 if name == "vector_size" else 0):
+                raise UserError(f"{source}: {name} must be a {'positive' if name == 'vector_size' else 'non-negative'} "
+                                f"integer, got {value!r}")
+        if type(config.lowercase) is not bool or not isinstance(config.settings, dict):
+            raise UserError(f"{source}: lowercase must be true or false and settings an object")
         return config
 
 
@@ -139,7 +162,7 @@ class StaticVectors(nn.Module):
                  counts: np.ndarray | None = None, vocab_vectors: torch.Tensor | None = None,
                  ngram_vectors: torch.Tensor | None = None):
         super().__init__()
-        self.config = config
+        self.config = dataclasses.replace(config, vocab_size=len(words), has_counts=counts is not None)
         self.words = list(words)
         self.index = {word: i for i, word in enumerate(self.words)}
         self.register_buffer("vectors", torch.as_tensor(vectors, dtype=torch.float32))  # (V, D)
@@ -165,6 +188,20 @@ class StaticVectors(nn.Module):
     def has_subwords(self) -> bool:
         """Whether unseen words get vectors from character n-grams (fastText)."""
         return self.config.bucket > 0
+
+    def text_features(self, texts: list[list[str]]) -> list[torch.Tensor]:
+        """Each text's (words, D) float32 vectors, zeros for a word without one (a text with no
+        word: (0, D)); the word-feature heads' input (inference/static_heads.py)."""
+        cache: dict[str, torch.Tensor] = {}
+        zeros = torch.zeros(self.hidden_size)
+        rows = []
+        for words in texts:
+            for word in words:
+                if word not in cache:
+                    vector = self.vector(word)
+                    cache[word] = vector if vector is not None else zeros
+            rows.append(torch.stack([cache[w] for w in words]) if words else torch.zeros(0, self.hidden_size))
+        return rows
 
     def vector(self, word: str) -> torch.Tensor | None:
         """(D,) the vector of `word` (normalized first), or None when it has none.
@@ -237,26 +274,15 @@ class StaticVectors(nn.Module):
             with atomic_path(directory / SUBWORDS_NAME) as tmp:
                 save_file({"vocab_vectors": self.vocab_vectors.contiguous(),
                            "ngram_vectors": self.ngram_vectors.contiguous()}, str(tmp))
-        write_json_atomic(directory / CONFIG_NAME, {**self.config.to_dict(), "vocab_size": len(self.words),
-                                                    "has_counts": self.counts is not None})
+        self.config.save(directory)
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> StaticVectors:
-        """Open a vectors directory written by `save_pretrained` (no pickle is read)."""
+    def from_pretrained(cls, directory: str | os.PathLike, config: StaticConfig | None = None) -> StaticVectors:
+        """Open a vectors directory written by `save_pretrained` (no pickle is read); `config`: its
+        config.json, already read."""
         directory = Path(directory)
-        config_path = directory / CONFIG_NAME
-        if not config_path.is_file():
-            raise UserError(f"{config_path}: no such file (not a vectors directory)")
-        try:
-            data = loads_json(config_path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise UserError(f"{config_path}: not valid JSON ({err})") from None
-        if not isinstance(data, dict):
-            raise UserError(f"{config_path}: expected a JSON object")
-        if data.get("model_type") != MODEL_TYPE:
-            raise UserError(f"{config_path}: model_type is {data.get('model_type')!r}, not {MODEL_TYPE!r}")
-        vocab_size, has_counts = data.pop("vocab_size", None), data.pop("has_counts", False)
-        config = StaticConfig.from_dict(data, config_path)
+        config = config if config is not None else StaticConfig.load(directory)
+        vocab_size, has_counts = config.vocab_size, config.has_counts
         words, vectors = read_word2vec_format(directory / VECTORS_NAME, binary=True)
         if vectors.shape[1] != config.vector_size or len(words) != vocab_size:
             raise UserError(f"{directory / VECTORS_NAME}: holds {len(words)} x {vectors.shape[1]} vectors, "
@@ -267,11 +293,8 @@ class StaticVectors(nn.Module):
             path = directory / SUBWORDS_NAME
             if not path.is_file():
                 raise UserError(f"{path}: no such file (config.json says the vectors have subwords)")
-            tensors = load_file(str(path))
-            vocab_vectors, ngram_vectors = tensors["vocab_vectors"], tensors["ngram_vectors"]
-            if vocab_vectors.shape != vectors.shape or tuple(ngram_vectors.shape) != (config.bucket, config.vector_size):
-                raise UserError(f"{path}: matrix shapes {tuple(vocab_vectors.shape)}, {tuple(ngram_vectors.shape)} do not "
-                                f"match config.json ({len(words)} words, {config.bucket} buckets, {config.vector_size} dims)")
+            vocab_vectors, ngram_vectors = read_subwords(path, words, (len(words), config.vector_size),
+                                                         (config.bucket, config.vector_size))
         return cls(config, words, vectors, counts, vocab_vectors, ngram_vectors)
 
     def save_word2vec_format(self, path: str | os.PathLike, binary: bool) -> None:
@@ -328,9 +351,32 @@ class StaticVectors(nn.Module):
             self.to_gensim().save(str(tmp), separately=[], sep_limit=0, pickle_protocol=4)
 
 
-def load_pretrained(directory: str | os.PathLike) -> StaticVectors:
-    """The family's loader (models/__init__.py): a vectors directory -> `StaticVectors`."""
-    return StaticVectors.from_pretrained(directory)
+def read_subwords(path: Path, words: list[str], vocab_shape: tuple[int, int],
+                  ngram_shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """fastText's two matrices from subwords.safetensors: vocab_vectors (V, D), one row per word of
+    `words`, and ngram_vectors (bucket, D); damaged, misnamed, misshapen or non-finite ones are a
+    one-line error naming the file (and the word or bucket row)."""
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise UserError(f"{path}: cannot read safetensors file, it may be truncated or corrupt ({err})") from None
+    missing = sorted({"vocab_vectors", "ngram_vectors"} - set(tensors))
+    if missing:
+        held = ", ".join(sorted(tensors)) or "none"
+        raise UserError(f"{path}: no tensor named {', '.join(missing)} (it holds {held})")
+    vocab_vectors, ngram_vectors = tensors["vocab_vectors"], tensors["ngram_vectors"]
+    if tuple(vocab_vectors.shape) != vocab_shape or tuple(ngram_vectors.shape) != ngram_shape:
+        raise UserError(f"{path}: matrix shapes {tuple(vocab_vectors.shape)}, {tuple(ngram_vectors.shape)} do not "
+                        f"match config.json ({vocab_shape[0]} words, {ngram_shape[0]} buckets, {vocab_shape[1]} dims)")
+    for name, matrix in (("vocab_vectors", vocab_vectors), ("ngram_vectors", ngram_vectors)):
+        if not matrix.is_floating_point():
+            raise UserError(f"{path}: {name} is stored as {str(matrix.dtype).removeprefix('torch.')}, not as vectors")
+        finite = torch.isfinite(matrix).all(dim=1)
+        if not bool(finite.all()):
+            row = int((~finite).nonzero()[0])
+            what = f"the word {words[row]!r} (row {row + 1})" if name == "vocab_vectors" else f"bucket {row}"
+            raise UserError(f"{path}: {name}: the vector of {what} holds inf or nan")
+    return vocab_vectors.float(), ngram_vectors.float()
 
 
 # --- word2vec / GloVe files ---
@@ -355,23 +401,40 @@ def read_word2vec_format(path: str | os.PathLike, binary: bool | None = None) ->
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     data = path.read_bytes()
+    try:  # a byte order mark only: binary vectors hold NULs that read like UTF-16's
+        encoding, mark = sniff_encoding(data[:4])
+    except ValueError:
+        encoding, mark = "utf-8", 0
+    if encoding != "utf-8":  # a text file saved as UTF-16 or UTF-32 with its byte order mark
+        try:
+            data = data[mark:].decode(encoding).encode("utf-8")
+        except UnicodeDecodeError:
+            raise UserError(f"{path}: not {encoding.upper()} text, though it starts with that byte order "
+                            "mark") from None
+    else:
+        data = data[mark:]  # a UTF-8 byte order mark is no part of the first word
     first_end = data.find(b"\n") + 1 or len(data)
     if not data.strip():
         raise UserError(f"{path}: empty file (no vectors)")
-    if binary is None:
-        binary = _looks_binary(data[first_end:first_end + 4096])
+    if binary is None:  # only word2vec's format is binary, and it always starts with its "V D" header
+        binary = _header(path, data[:first_end]) is not None and _looks_binary(data[first_end:first_end + 4096])
     if binary:
         return _read_binary(path, data, first_end)
     return _read_text(path, data)
 
 
 def _looks_binary(sample: bytes) -> bool:
+    """Whether the bytes after a "V D" header are float32 vectors rather than text: those almost always
+    hold a NUL byte, and many bytes no text has (a text file with a word in Latin-1 has a few)."""
     if b"\0" in sample:
         return True
     try:
         sample.decode("utf-8")
     except UnicodeDecodeError as err:
-        return err.start < len(sample) - 3  # a multi-byte character cut by the sample's end is still text
+        if err.start >= len(sample) - 3:  # a multi-byte character cut by the sample's end is still text
+            return False
+        odd = sum(1 for byte in sample if byte >= 0x80 or (byte < 0x20 and byte not in b"\t\n\r"))
+        return odd > len(sample) // 10
     return False
 
 
@@ -380,6 +443,8 @@ def _header(path: Path, line: bytes) -> tuple[int, int] | None:
     fields = line.split()
     if len(fields) != 2 or not all(f.isdigit() for f in fields):
         return None
+    if any(len(f) > 18 for f in fields):  # beyond int64 (and beyond Python's 4,300 digits a ValueError)
+        raise UserError(f"{path}:1: the header's numbers are too large for a vocabulary and a dimension")
     count, size = int(fields[0]), int(fields[1])
     if size == 0:
         raise UserError(f"{path}:1: the header says the vectors have 0 dimensions")
@@ -442,6 +507,11 @@ def _read_binary(path: Path, data: bytes, start: int) -> tuple[list[str], np.nda
     if header is None:
         raise UserError(f"{path}:1: a binary vectors file must start with a 'V D' header line")
     count, size = header
+    # Each word takes at least a byte, a space and its D float32: a header claiming more than the
+    # file can hold is refused before its (count, size) matrix is allocated.
+    if count * (size * 4 + 2) > len(data) - start:
+        raise UserError(f"{path}:1: the header says {count:,} words of {size:,} dimensions, more than the file's "
+                        f"{len(data):,} bytes can hold")
     vectors = np.empty((count, size), dtype=np.float32)
     words: list[str] = []
     seen: set[str] = set()
@@ -477,7 +547,10 @@ def read_counts(path: Path, words: list[str]) -> np.ndarray:
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     counts = np.zeros(len(words), dtype=np.int64)
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not UTF-8 text (byte {err.start})") from None
     if len(lines) != len(words):
         raise UserError(f"{path}: {len(lines)} lines for {len(words)} vectors")
     for number, (line, word) in enumerate(zip(lines, words), start=1):
@@ -629,3 +702,26 @@ class GloVe:
     def vectors(self) -> np.ndarray:
         """(V, D) float32: W + W~, the paper's final word vectors."""
         return (self.words[:, :-1] + self.contexts[:, :-1]).numpy()
+
+
+def _target_views(vectors: StaticVectors, targets: list[tuple[list[str], int]],
+                  batch_size: int) -> tuple[dict[str, np.ndarray], int]:
+    """WiC's one view: the target word's vector (zeros, and counted, for a word without one)."""
+    found = [vectors.vector(words[position]) for words, position in targets]
+    rows = [v.numpy() if v is not None else np.zeros(vectors.hidden_size, np.float32) for v in found]
+    return {"static": np.stack(rows)}, sum(v is None for v in found)
+
+
+SPEC = FamilySpec(
+    config_class=StaticConfig,
+    model_classes={},
+    default_class=StaticVectors,
+    describe=lambda c: f"{c.method} vectors ({c.vocab_size:,} words, {c.vector_size} dimensions)",
+    runner="word_features",
+    tokenized=False,
+    word_vectors=True,
+    finetune_modes=("features",),
+    word_features=lambda directory, config: StaticVectors.from_pretrained(directory, config),
+    word_views=_target_views,
+    layer_names=("static", "static"),
+)

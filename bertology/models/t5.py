@@ -34,27 +34,40 @@ token's work per new token.
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import checkpoint
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import IGNORE_INDEX, Dropout, Linear, cross_entropy_with_accuracy, dropout, relative_position_bucket
-from . import ConfigFile
-from .bert import PRESETS, ModelOutput, activation
+from .base import ConfigFile, FamilySpec, ModelOutput, PreTrainedModel, activation
 
 MODEL_TYPE = "t5"
 FEED_FORWARD_PROJ = {"relu": "relu", "gated-gelu": "gelu_new"}  # transformers' name -> the activation
 # Per decoder layer: self-attention keys, values (B, heads, T, d_kv), cross-attention keys, values (B, heads, S, d_kv).
 CACHE = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
 
+
+T5_SIZE_FIELDS = ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
+                  "relative_attention_num_buckets")
+
+
+def t5_parameters(values: dict[str, Any]) -> int:
+    """A T5's parameter count from its config's fields: the embedding (and an untied output layer),
+    encoder blocks (attention, feed-forward, 2 norms), decoder blocks (two attentions, 3 norms)."""
+    width, inner = values["d_model"], values["num_heads"] * values["d_kv"]
+    gated = str(values["feed_forward_proj"]).startswith("gated")
+    feed_forward = (3 if gated else 2) * width * values["d_ff"]
+    decoder_layers = values["num_decoder_layers"] or values["num_layers"]
+    embeddings = values["vocab_size"] * width * (1 if values["tie_word_embeddings"] else 2)
+    return (embeddings + values["num_layers"] * (4 * width * inner + feed_forward + 2 * width)
+            + decoder_layers * (8 * width * inner + feed_forward + 3 * width) + 2 * width
+            + 2 * values["relative_attention_num_buckets"] * values["num_heads"])
 
 @dataclass
 class T5Config(ConfigFile):
@@ -64,6 +77,12 @@ class T5Config(ConfigFile):
     model; `feed_forward_proj="gated-gelu", tie_word_embeddings=False` gives v1.1's.
     """
 
+    MODEL_TYPE: ClassVar[str] = MODEL_TYPE
+    WHAT: ClassVar[str] = "a T5"
+
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(t5_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = T5_SIZE_FIELDS
     vocab_size: int = 32128
     d_model: int = 512
     d_kv: int = 64  # the width of each head (heads x d_kv need not be d_model)
@@ -100,16 +119,15 @@ class T5Config(ConfigFile):
                             f"{', '.join(FEED_FORWARD_PROJ)}")
         if type(self.dropout_rate) not in (int, float) or not 0.0 <= self.dropout_rate < 1.0:
             raise UserError(f"config field 'dropout_rate' must be a number in [0, 1), got {self.dropout_rate!r}")
+        if type(self.initializer_factor) not in (int, float) or not 0 <= self.initializer_factor < float("inf"):
+            raise UserError(f"config field 'initializer_factor' must be a finite number >= 0, got "
+                            f"{self.initializer_factor!r}")
         for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
             if type(value) is not int or not 0 <= value < self.vocab_size:
                 raise UserError(f"config field {name!r} must be a token id below vocab_size ({self.vocab_size}), "
                                 f"got {value!r}")
-
-    @property
-    def model_type(self) -> str:
-        """transformers' name for this family."""
-        return MODEL_TYPE
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @property
     def is_gated(self) -> bool:
@@ -117,38 +135,25 @@ class T5Config(ConfigFile):
         return self.feed_forward_proj.startswith("gated-")
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> T5Config:
-        """A config from a named size (bert.PRESETS: layers per stack, width), with field overrides;
-        heads of 64 and a feed-forward of 4 x width, as t5-small and t5-base."""
-        if name not in PRESETS:
-            raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-        layers, width = PRESETS[name]
-        sizes = dict(num_layers=layers, d_model=width, num_heads=max(width // 64, 1), d_kv=min(width, 64), d_ff=4 * width)
-        return cls(**{**sizes, **overrides})
+    def sizes(cls, layers: int, width: int) -> dict[str, Any]:
+        """A named size's fields (layers per stack): heads of 64 and a feed-forward of 4 x width, as
+        t5-small and t5-base."""
+        return dict(num_layers=layers, d_model=width, num_heads=max(width // 64, 1), d_kv=min(width, 64),
+                    d_ff=4 * width)
 
-    def to_dict(self) -> dict[str, Any]:
-        """config.json's content, in transformers' T5Config keys."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        return {**self.extra, **data, "model_type": MODEL_TYPE, "is_encoder_decoder": True}
+    def stored_extras(self) -> dict[str, Any]:
+        """transformers' T5Config marks the encoder-decoder."""
+        return {"is_encoder_decoder": True}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> T5Config:
-        """A config from config.json's content; unknown keys go to `extra`."""
-        data = dict(data)
-        model_type = data.pop("model_type", None)
-        if model_type != MODEL_TYPE:
-            raise UserError(f"{source}: model_type {model_type!r} is not {MODEL_TYPE!r}")
+    def from_stored(cls, data: dict[str, Any], model_type: str, source: str) -> dict[str, Any]:
+        """transformers 5's `scale_decoder_outputs` as tie_word_embeddings; `is_encoder_decoder` dropped."""
         if "scale_decoder_outputs" in data:
             # transformers 5 always ties the output matrix and keeps v1.0/v1.1's difference in this
             # key; its checkpoints then hold shared.weight only, which an untied model here copies.
             data["tie_word_embeddings"] = data.pop("scale_decoder_outputs")
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in data.items() if k in names}
-        extra = {k: v for k, v in data.items() if k not in names and k != "is_encoder_decoder"}
-        try:
-            return cls(**known, extra=extra)
-        except UserError as err:
-            raise UserError(f"{source}: {err}") from None
+        data.pop("is_encoder_decoder", None)
+        return data
 
 
 class T5LayerNorm(nn.Module):
@@ -213,7 +218,7 @@ class T5Attention(nn.Module):
         query = self._heads(self.q(x))
         if self.training and self.dropout > 0 and x.device.type == "cpu":
             # PyTorch's fused CPU attention has no dropout and falls back to this form anyway,
-            # with a slower dropout mask than ops.dropout's (as BERT's SelfAttention).
+            # with a slower dropout mask than ops.dropout's (as bert.py's BertSelfAttention).
             weights = (query @ key.transpose(-2, -1) + bias).softmax(dim=-1)
             context = dropout(weights, self.dropout, True) @ value
         else:
@@ -384,12 +389,13 @@ def shift_right(labels: torch.Tensor, start_id: int, pad_id: int) -> torch.Tenso
     return shifted.masked_fill(shifted == IGNORE_INDEX, pad_id)
 
 
-class T5ForConditionalGeneration(nn.Module):
+class T5ForConditionalGeneration(PreTrainedModel):
     """T5: encoder, decoder and language-model head; text in, text out."""
 
+    config_class = T5Config
+
     def __init__(self, config: T5Config):
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.shared = nn.Embedding(config.vocab_size, config.d_model)
         self.encoder = T5Stack(config, self.shared, is_decoder=False)
         self.decoder = T5Stack(config, self.shared, is_decoder=True)
@@ -456,40 +462,46 @@ class T5ForConditionalGeneration(nn.Module):
         loss, correct = cross_entropy_with_accuracy(logits, labels[scored])
         return ModelOutput(loss=loss, logits=logits, masked_lm_loss=loss, masked_lm_correct=correct, **common)
 
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """Write config.json and model.safetensors in transformers' layout, atomically (tied
-        matrices stored once, under `shared.weight`, as transformers does)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.config.extra["architectures"] = ["T5ForConditionalGeneration"]
-        checkpoint.write_weights({k: v for k, v in self.state_dict().items() if k not in self._tied()}, directory)
-        self.config.save(directory)
-
-    def _tied(self) -> tuple[str, ...]:
-        """State-dict names that are `shared.weight` under another name."""
+    def tied_keys(self) -> tuple[str, ...]:
+        """State-dict names that are `shared.weight` under another name (stored once, as transformers does)."""
         tied = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
         return tied + ("lm_head.weight",) if self.config.tie_word_embeddings else tied
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> T5ForConditionalGeneration:
-        """Load a directory written here or by transformers; eval mode. A weight missing or
-        of the wrong shape is a one-line error naming the file."""
-        directory = Path(directory)
-        config = T5Config.load(directory)
-        state, source = checkpoint.read_weights(directory)
-        if "shared.weight" not in state and "encoder.embed_tokens.weight" in state:
-            state["shared.weight"] = state["encoder.embed_tokens.weight"]
-        if not config.tie_word_embeddings and "lm_head.weight" not in state and "shared.weight" in state:
-            state["lm_head.weight"] = state["shared.weight"]  # transformers 5 stores a v1.1 output tied
-        model = cls(config)
-        checkpoint.load_checked(model, state, source, "a T5 of this config", skip=model._tied())
-        return model.eval()
-
-    def num_parameters(self) -> int:
-        """Distinct parameters (tied matrices counted once)."""
-        return sum(p.numel() for p in self.parameters())
+    def from_checkpoint(cls, stored: dict[str, torch.Tensor], config: T5Config, source: Path) -> dict[str, torch.Tensor]:
+        """transformers' names are ours; the shared table and an untied v1.1 output filled in where
+        a checkpoint stores them once."""
+        if "shared.weight" not in stored and "encoder.embed_tokens.weight" in stored:
+            stored["shared.weight"] = stored["encoder.embed_tokens.weight"]
+        if not config.tie_word_embeddings and "lm_head.weight" not in stored and "shared.weight" in stored:
+            stored["lm_head.weight"] = stored["shared.weight"]  # transformers 5 stores a v1.1 output tied
+        return stored
 
 
-def load_pretrained(directory: str | os.PathLike) -> T5ForConditionalGeneration:
-    """A T5 from a directory written here or by transformers."""
-    return T5ForConditionalGeneration.from_pretrained(directory)
+SPEC = FamilySpec(
+    config_class=T5Config,
+    model_classes={"T5ForConditionalGeneration": T5ForConditionalGeneration},
+    default_class=T5ForConditionalGeneration,
+    describe=lambda c: (f"encoder-decoder ({c.num_layers}+{c.num_decoder_layers} layers, {c.d_model} wide, "
+                        f"{c.vocab_size:,}-token vocabulary)"),
+    objectives=("t5",),
+    pretraining_models={"span_corruption": T5ForConditionalGeneration},
+    tokenizer_model="unigram",
+    tokenizer_sentinels=100,
+    pretrain_switches={"gated_gelu": lambda on: {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False}
+                       if on else {}},
+    # [PAD] starts the decoder and pads, [SEP] ends a text
+    token_ids=lambda tokenizer: {"pad_token_id": tokenizer.pad_token_id, "decoder_start_token_id": tokenizer.pad_token_id,
+                                 "eos_token_id": tokenizer.sep_token_id},
+    context_length=lambda c: c.n_positions,
+    runner="text_to_text",
+    finetune_modes=("finetune",),
+    random_twin=True,
+    feature_encoder=lambda directory, config: SPEC.load(directory, config).encoder,
+    feature_layers=lambda c: c.num_layers,
+    feature_width=lambda c: c.d_model,
+    input_vectors=lambda stack: stack.embed_tokens.weight,
+    layer_names=("encoder embeddings", "encoder layer"),
+    leading_summary_token=False,  # span corruption trained it on "text [SEP]"
+    generation="seq2seq",
+)

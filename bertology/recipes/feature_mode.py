@@ -5,7 +5,7 @@ The encoder runs once over the training and dev rows; the chosen layers' token v
 and only the head trains, over many epochs, at the cost of the head alone. The head is a
 linear layer or, as in the paper's feature-based NER experiment (and TagLM before it), a
 two-layer BiLSTM before the classifier. Sentence tasks pool the token vectors (mean by
-default). With `--word-vectors DIR` each token's static word vector goes in front of its
+default). With `--vectors DIR` each token's static word vector goes in front of its
 features, as ELMo's paper feeds its task models [x_k; ELMo_k] (models/features.py
 `PieceWordVectors`). The saved `FeatureModel` chains encoder, word vectors and head, so
 `evaluate` and `predict` run it like any fine-tuned model."""
@@ -21,7 +21,7 @@ from torch import nn
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import atomic_path, cache_root
-from ..inference.modeldir import describe_task
+from ..inference.modeldir import describe_task, open_static_vectors
 from ..inference.predict import decode, score
 from ..models.features import (
     FeatureHead,
@@ -33,13 +33,11 @@ from ..models.features import (
     load_feature_encoder,
     parse_layers,
 )
-from ..models import family_of
-from ..models.static import StaticVectors
 from ..ops import autocast, resolve_precision
 from ..tasks.inputs import Encoded, cache_key, collate, encode, in_row_order
 from ..tasks.readers import TaskSpec
 from ..training.loop import StepOutput, Trainer
-from ..training.tasks import BestModel, EpochBatches, epoch_train_config, fit_and_finish
+from .task_training import BestModel, EpochBatches, epoch_train_config, fit_and_finish
 
 
 @torch.no_grad()
@@ -88,12 +86,9 @@ def feature_batch(rows: list[torch.Tensor], features: list, kind: str, pad_id: i
 
 
 def open_word_vectors(directory: str, tokenizer: Tokenizer) -> PieceWordVectors:
-    """`--word-vectors DIR`: static vectors looked up by the word each of `tokenizer`'s pieces belongs to."""
-    if family_of(directory).name != "static":
-        raise UserError(f"--word-vectors {directory}: not a static vectors directory (`bertology static train` "
-                        "writes one)")
+    """`--vectors DIR`: static vectors looked up by the word each of `tokenizer`'s pieces belongs to."""
     pieces = tokenizer.convert_ids_to_tokens(range(len(tokenizer)))
-    return PieceWordVectors(StaticVectors.from_pretrained(directory), pieces, tokenizer.model,
+    return PieceWordVectors(open_static_vectors(directory, "--vectors"), pieces, tokenizer.model,
                             sorted(tokenizer.special_token_ids))
 
 
@@ -129,10 +124,10 @@ def train_feature_head(cfg, data, seed: int, out: Path) -> dict:
     for param in encoder.parameters():
         param.requires_grad_(False)
     describe_task(encoder.config, spec, data.settings)
-    layers, combine = parse_layers(cfg.feature_layers, encoder.config.num_hidden_layers)
+    layers, combine = parse_layers(cfg.feature_layers, encoder.num_hidden_layers)
     regression = spec.regression
-    word_vectors = open_word_vectors(cfg.word_vectors, data.tokenizer) if cfg.word_vectors else None
-    head = FeatureHead(HeadConfig(spec.kind, layers, combine, feature_width(encoder.config.hidden_size, layers, combine),
+    word_vectors = open_word_vectors(cfg.vectors, data.tokenizer) if cfg.vectors else None
+    head = FeatureHead(HeadConfig(spec.kind, layers, combine, feature_width(encoder.hidden_size, layers, combine),
                                   1 if regression else len(spec.labels), cfg.feature_head, cfg.feature_pooling,
                                   word_vector_size=0 if word_vectors is None else word_vectors.hidden_size))
     model = FeatureModel(encoder, head, word_vectors)

@@ -16,22 +16,23 @@ from __future__ import annotations
 import dataclasses
 import sys
 from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
+from typing import Callable
 
 import torch
 
-from ..config import TaskConfig, setting
+from ..config import TaskConfig, Threads, default_of, setting, setting_fields
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
 from ..inference.embedding import POOLINGS
-from ..inference.modeldir import describe_task, load_finetuned, task_of
-from ..inference.predict import predict, score
-from ..inference.static_heads import load_static_head, open_word_features, predict_examples
-from ..models import family_of, resolve_model_dir
+from ..inference.modeldir import ModelDir, describe_task, open_model_dir
+from ..inference.runners import open_runner
+from ..inference.static_heads import open_word_features
+from ..models import family_named, resolve_model_dir, trained_by
 from ..models.features import LAYER_CHOICES
-from ..models.t5 import T5Config
-from ..ops import PRECISIONS
+from ..ops import PRECISION_HELP, PRECISIONS
 from ..tasks.inputs import InputSettings, collate, encode
 from ..tasks.readers import (
     TaskSpec,
@@ -42,8 +43,11 @@ from ..tasks.readers import (
     write_squad_predictions,
     write_wic_predictions,
 )
-from ..training.loop import Trainer
-from ..training.tasks import (
+from ..tasks.splits import hold_out_dev, read_inputs, read_split, resolve_task, subset
+from ..training.loop import Trainer, check_resumed_record
+from .feature_mode import train_feature_head
+from .static_features import check_task, prepare_static_data, train_static_head
+from .task_training import (
     RESULTS_NAME,
     BestModel,
     EpochBatches,
@@ -55,20 +59,12 @@ from ..training.tasks import (
     evaluate_splits,
     fit_and_finish,
     gradual_unfreezer,
-    hold_out_dev,
     layer_depth,
     load_task_model,
     num_layers_of,
-    read_inputs,
-    read_split,
-    resolve_task,
-    subset,
     summarize,
 )
-from .feature_mode import train_feature_head
-from .static_features import check_task, prepare_static_data, train_static_head
-from .taglm import prepare_tagger_data, train_tagger
-from .text_to_text import evaluate_directory, finetune_text_to_text, predict_directory, prepare_text_to_text
+from .text_to_text_finetuning import finetune_text_to_text, prepare_text_to_text
 
 CONFIG_NAME = "finetune_config.json"
 
@@ -76,7 +72,7 @@ CONFIG_NAME = "finetune_config.json"
 MODES = ("finetune", "features")
 LONG_INPUTS = ("truncate", "window")
 FEATURE_HEADS = ("linear", "bilstm")
-ARCHES = ("head", "taglm")
+
 
 
 @dataclass
@@ -111,17 +107,17 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                                             "--gradual-unfreezing)")
     drop_mult: float = setting(1.0, positive=True, help="--model an AWD-LSTM: ULMFiT's one dropout knob, every "
                                                        "dropout of the classifier (fastai's) times this")
-    arch: str = setting("head", choices=ARCHES,
+    arch: str = setting("head", choices=lambda: ("head", *trained_by("finetune")),
                         help="head: one small head on --model (the BERT paper); taglm: Peters et al. 2017's "
                              "BiLSTM-CRF tagger trained here, reading --lm's biLM states")
     lm: str | None = setting(None, metavar="DIR", help="--arch taglm: the frozen biLM (an ELMo from `pretrain --arch "
                                                        "elmo`) whose top states join after the first BiLSTM "
                                                        "(default: none, the tagger without a biLM)")
-    word_vectors: str | None = setting(None, metavar="DIR",
-                                       help="the task model's own word vectors (`bertology static train`): --arch "
-                                            "taglm starts its word embeddings from them; --mode features puts each "
-                                            "token's word vector in front of its features, as ELMo's paper feeds "
-                                            "[x_k; ELMo_k] to its task models (default: none)")
+    vectors: str | None = setting(None, metavar="DIR", formerly=("word_vectors",),
+                                  help="the task model's own word vectors (`bertology static train`): --arch "
+                                       "taglm starts its word embeddings from them; --mode features puts each "
+                                       "token's word vector in front of its features, as ELMo's paper feeds "
+                                       "[x_k; ELMo_k] to its task models (default: none)")
     seeds: int = setting(1, positive=True, help="run N seeds (--seed, --seed + 1, ...) and report the median "
                                                 "and spread")
     mode: str = setting("finetune", choices=MODES,
@@ -134,11 +130,12 @@ class FinetuneConfig(TaskConfig, EpochLoop):
                                 help="features mode: the head (bilstm: the paper's two-layer BiLSTM)")
     feature_pooling: str = setting("mean", choices=POOLINGS,
                                    help="features mode, sentence tasks: how the token features become one vector")
-    cache_dir: str | None = setting(None, metavar="DIR", help="features mode: where computed features are kept "
-                                                              "(default: $BERTOLOGY_CACHE/features)")
+    cache_dir: str | None = setting(None, metavar="DIR", output="dir",
+                                    help="features mode: where computed features are kept (default: "
+                                         "$BERTOLOGY_CACHE/features)")
 
     def __post_init__(self) -> None:
-        for name in ("data", "model", "out", "train_file", "dev_file", "cache_dir", "lm", "word_vectors"):  # Paths welcome from Python
+        for name in ("data", "model", "out", "train_file", "dev_file", "cache_dir", "lm", "vectors"):  # Paths welcome from Python
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, str(value))
@@ -148,30 +145,38 @@ class FinetuneConfig(TaskConfig, EpochLoop):
         super().validate()
         if self.layer_lr_decay > 1:
             raise UserError(f"--layer-lr-decay must be at most 1, got {self.layer_lr_decay}")
-        if self.arch == "taglm":
+        if self.arch != "head":
             given = [flag for flag, value in (("--model", self.model), ("--mode features", self.mode == "features"),
                                               ("--layer-lr-decay", self.layer_lr_decay < 1),
                                               ("--gradual-unfreezing", self.gradual_unfreezing),
                                               ("--head-bilstm", self.head_bilstm)) if value]
             if given:
-                raise UserError(f"{given[0]} is not an option of --arch taglm, which trains its own tagger "
-                                "(--lm DIR gives it a biLM, --word-vectors DIR its starting word vectors)")
-            for flag, path in (("--lm", self.lm), ("--word-vectors", self.word_vectors)):
+                recipe = import_module(family_named(self.arch).recipe)
+                raise UserError(f"{given[0]} is not an option of --arch {self.arch}, which trains its own model "
+                                f"({recipe.OPTIONS})")
+            for flag, path in (("--lm", self.lm), ("--vectors", self.vectors)):
                 if path is not None and not Path(path).is_dir():
                     raise UserError(f"{flag} {path}: no such directory")
             return
         if self.lm is not None:
-            raise UserError("--lm belongs to --arch taglm (TagLM's tagger); give --arch taglm, or leave it out")
-        if self.word_vectors is not None:
+            archs = " or ".join(trained_by("finetune"))
+            raise UserError(f"--lm belongs to --arch {archs}; give --arch {archs}, or leave it out")
+        if self.vectors is not None:
             if self.mode != "features":
-                raise UserError("--word-vectors goes with --mode features (each token's word vector beside its "
+                raise UserError("--vectors goes with --mode features (each token's word vector beside its "
                                 "features) or --arch taglm (the tagger's word embeddings); fine-tuning has none")
-            if not Path(self.word_vectors).is_dir():
-                raise UserError(f"--word-vectors {self.word_vectors}: no such directory")
+            if not Path(self.vectors).is_dir():
+                raise UserError(f"--vectors {self.vectors}: no such directory")
         if not self.model:
             raise UserError("--model is required: the pre-trained model directory (only --arch taglm trains a "
                             "tagger without one)")
         self.model = str(resolve_model_dir(self.model))
+
+    def family_options(self) -> dict:
+        """The model family's own fine-tuning options given (FAMILY_OPTIONS away from their defaults;
+        `check_model_setup` refuses one the family does not take)."""
+        return {name: getattr(self, name) for name in FAMILY_OPTIONS
+                if getattr(self, name) != default_finetune_setting(name)}
 
     def input_settings(self, spec: TaskSpec) -> InputSettings:
         """Length limits and SQuAD's search settings."""
@@ -213,9 +218,10 @@ def prepare_data(cfg: FinetuneConfig) -> RunData:
 def finetune_once(cfg: FinetuneConfig, data: RunData, seed: int, out: Path) -> dict:
     """Train one seed into `out`; returns the best dev results (with the step they came from)."""
     torch.manual_seed(seed)
-    model = load_task_model(cfg.model, data.spec, cfg.drop_mult, cfg.head_bilstm)
+    model = load_task_model(cfg.model, data.spec, **cfg.family_options())
     describe_task(model.config, data.spec, data.settings)
-    num_layers = num_layers_of(model)
+    depths = {name: layer_depth(model, name) for name, _ in model.named_parameters()} if cfg.layer_lr_decay < 1 else {}
+    num_layers = num_layers_of(model) if depths else 0
     features = data.train_encoded.features
 
     def make_batch(rows: list[int]) -> dict:
@@ -229,7 +235,7 @@ def finetune_once(cfg: FinetuneConfig, data: RunData, seed: int, out: Path) -> d
         return best.update(evaluate_splits(module.model, data, cfg), module.model, trainer.step)
 
     def lr_scale(name: str) -> float:  # ULMFiT's discriminative rates: the head at lr, each layer below x decay
-        return cfg.layer_lr_decay ** (num_layers + 1 - layer_depth(name.removeprefix("model."), num_layers))
+        return cfg.layer_lr_decay ** (num_layers + 1 - depths[name.removeprefix("model.")])
 
     trainer = Trainer(TaskModule(model), epoch_train_config(cfg, batches.steps_per_epoch, seed, cfg.precision), out,
                       batches, evaluate, lr_scale=lr_scale if cfg.layer_lr_decay < 1 else None)
@@ -237,33 +243,71 @@ def finetune_once(cfg: FinetuneConfig, data: RunData, seed: int, out: Path) -> d
     return best.results
 
 
-def check_wic_setup(cfg: FinetuneConfig, family: str) -> None:
-    """WiC's head reads the target word's tokens from a fine-tuned BERT-family encoder in one row:
-    a one-line error for any other model, the feature-based mode or windows."""
-    if family != "bert":
-        what = "--arch taglm trains a tagger" if cfg.arch == "taglm" else f"{cfg.model} is a {family} model"
-        raise UserError(f"wic needs a BERT-family encoder (BERT, RoBERTa, ALBERT or ELECTRA: its head reads the "
-                        f"target words' tokens); {what}")
-    if cfg.mode == "features":
-        raise UserError("wic is fine-tuned whole here (--mode finetune): its head reads the target word's tokens "
-                        "from the encoder")
-    if cfg.long_inputs == "window":
-        raise UserError("--long-inputs window does not apply to wic: its head reads both target words from one row, "
-                        "so long pairs are cut around them")
+# The fine-tuning options of one family or another (its spec's `finetune_options`): flag, what it does.
+FAMILY_OPTIONS = {"head_bilstm": ("--head-bilstm", "puts a BiLSTM between a BERT-family encoder and its head"),
+                  "drop_mult": ("--drop-mult", "scales an AWD-LSTM classifier's dropouts (ULMFiT)")}
 
 
-def check_head_bilstm_setup(cfg: FinetuneConfig, family: str, kind: str) -> None:
-    """--head-bilstm puts a BiLSTM between a fine-tuned BERT-family encoder and a sequence, token or
-    span head: a one-line error for any other model, the feature-based mode or WiC's head."""
-    if family != "bert":
-        raise UserError(f"--head-bilstm puts a BiLSTM on a BERT-family encoder (BERT, RoBERTa, ALBERT or ELECTRA); "
-                        f"{cfg.model} is a {family} model")
-    if cfg.mode == "features":
+def check_model_setup(cfg: FinetuneConfig, model_dir: ModelDir, kind: str) -> None:
+    """What the model's family can do against what the run asks (its spec: fine-tuning modes, heads,
+    options, layers): a one-line error naming the setting, before any data is read."""
+    spec, name = model_dir.spec, f"{cfg.model} ({model_dir.describe()})"
+    if not spec.finetune_modes:
+        again = f", or train a new one with --arch {model_dir.family.name}" if model_dir.family.recipe else ""
+        raise UserError(f"{name}: an already trained {model_dir.family.name} model; evaluate or predict with it{again}")
+    if cfg.mode not in spec.finetune_modes:
+        modes = {"finetune": "fine-tuned whole here (--mode finetune)",
+                 "features": "a fixed feature source: use --mode features (a head trains on its features)"}
+        raise UserError(f"{name} is {modes[spec.finetune_modes[0]]}")
+    for option, (flag, what) in FAMILY_OPTIONS.items():
+        if getattr(cfg, option) != default_finetune_setting(option) and option not in spec.finetune_options:
+            raise UserError(f"{flag} {what}; {name} does not take it")
+    if (cfg.layer_lr_decay < 1 or cfg.gradual_unfreezing) and spec.layer_of is None:
+        raise UserError(f"--layer-lr-decay and --gradual-unfreezing are ULMFiT's options for a stack of layers; "
+                        f"{name} declares none")
+    if cfg.long_inputs == "window" and spec.runner == "text_to_text":
+        raise UserError("--long-inputs window: a text-to-text model's inputs are cut at --max-seq-len (text to text "
+                        "has no windows here; a training example whose answer is cut off is dropped and counted)")
+    if cfg.vectors is not None and spec.runner == "word_features":
+        raise UserError(f"--vectors go beside a contextual encoder's features; {name} reads word vectors already")
+    if kind == "wic":
+        if "wic" not in spec.heads:
+            raise UserError(f"wic needs a BERT-family encoder (its head reads the target words' tokens); {name} has "
+                            "no WiC head")
+        if cfg.long_inputs == "window":
+            raise UserError("--long-inputs window does not apply to wic: its head reads both target words from one "
+                            "row, so long pairs are cut around them")
+    if cfg.head_bilstm and cfg.mode == "features":
         raise UserError("--head-bilstm trains a BiLSTM with the encoder (--mode finetune); the feature-based mode has "
                         "its own over the frozen encoder: --feature-head bilstm")
-    if kind == "wic":
+    if cfg.head_bilstm and kind == "wic":
         raise UserError("--head-bilstm does not apply to wic: its head reads the target words' own tokens from the "
                         "encoder")
+
+
+def default_finetune_setting(name: str):
+    """A FinetuneConfig setting's default."""
+    return default_of(setting_fields(FinetuneConfig)[name])
+
+
+# How each runner's fine-tuning starts: (prepare the data, train one seed), by the family's spec's `runner`.
+def _prepare_head(cfg: FinetuneConfig) -> tuple[RunData, Callable, int]:
+    data = prepare_data(cfg)
+    return data, train_feature_head if cfg.mode == "features" else finetune_once, data.train_encoded.too_long
+
+
+def _prepare_text_to_text(cfg: FinetuneConfig) -> tuple[RunData, Callable, int]:
+    spec, train, dev = read_task(cfg)
+    data = prepare_text_to_text(cfg.model, spec, train, dev, cfg.input_settings(spec))
+    return data, finetune_text_to_text, data.train_encoded.too_long
+
+
+def _prepare_word_features(cfg: FinetuneConfig) -> tuple[RunData, Callable, int]:
+    check_task(resolve_task(cfg))
+    return prepare_static_data(*read_task(cfg), open_word_features(cfg.model)), train_static_head, 0
+
+
+PREPARE = {"head": _prepare_head, "text_to_text": _prepare_text_to_text, "word_features": _prepare_word_features}
 
 
 def run_finetuning(cfg: FinetuneConfig) -> dict:
@@ -271,48 +315,15 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
     cfg.validate()
     out = Path(cfg.out)
     check_output_dir(out, cfg.resume)
-    family = "taglm" if cfg.arch == "taglm" else family_of(cfg.model).name
-    if cfg.head_bilstm:
-        check_head_bilstm_setup(cfg, family, resolve_task(cfg).kind)
-    if resolve_task(cfg).kind == "wic":
-        check_wic_setup(cfg, family)
-    if family == "taglm" and cfg.arch != "taglm":
-        raise UserError(f"{cfg.model}: an already trained TagLM tagger; evaluate or predict with it, or train a new "
-                        "one with --arch taglm")
-    if family in ("gpt", "t5", "awd-lstm", "xlnet") and cfg.mode == "features":
-        raise UserError(f"{cfg.model}: a {family.upper()} is fine-tuned whole here (--mode finetune); feature-based "
-                        "heads read BERT encoders or static vectors")
-    if family == "elmo" and cfg.mode != "features":
-        raise UserError(f"{cfg.model}: ELMo's biLM is a feature source, as in its paper: use --mode features "
-                        "(--feature-layers mix learns ELMo's scalar mix with the head)")
-    if family != "awd-lstm" and cfg.drop_mult != 1.0:
-        raise UserError(f"--drop-mult scales an AWD-LSTM classifier's dropouts (ULMFiT); {cfg.model} is a {family}")
-    if family == "t5" and (cfg.layer_lr_decay < 1 or cfg.gradual_unfreezing):
-        raise UserError("--layer-lr-decay and --gradual-unfreezing are ULMFiT's options for BERT and GPT layers, "
-                        "not for a T5's encoder-decoder")
-    if family == "t5" and cfg.long_inputs == "window":
-        raise UserError("--long-inputs window: a T5's inputs are cut at --max-seq-len (text to text has no windows "
-                        "here; a training example whose answer is cut off is dropped and counted)")
-    if family == "t5":  # text to text: the task's strings, not a head
-        spec, train, dev = read_task(cfg)
-        data = prepare_text_to_text(cfg.model, spec, train, dev, cfg.input_settings(spec))
-        train_one, too_long = finetune_text_to_text, data.train_encoded.too_long
-    elif family == "taglm":  # Peters et al. 2017's tagger, trained from scratch beside a frozen biLM
-        data, train_one, too_long = prepare_tagger_data(*read_task(cfg), cfg.lm, cfg.word_vectors), train_tagger, 0
-    elif family in ("static", "cove"):  # one vector per word (CoVe: [GloVe; CoVe], its paper's): only a head trains
-        if cfg.mode != "features":
-            raise UserError(f"{cfg.model}: static word vectors have no encoder to fine-tune; use --mode features"
-                            if family == "static" else f"{cfg.model}: CoVe is a fixed feature source, as in its "
-                            "paper; use --mode features")
-        if cfg.word_vectors is not None:
-            what = "word vectors already" if family == "static" else "CoVe, whose features hold GloVe's vectors already"
-            raise UserError(f"--word-vectors go beside a contextual encoder's features; {cfg.model} is {what}")
-        check_task(resolve_task(cfg))
-        data, train_one, too_long = prepare_static_data(*read_task(cfg), open_word_features(cfg.model)), train_static_head, 0
+    if cfg.arch != "head":  # a family trained from scratch by a recipe of its own (TagLM's tagger beside a biLM)
+        recipe = import_module(family_named(cfg.arch).recipe)
+        data, train_one, too_long = recipe.prepare_run(cfg, *read_task(cfg)), recipe.train_run, 0
     else:
-        data = prepare_data(cfg)
-        train_one = train_feature_head if cfg.mode == "features" else finetune_once
-        too_long = data.train_encoded.too_long
+        model_dir = open_model_dir(cfg.model)
+        check_model_setup(cfg, model_dir, resolve_task(cfg).kind)
+        data, train_one, too_long = PREPARE[model_dir.spec.runner](cfg)
+    if cfg.resume:  # before the record is written again: the earlier run's settings, or a one-line refusal
+        check_resumed_record(out / CONFIG_NAME, dataclasses.asdict(cfg))
     write_json_atomic(out / CONFIG_NAME, {**dataclasses.asdict(cfg), "task_spec": dataclasses.asdict(data.spec),
                                           "train_examples": len(data.train),
                                           "train_examples_longer_than_max_seq_len": too_long})
@@ -326,7 +337,7 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
 
 
 @dataclass
-class EvaluateConfig:
+class EvaluateConfig(Threads):
     """The model, the task's split, and where the results go.
 
     The settings of `bertology evaluate`.
@@ -338,13 +349,13 @@ class EvaluateConfig:
     task: str | None = setting(None, help="the task (default: the one the model was fine-tuned on)")
     split: str = setting("dev", help="the split to score: dev, dev_mismatched (MNLI), train or test")
     batch_size: int = setting(128, positive=True, help="examples per forward pass")
-    precision: str = setting("auto", choices=PRECISIONS, help="auto: bf16 where the processor runs it fast")
+    precision: str = setting("auto", choices=PRECISIONS, help=PRECISION_HELP)
     out: str | None = setting(None, metavar="FILE", output="file", help="also write the results as JSON here "
                                                                          "(default: print only)")
 
 
 @dataclass
-class PredictConfig:
+class PredictConfig(Threads):
     """The model, the input file and where the predictions go.
 
     The settings of `bertology predict`.
@@ -358,53 +369,29 @@ class PredictConfig:
     out: str = setting(required=True, metavar="FILE", output="file", help="the predictions: GLUE TSV, SQuAD JSON, "
                                                                          "CoNLL columns or WiC's T/F lines")
     batch_size: int = setting(128, positive=True, help="examples per forward pass")
-    precision: str = setting("auto", choices=PRECISIONS, help="auto: bf16 where the processor runs it fast")
+    precision: str = setting("auto", choices=PRECISIONS, help=PRECISION_HELP)
 
 
 def run_evaluation(task: str | None, data: str, model_dir: str, split: str = "dev", batch_size: int = 128,
                    precision: str = "auto") -> dict:
-    """`bertology evaluate`: a fine-tuned model's metrics on a split of its task's files (a T5's
-    from its decoded answers, see text_to_text.py; a feature head over static vectors or CoVe
-    through static_features.py, in fp32 as it trained)."""
-    directory = resolve_model_dir(model_dir)
-    family = family_of(directory).name
-    if family == "t5":
-        spec, settings = task_of(T5Config.load(directory), model_dir)
-    elif family in ("static", "cove"):
-        head, vectors, spec = load_static_head(directory)
-    else:
-        model, tokenizer, spec, settings = load_finetuned(model_dir)
+    """`bertology evaluate`: a fine-tuned model's metrics on a split of its task's files, through the
+    directory's runner (inference/runners.py: a head's logits, a T5's decoded answers, a feature
+    head over word vectors)."""
+    runner = open_runner(model_dir, precision)
+    spec = runner.spec
     if task and task != spec.name:
         raise UserError(f"{model_dir} was fine-tuned for {spec.name}, not {task}")
     examples = read_split(FinetuneConfig(task=spec.name, model=model_dir), spec, split, data)
-    if family == "t5":
-        return {"task": spec.name, "split": split,
-                **evaluate_directory(str(directory), spec, settings, split, examples, batch_size)}
-    if family in ("static", "cove"):
-        predictions = predict_examples(head, vectors, spec, examples, batch_size)
-    else:
-        predictions = predict(model, tokenizer, spec, examples, settings, batch_size, precision, progress=True)
-    return {"task": spec.name, "split": split, **score(spec, examples, predictions, split)}
+    return {"task": spec.name, "split": split, **runner.evaluate(examples, split, batch_size)}
 
 
 def run_prediction(model_dir: str, input_path: Path, out_path: Path, batch_size: int = 128, precision: str = "auto") -> int:
-    """`bertology predict`: predictions for every example of a file, written in the task's format
-    (a T5's from its decoded answers, see text_to_text.py; a feature head over static vectors or
-    CoVe through static_features.py)."""
-    directory = resolve_model_dir(model_dir)
-    family = family_of(directory).name
-    if family == "t5":
-        spec, settings = task_of(T5Config.load(directory), model_dir)
-        examples = read_inputs(spec, Path(input_path))
-        predictions = predict_directory(str(directory), spec, settings, examples, batch_size)
-    elif family in ("static", "cove"):
-        head, vectors, spec = load_static_head(directory)
-        examples = read_inputs(spec, Path(input_path))
-        predictions = predict_examples(head, vectors, spec, examples, batch_size)
-    else:
-        model, tokenizer, spec, settings = load_finetuned(model_dir)
-        examples = read_inputs(spec, Path(input_path))
-        predictions = predict(model, tokenizer, spec, examples, settings, batch_size, precision, progress=True)
+    """`bertology predict`: predictions for every example of a file, written in the task's format,
+    through the directory's runner (inference/runners.py)."""
+    runner = open_runner(model_dir, precision)
+    spec = runner.spec
+    examples = read_inputs(spec, Path(input_path))
+    predictions = runner.predict(examples, batch_size, progress=True)
     if spec.kind == "span":
         write_squad_predictions(predictions, out_path)
     elif spec.kind == "token":

@@ -9,66 +9,66 @@ into the output directory."""
 from __future__ import annotations
 
 import dataclasses
-import re
+import shutil
 import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from ..config import default_of, override, setting
-from ..data.corpus import DOC_FORMATS, reading_notes
+from ..config import default_of, option_name, override, setting, setting_fields
+from ..data.corpus import DOC_FORMATS, corpus_notes, reading_notes
 from ..data.pretraining import PretrainingDataset, collate, make_batches, static_mask_seeds
 from ..data.shards import TokenizedCorpus, build_corpus, continuation_table
 from ..data.token_stream import StreamBatches, TokenStream
 from ..data.tokenizer import Tokenizer, train_tokenizer
+from ..data.tokenizer_files import has_tokenizer
 from ..errors import UserError
 from ..files import cache_root, write_json_atomic
-from ..models import ARCHITECTURES, family_named, family_of
-from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
-from ..models.bert import POSITION_TYPES, PRESETS, BertConfig
-from ..models.elmo import ELMoConfig, character_ids
-from ..models.gpt import GPTConfig
-from ..models.t5 import T5Config
-from ..models.xlnet import XLNetConfig
+from ..memory import FP32_BYTES, check_fits, parameters_of
+from ..models import FAMILIES, family_named, family_of, trained_by
+from ..models.base import SIZES, ConfigFile, FamilySpec, load_pretrained
+from ..models.bert import POSITION_TYPES
 from ..plots import plot_training_curves
 from ..training.loop import (
     Distributed,
     TrainConfig,
     Trainer,
     check_no_earlier_run,
+    check_resumed_record,
     check_writable,
     metrics_from_counts,
 )
-from ..training.objectives import ELECTRA_MASKING, MASKING_OBJECTIVES, OBJECTIVES, build_objective, lm_counts
+from ..training.objectives import ELECTRA_MASKING, OBJECTIVES, build_objective, lm_counts
 
 RESOLVED_CONFIG_NAME = "pretrain_config.json"
 
 
-OBJECTIVE_HELP = ("pre-training objective: bert (masked LM + next-sentence prediction), roberta (masked LM over "
-                  "full sentences), albert (masked LM + sentence order), electra (replaced-token detection), "
-                  "clm (left-to-right LM), t5 (span corruption), bilm (ELMo's forward and backward LSTM LMs), "
-                  "plm (XLNet's permutation LM)")
-# The objective each family trains with by default, and the only ones it takes (None: an encoder's).
-FAMILY_OBJECTIVES = {"bert": ("bert", None), "gpt": ("clm", ("clm",)), "t5": ("t5", ("t5",)),
-                     "awd-lstm": ("clm", ("clm",)), "elmo": ("bilm", ("bilm",)), "xlnet": ("plm", ("plm",))}
-# The LSTMs: a token stream and a carried state (data/token_stream.py); XLNet reads it too with --mem-len.
-STREAM_FAMILIES = ("awd-lstm", "elmo")
+OBJECTIVE_HELP = ("pre-training objective: " + ", ".join(f"{name} ({objective.description})"
+                                                       for name, objective in OBJECTIVES.items()))
+# The settings that are a model family's switches (its spec's `pretrain_switches`) and an objective's
+# options (OBJECTIVES[name].options): each is refused, at any value but its default, where it does not apply.
+FAMILY_SWITCHES = ("pre_layer_norm", "embedding_size", "share_layers", "segment_embeddings", "position", "gated_gelu",
+                   "bias", "dropout", "mem_len")
+# Family switches that hold while pre-training only: the saved config gets the fields they set back as the
+# preset or config file had them (Cramming pre-trains without dropout and fine-tunes with it).
+TRAINING_ONLY_SWITCHES = ("dropout",)
 
 # --recipe NAME: settings that replace PretrainConfig's defaults (a setting given another value keeps it).
 # cramming: the changes of Cramming (Geiping and Goldstein 2022), measured one by one on a 2-core CPU at
 # equal wall time (bench/cramming.py, docs/results/pretraining-recipe.md); until that study's rule has
-# chosen the ones that paid here, all of them.
+# chosen the ones that paid here, all of them. A family takes a recipe when it takes its switches and objective.
 RECIPES: dict[str, dict[str, Any]] = {
     "cramming": {"objective": "roberta", "pre_layer_norm": True, "bias": False, "gated_gelu": True, "dropout": 0.0,
-                 "schedule": "linear", "warmup": 0.5, "lr": 1e-3, "seq_len": 128, "vocab_multiple": 64,
+                 "schedule": "linear", "warmup": 0.5, "lr": 1e-3, "max_seq_len": 128, "vocab_multiple": 64,
                  "batch_size": 16, "grad_accum": 4, "batch_ramp": 0.6},
 }
 # --recipe with --max-time and no --preset: the model size for the time (the first whose limit the budget is
 # within), so that a short budget trains a model small enough to learn in it.
 RECIPE_PRESETS: list[tuple[float, str]] = [(20 * 60, "tiny"), (float("inf"), "mini")]
+OBJECTIVE_OPTIONS = tuple(dict.fromkeys(option for objective in OBJECTIVES.values() for option in objective.options))
 
 
 @dataclass
@@ -86,50 +86,39 @@ class PretrainConfig(TrainConfig):
     tokenizer: str | None = setting(None, metavar="DIR", help="a tokenizer directory (default: train one on the corpus)")
     vocab_size: int = setting(30522, positive=True, help="the size of a vocabulary trained on the corpus")
     cased: bool = setting(False, help="train a cased vocabulary (case and accents kept)")
-    cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR",
+    cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR", output="dir",
                              help="where the tokenized corpus is kept for later runs ($BERTOLOGY_CACHE)")
-    arch: str = setting("bert", choices=ARCHITECTURES, help="the model family")
-    preset: str = setting("mini", choices=PRESETS, help="the model's size")
+    arch: str = setting("bert", choices=lambda: trained_by("pretrain"), help="the model family")
+    preset: str = setting("mini", choices=SIZES, help="the model's size")
     model_config: str | None = setting(None, metavar="FILE", help="a config.json for the encoder instead of a "
                                                                   "preset (default: none)")
-    init: str | None = setting(None, metavar="DIR", help="--arch awd-lstm: go on training this pre-trained language "
-                                                         "model (its config, weights and tokenizer) on the corpus: "
-                                                         "ULMFiT's target-task LM fine-tuning (default: none)")
+    init: str | None = setting(None, metavar="DIR", help="go on training this pre-trained model of --arch's family (its "
+                                                         "config, weights and tokenizer) on the corpus: ULMFiT's "
+                                                         "target-task LM fine-tuning (default: none)")
     layer_lr_decay: float = setting(1.0, positive=True,
-                                    help="--arch awd-lstm: ULMFiT's discriminative rates, each LSTM layer down trains "
-                                         "at this factor of the one above (ULMFiT: 0.385 = 1/2.6); the tied "
-                                         "embedding and output layer at --lr")
-    model: dict[str, Any] = setting({}, help="config-file only: the family's config fields to override (BertConfig, "
-                                             "GPTConfig, ...), as a [model] table")
+                                    help="ULMFiT's discriminative rates: each layer down trains at this factor of the "
+                                         "one above (ULMFiT: 0.385 = 1/2.6); the embeddings and output layer (tied in "
+                                         "a language model) at --lr")
+    model: dict[str, Any] = setting({}, help="config-file only: the family's config fields to override (its config "
+                                             "class's, as in its config.json), as a [model] table")
     # the variants' switches, applied over the preset and winning over `model`
     pre_layer_norm: bool = setting(False, help="LayerNorm before each sub-layer (pre-LN) instead of after it")
     embedding_size: int | None = setting(None, positive=True, help="ALBERT's factorized embeddings: this width, "
                                                                    "projected to the hidden size (default: off)")
     share_layers: bool = setting(False, help="ALBERT's cross-layer parameter sharing")
     segment_embeddings: bool = setting(True, help="segment (token type) embeddings")
-    # Cramming's switches (Geiping and Goldstein 2022); --recipe cramming sets the ones that paid here
-    bias: bool = setting(True, help="biases in the attention and feed-forward linears; --no-bias: none, as Cramming "
-                                    "(zeros are written in their place, so transformers still loads the model)")
-    dropout: float | None = setting(None, minimum=0, help="dropout while pre-training, hidden and attention (Cramming: "
-                                                          "0); the saved model keeps its own for fine-tuning "
-                                                          "(default: the model's, 0.1)")
-    vocab_multiple: int = setting(1, positive=True, metavar="N",
-                                  help="pad the model's vocabulary to a multiple of N with unused tokens (Cramming: 64, "
-                                       "for the matrix units); the saved tokenizer gets them too, as [unusedK]")
-    recipe: str | None = setting(None, choices=tuple(RECIPES),
-                                 help="cramming: the Cramming changes that paid on this project's 2-core CPU (see "
-                                      "docs/results/pretraining-recipe.md), set wherever a setting is left at its "
-                                      "default; with --max-time and no --preset, also the model size that fits "
-                                      "the time (default: none)")
     position: str = setting("absolute", choices=POSITION_TYPES,
                             help="absolute: learned position embeddings (BERT); relative: T5's bucketed relative "
                                  "position bias in every attention instead")
-    objective: str | None = setting(None, choices=OBJECTIVES, help=f"{OBJECTIVE_HELP} (default: bert; --arch gpt "
-                                                                    "and awd-lstm take clm only, t5 t5, elmo bilm, "
-                                                                    "xlnet plm)")
-    seq_len: int = setting(128, minimum=8, help="sequence length in tokens")
+    objective: str | None = setting(None, choices=lambda: tuple(OBJECTIVES),
+                                    help=f"{OBJECTIVE_HELP} (default: the family's first; `bertology pretrain --arch "
+                                         "NAME --help` does not list them per family: a wrong one is refused naming "
+                                         "those --arch takes)")
+    max_seq_len: int = setting(128, minimum=8, formerly=("seq_len",),
+                               help="tokens per sequence, at most (BERT packs sentences up to it; an LSTM's BPTT "
+                                    "length)")
     batch_size: int = setting(32, positive=True, help="sequences per micro-batch")
-    short_seq_prob: float = setting(0.1, minimum=0, help="share of shorter sequences, as BERT's data has")
+    short_seq_prob: float = setting(0.1, minimum=0, maximum=1, help="share of shorter sequences, as BERT's data has")
     whole_word_masking: bool = setting(False, help="mask all the pieces of a word together")
     # Off by default: RoBERTa's dynamic masking, a fresh mask every time a sequence is seen.
     static_masks: int | None = setting(None, positive=True, metavar="N",
@@ -154,15 +143,30 @@ class PretrainConfig(TrainConfig):
     gated_gelu: bool = setting(False, help="a gated-GELU feed-forward: t5, T5 v1.1's (and an output matrix of its "
                                            "own); bert, Cramming's (the output matrix reads half the intermediate "
                                            "width; transformers cannot load it)")
+    # Cramming's switches (Geiping and Goldstein 2022); --recipe cramming sets the ones that paid here
+    bias: bool = setting(True, help="biases in the attention and feed-forward linears; --no-bias: none, as Cramming "
+                                    "(zeros are written in their place, so transformers still loads the model)")
+    dropout: float | None = setting(None, minimum=0, below=1,
+                                    help="dropout while pre-training, hidden and attention (Cramming: 0); the saved "
+                                         "model keeps its own for fine-tuning (default: the model's, 0.1)")
+    vocab_multiple: int = setting(1, positive=True, metavar="N",
+                                  help="pad the model's vocabulary to a multiple of N with unused tokens (Cramming: 64, "
+                                       "for the matrix units); the saved tokenizer gets them too, as [unusedK]. "
+                                       "A WordPiece vocabulary only")
+    recipe: str | None = setting(None, choices=tuple(RECIPES),
+                                 help="cramming: the Cramming changes that paid on this project's 2-core CPU (see "
+                                      "docs/results/pretraining-recipe.md), set wherever a setting is left at its "
+                                      "default; with --max-time and no --preset, also the model size that fits "
+                                      "the time (default: none)")
     # Off by default: memory changes the data (a stream, not shuffled sequences) and the held-out
-    # regime, so earlier runs stay comparable; on, --seq-len is a sensible N at the small presets.
+    # regime, so earlier runs stay comparable; on, --max-seq-len is a sensible N at the small presets.
     mem_len: int = setting(0, minimum=0, metavar="N",
                            help="xlnet: Transformer-XL's segment recurrence, as XLNet pre-trains: read the corpus as "
                                 "a token stream, each batch row continuing its text, every token also attending to "
                                 "the states of the last N positions its row read (per layer, no gradient; the model's "
                                 "mem_len); held out, the same. 0: off, independent sequences (the release: 384 at "
-                                "512 tokens; here --seq-len is a sensible N)")
-    eval_fraction: float = setting(0.01, positive=True, help="share of the documents held out for evaluation")
+                                "512 tokens; here --max-seq-len is a sensible N)")
+    eval_fraction: float = setting(0.01, positive=True, below=1, help="share of the documents held out for evaluation")
     eval_batches: int = setting(20, positive=True, help="held-out batches per evaluation")
     lr: float = override(TrainConfig, "lr", 5e-4)  # an AWD-LSTM wants fastai's order, --lr 1e-2
     eval_every: int = override(TrainConfig, "eval_every", 200)
@@ -176,152 +180,168 @@ class PretrainConfig(TrainConfig):
                 raise UserError(f"{path}: no such file or directory")
         if self.tokenizer is not None and not Path(self.tokenizer).is_dir():
             raise UserError(f"{self.tokenizer}: no such tokenizer directory")
-        default, allowed = FAMILY_OBJECTIVES[self.arch]
+        family = family_named(self.arch)
+        spec = family.spec
+        trained = [name for name, other in FAMILIES.items() if other.spec.objectives]
+        if not spec.objectives:
+            raise UserError(f"--arch {family.name}: pretrain trains the {', '.join(trained)} families; {family.name} "
+                            f"({family.description}) is trained by its own command")
         if self.objective is None:
-            self.objective = default
-        if allowed and self.objective not in allowed:
-            what = {"t5": "trained by span corruption", "elmo": "a bidirectional LSTM language model",
-                    "xlnet": "trained by permutation language modelling"}.get(
-                self.arch, "a left-to-right language model")
-            raise UserError(f"--arch {self.arch} is {what}: its objective is {default}, not {self.objective}")
-        if self.arch == "bert" and self.objective == "t5":
-            raise UserError("--objective t5 (span corruption) trains an encoder-decoder: use --arch t5")
-        if self.arch == "bert" and self.objective == "bilm":
-            raise UserError("--objective bilm trains ELMo's forward and backward LSTM language models: use --arch elmo")
-        if self.arch == "bert" and self.objective == "plm":
-            raise UserError("--objective plm (permutation LM) trains XLNet's two-stream attention: use --arch xlnet")
-        if self.arch != "bert":
-            for flag, value in (("--share-layers", self.share_layers), ("--embedding-size", self.embedding_size),
-                                ("--whole-word-masking", self.whole_word_masking),
-                                ("--pre-layer-norm", self.pre_layer_norm and self.arch in ("t5", "xlnet")),
-                                ("--position relative", self.position == "relative")):
-                if value:
-                    raise UserError(f"{flag} is a switch of the bert family, not of --arch {self.arch}")
-        if self.arch != "t5":
-            for flag, value, default_value in (("--noise-density", self.noise_density, 0.15),
-                                               ("--mean-span-length", self.mean_span_length, 3.0)):
-                if value != default_value:
-                    raise UserError(f"{flag} is a switch of span corruption (--arch t5), not of --arch {self.arch}")
-        if self.arch not in ("bert", "t5") and self.gated_gelu:
-            raise UserError(f"--gated-gelu is a switch of the bert and t5 families, not of --arch {self.arch}")
-        if self.arch != "bert":
-            for flag, value in (("--no-bias", not self.bias), ("--dropout", self.dropout is not None),
-                                ("--vocab-multiple", self.vocab_multiple != 1), ("--recipe", self.recipe)):
-                if value:
-                    raise UserError(f"{flag} is a switch of the bert family, not of --arch {self.arch}")
-        if self.dropout is not None and self.dropout >= 1:
-            raise UserError(f"--dropout must be below 1, got {self.dropout}")
-        if self.mem_len and self.arch != "xlnet":
-            raise UserError(f"--mem-len is XLNet's segment recurrence (--arch xlnet), not of --arch {self.arch}")
-        if self.arch != "awd-lstm":
-            for flag, value in (("--init", self.init), ("--layer-lr-decay", self.layer_lr_decay != 1.0)):
-                if value:
-                    raise UserError(f"{flag} is ULMFiT's target-LM fine-tuning (--arch awd-lstm), not of --arch {self.arch}")
+            self.objective = spec.objectives[0]
+        if self.objective not in spec.objectives:
+            takers = [name for name in trained if self.objective in FAMILIES[name].spec.objectives]
+            raise UserError(f"--arch {family.name} trains with {' or '.join(spec.objectives)}, not --objective "
+                            f"{self.objective} (which trains --arch {' or '.join(takers)})")
+        for name in FAMILY_SWITCHES:
+            if getattr(self, name) != default_setting(name) and name not in spec.pretrain_switches:
+                takers = [other for other in trained if name in FAMILIES[other].spec.pretrain_switches]
+                raise UserError(f"{self.flag_given(name)} is a switch of --arch {' or '.join(takers)}, not of --arch "
+                                f"{family.name}")
+        for name in OBJECTIVE_OPTIONS:
+            if getattr(self, name) != default_setting(name) and name not in OBJECTIVES[self.objective].options:
+                takers = [other for other, objective in OBJECTIVES.items() if name in objective.options]
+                raise UserError(f"{self.flag_given(name)} is an option of the {' or '.join(takers)} objective, not of "
+                                f"{self.objective}")
         if self.init is not None:
             if not Path(self.init).is_dir():
                 raise UserError(f"{self.init}: no such model directory")
-            if family_of(self.init).name != "awd-lstm":
-                raise UserError(f"{self.init}: a {family_of(self.init).name} model; --init takes an AWD-LSTM language "
-                                "model (bertology pretrain --arch awd-lstm)")
+            if family_of(self.init).name != family.name:
+                raise UserError(f"{self.init}: a {family_of(self.init).name} model; --init continues a model of --arch "
+                                f"{family.name}")
             if self.model_config or self.model:
                 raise UserError("--init takes the model's own config.json; --model-config and [model] do not apply")
+        if self.layer_lr_decay != 1.0 and spec.layer_of is None:
+            raise UserError(f"--layer-lr-decay scales the rates of a stack of layers; --arch {family.name} declares none")
         if self.layer_lr_decay > 1:
             raise UserError(f"--layer-lr-decay must be at most 1, got {self.layer_lr_decay}")
         if not 0 < self.noise_density < 1:
             raise UserError(f"--noise-density must be between 0 and 1, got {self.noise_density}")
-        if self.static_masks is not None and self.objective not in MASKING_OBJECTIVES:
-            raise UserError(f"--static-masks fixes the masks of a masked LM ({', '.join(MASKING_OBJECTIVES)}); "
-                            f"the {self.objective} objective masks no tokens")
-        if self.sop_balance and self.objective != "albert":
-            raise UserError(f"--sop-balance balances ALBERT's sentence order, not the {self.objective} objective")
-        if self.eval_fraction >= 1:
-            raise UserError(f"--eval-fraction must be below 1, got {self.eval_fraction}")
 
     def apply_recipe(self) -> None:
         """Set --recipe's settings wherever a setting still has its default (see RECIPES), and with a time
-        budget and the default preset, the recipe's size for the time (RECIPE_PRESETS)."""
+        budget and the default preset, the recipe's size for the time (RECIPE_PRESETS). A family that
+        lacks one of the recipe's switches or its objective is refused."""
         if self.recipe is None:
             return
-        if self.arch != "bert":
-            raise UserError(f"--recipe {self.recipe} pre-trains the bert family, not --arch {self.arch}")
-        fields = {f.name: f for f in dataclasses.fields(self)}
+        refusal = recipe_refusal(self.recipe, self.arch)
+        if refusal:
+            raise UserError(refusal)
         for name, value in RECIPES[self.recipe].items():
-            if getattr(self, name) == default_of(fields[name]):
+            if getattr(self, name) == default_setting(name):
                 setattr(self, name, value)
         seconds = self.time_budget()
-        if seconds and self.preset == default_of(fields["preset"]) and not self.model_config:
+        if seconds and self.preset == default_setting("preset") and not self.model_config:
             self.preset = next(preset for limit, preset in RECIPE_PRESETS if seconds <= limit)
 
-    def model_overrides(self) -> dict[str, Any]:
-        """The BertConfig fields to set over the preset or --model-config: the `model` table, then
-        the switches given (so a flag wins over the config file's table)."""
-        switches = {"pre_layer_norm": self.pre_layer_norm or None, "share_layers": self.share_layers or None,
-                    "embedding_size": self.embedding_size, "type_vocab_size": None if self.segment_embeddings else 0,
-                    "use_bias": None if self.bias else False, "gated_feed_forward": self.gated_gelu or None,
-                    "position_embedding_type": "relative" if self.position == "relative" else None}
-        return {**self.model, **{k: v for k, v in switches.items() if v is not None}}
+    def flag_given(self, name: str) -> str:
+        """The flag a setting was given with, for messages: --share-layers, --no-segment-embeddings,
+        --position relative."""
+        return flag(name, getattr(self, name))
+
+    def model_overrides(self, spec: FamilySpec) -> dict[str, Any]:
+        """The config fields to set over the preset or --model-config: the `model` table, then the
+        family's switches given (so a flag wins over the config file's table), those that hold while
+        pre-training only (TRAINING_ONLY_SWITCHES) aside."""
+        switches = {}
+        for name, fields in spec.pretrain_switches.items():
+            if name not in TRAINING_ONLY_SWITCHES:
+                switches.update(fields(getattr(self, name)))
+        return {**self.model, **switches}
+
+    def training_overrides(self, spec: FamilySpec) -> dict[str, Any]:
+        """The config fields the model pre-trains with beyond its saved config (TRAINING_ONLY_SWITCHES
+        given: --dropout)."""
+        switches = {}
+        for name in TRAINING_ONLY_SWITCHES:
+            if name in spec.pretrain_switches:
+                switches.update(spec.pretrain_switches[name](getattr(self, name)))
+        return switches
+
+    def objective_options(self) -> dict[str, Any]:
+        """The objective's settings, by name (see OBJECTIVES[name].options)."""
+        return {name: getattr(self, name) for name in OBJECTIVES[self.objective].options}
 
 
-def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> BertConfig | GPTConfig | T5Config | AWDLSTMConfig:
-    """Preset or config file, then the model overrides; the vocabulary decides vocab_size (and
-    T5's special ids: [PAD] starts the decoder and pads, [SEP] ends a text). --arch gpt gives a
-    GPTConfig, --arch t5 a T5Config, --arch awd-lstm an AWDLSTMConfig (their [model] tables hold
-    their own fields; --init's model keeps its own config)."""
+def recipe_refusal(recipe: str, arch: str) -> str | None:
+    """Why --arch `arch` cannot pre-train by `recipe` (it lacks one of the recipe's family switches or its
+    objective), or None when it can."""
+    family = family_named(arch)
+    settings = RECIPES[recipe]
+    lacking = [flag(name, value) for name, value in settings.items()
+               if name in FAMILY_SWITCHES and name not in family.spec.pretrain_switches]
+    if lacking:
+        return f"--recipe {recipe} sets {', '.join(lacking)}, which --arch {family.name} does not take"
+    objective = settings.get("objective")
+    if objective is not None and objective not in family.spec.objectives:
+        return f"--recipe {recipe} pre-trains with --objective {objective}, which --arch {family.name} does not take"
+    return None
+
+
+def flag(name: str, value: Any) -> str:
+    """A setting's flag with its value, for messages: --share-layers, --no-bias, --position relative."""
+    if isinstance(value, bool):
+        return option_name(name if value else f"no_{name}")
+    return f"{option_name(name)} {value}"
+
+
+def default_setting(name: str) -> Any:
+    """A PretrainConfig setting's default."""
+    return default_of(setting_fields(PretrainConfig)[name])
+
+
+def build_model_config(cfg: PretrainConfig, tokenizer: Tokenizer) -> ConfigFile:
+    """Preset or config file, then the model overrides (the `model` table, the family's switches,
+    the special token ids the vocabulary decides); the vocabulary decides vocab_size. --init's
+    model keeps its own config."""
+    spec = family_named(cfg.arch).spec
     vocab_size = tokenizer.vocab_size
     if cfg.init:
-        config = AWDLSTMConfig.load(cfg.init)
+        config = spec.config_class.load(cfg.init)
         if config.vocab_size != vocab_size:
             raise UserError(f"{cfg.init}: the model has {config.vocab_size:,} tokens, the tokenizer {vocab_size:,}; "
                             "give --init's own tokenizer (the default)")
         return config
-    if cfg.arch == "gpt":
-        overrides = {**cfg.model, **({"pre_layer_norm": True} if cfg.pre_layer_norm else {})}
-    elif cfg.arch == "t5":
-        v1_1 = {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False} if cfg.gated_gelu else {}
-        overrides = {**cfg.model, **v1_1, "pad_token_id": tokenizer.pad_token_id,
-                     "decoder_start_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.sep_token_id}
-    elif cfg.arch in STREAM_FAMILIES:
-        overrides = {**cfg.model, "pad_token_id": tokenizer.pad_token_id}
-    elif cfg.arch == "xlnet":
-        # bos: the [CLS] that opens each document of the token stream read with --mem-len
-        overrides = {**cfg.model, "pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.cls_token_id,
-                     "eos_token_id": tokenizer.sep_token_id, **({"mem_len": cfg.mem_len} if cfg.mem_len else {})}
-    else:
-        overrides = cfg.model_overrides()
-    config_class = {"gpt": GPTConfig, "t5": T5Config, "awd-lstm": AWDLSTMConfig, "elmo": ELMoConfig,
-                    "xlnet": XLNetConfig}.get(cfg.arch, BertConfig)
+    overrides = {**cfg.model_overrides(spec), **spec.token_ids(tokenizer)}
     try:
         if cfg.model_config:
-            config = dataclasses.replace(config_class.load(cfg.model_config), **overrides, vocab_size=vocab_size)
+            config = dataclasses.replace(spec.config_class.load(cfg.model_config), **overrides, vocab_size=vocab_size)
         else:
-            config = config_class.from_preset(cfg.preset, vocab_size=vocab_size, **overrides)
+            config = spec.config_class.from_preset(cfg.preset, vocab_size=vocab_size, **overrides)
     except TypeError as err:
         raise UserError(f"model settings: {err}") from None
-    if cfg.mem_len and config.reuse_len:
-        raise UserError(f"--mem-len remembers whole segments of the stream: unset the model's reuse_len "
-                        f"({config.reuse_len})")
-    # No context limit: an LSTM's --seq-len is its BPTT length, and XLNet's positions are relative.
-    if cfg.arch in STREAM_FAMILIES or cfg.arch == "xlnet":
-        return config
-    positions = config.n_positions if cfg.arch in ("gpt", "t5") else config.max_position_embeddings
-    if cfg.seq_len > positions:
-        raise UserError(f"--seq-len {cfg.seq_len} is larger than the model's context ({positions} positions)")
+    check = OBJECTIVES[cfg.objective].check
+    if check is not None:
+        check(cfg.objective_options(), config, tokenizer, cfg.max_seq_len)
+    positions = spec.context_length(config)
+    if positions is not None and cfg.max_seq_len > positions:
+        raise UserError(f"--max-seq-len {cfg.max_seq_len} is larger than the model's context ({positions} positions)")
     return config
 
 
-T5_SENTINELS = 100
+def check_training_memory(cfg: PretrainConfig, model_config) -> None:
+    """Refuse, before anything is allocated, a run the machine cannot hold: each parameter four
+    times in fp32 (the weights, their gradients, AdamW's two moments), and a micro-batch's logits
+    over the vocabulary three times (the logits, their softmax, its gradient), the largest
+    activations of the small models here."""
+    parameters = parameters_of(model_config)
+    logits = cfg.batch_size * cfg.max_seq_len * model_config.vocab_size
+    check_fits(FP32_BYTES * (4 * parameters + 3 * logits),
+               f"--batch-size {cfg.batch_size:,} x --max-seq-len {cfg.max_seq_len:,} over {model_config.vocab_size:,} "
+               f"tokens, with a model of {parameters:,} parameters,")
+
 
 
 def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer:
     """The given tokenizer, or one trained on the corpus (by rank 0; the others wait and load it):
-    WordPiece, or for --arch t5 a unigram vocabulary with T5's 100 sentinels."""
+    the vocabulary the family's spec asks for (WordPiece; for T5 a unigram one with its sentinels)."""
     out = Path(cfg.out)
+    spec = family_named(cfg.arch).spec
     if cfg.tokenizer or cfg.init:
         tokenizer = Tokenizer.from_pretrained(cfg.tokenizer or cfg.init)
-    elif (out / "vocab.txt").is_file() and cfg.resume:
+    elif has_tokenizer(out) and cfg.resume:
         tokenizer = Tokenizer.from_pretrained(out)
     else:
-        model, sentinels = ("unigram", T5_SENTINELS) if cfg.arch == "t5" else ("wordpiece", 0)
+        model, sentinels = spec.tokenizer_model, spec.tokenizer_sentinels
         if dist.is_main:
             print(f"training a {cfg.vocab_size}-token {model} vocabulary on the corpus", file=sys.stderr)
             # Lines it skips are the ones the corpus reading below skips and reports.
@@ -330,10 +350,17 @@ def load_or_train_tokenizer(cfg: PretrainConfig, dist: Distributed) -> Tokenizer
                             sentinels=sentinels)
         dist.barrier()
         tokenizer = Tokenizer.from_pretrained(out)
-    if cfg.arch == "t5" and not tokenizer.sentinel_token_ids:
+    if spec.tokenizer_sentinels and not tokenizer.sentinel_token_ids:
         raise UserError(f"{cfg.tokenizer}: the tokenizer has no sentinel tokens <extra_id_N> for span corruption; "
-                        "train one with `bertology tokenizer train --model unigram --sentinels 100`")
+                        f"train one with `bertology tokenizer train --model {spec.tokenizer_model} --sentinels "
+                        f"{spec.tokenizer_sentinels}`")
     return tokenizer
+
+
+def mask_id(cfg: PretrainConfig, tokenizer: Tokenizer) -> int | None:
+    """The [MASK] id for an objective that masks tokens; None for one that does not (GPT-2's byte-level
+    BPE has no mask token)."""
+    return tokenizer.mask_token_id if OBJECTIVES[cfg.objective].masks_tokens else None
 
 
 def padded_tokenizer(tokenizer: Tokenizer, multiple: int) -> Tokenizer:
@@ -343,14 +370,15 @@ def padded_tokenizer(tokenizer: Tokenizer, multiple: int) -> Tokenizer:
     missing = -tokenizer.vocab_size % multiple
     if not missing:
         return tokenizer
-    if tokenizer.model != "wordpiece":
-        raise UserError("--vocab-multiple pads a WordPiece vocabulary; this tokenizer is a unigram one")
+    if tokenizer.model != "wordpiece" or tokenizer.do_lower_case is None:
+        raise UserError(f"--vocab-multiple pads a WordPiece vocabulary; this tokenizer is a {tokenizer.kind} one")
     tokens = tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
     taken = set(tokens)
     unused = (name for k in range(tokenizer.vocab_size + missing) if (name := f"[unused{k}]") not in taken)
     return Tokenizer(tokens + [next(unused) for _ in range(missing)], do_lower_case=tokenizer.do_lower_case,
                      strip_accents=tokenizer.strip_accents, tokenize_chinese_chars=tokenizer.tokenize_chinese_chars,
-                     keep_hangul=tokenizer.keep_hangul, model_max_length=tokenizer.model_max_length)
+                     keep_hangul=tokenizer.keep_hangul, model_max_length=tokenizer.model_max_length,
+                     special_tokens=tokenizer.special_tokens)
 
 
 def batch_generator(seed: int, index: int) -> torch.Generator:
@@ -448,15 +476,25 @@ def summed(counts: dict[str, torch.Tensor]) -> dict[str, float]:
     return {key: float(value) for key, value in counts.items()}
 
 
+def held_out_advice(cfg: PretrainConfig, documents: int, held_out: int) -> str:
+    """What gives a run held-out text when its held-out documents give none: more documents when
+    the corpus is one (none can be held out), else a larger share of them."""
+    if documents < 2:
+        return ("the corpus is one document, so none can be held out: give more files, or one file with blank lines "
+                "between its documents (read with --doc-format lines or auto)")
+    return f"raise --eval-fraction (now {cfg.eval_fraction:g}: {held_out:,} of the {documents:,} documents)"
+
+
 def make_evaluator(dataset: PretrainingDataset, objective, batch_size: int, max_batches: int, seed: int,
-                   pad_id: int, continuation: torch.Tensor | None):
-    """module -> held-out metrics over up to `max_batches` batches of the eval documents.
+                   pad_id: int, continuation: torch.Tensor | None, advice: str):
+    """module -> held-out metrics over up to `max_batches` batches of the eval documents (`advice`:
+    what to do when they give none).
 
     The instances and their masking are the same at every evaluation, so the curve is comparable.
     """
     instances = dataset.instances(0)
     if not instances:
-        raise UserError("the held-out documents give no evaluation sequences; raise --eval-fraction")
+        raise UserError(f"the held-out documents give no evaluation sequences; {advice}")
     chunks = [instances[i:i + batch_size] for i in range(0, len(instances), batch_size)][:max_batches]
 
     def evaluate(module) -> dict:
@@ -472,14 +510,6 @@ def make_evaluator(dataset: PretrainingDataset, objective, batch_size: int, max_
     return evaluate
 
 
-def accuracy_keys(objective: str) -> tuple[str, ...]:
-    """The held-out metrics worth plotting for an objective."""
-    return {"bert": ("mlm_accuracy", "nsp_accuracy"), "roberta": ("mlm_accuracy",),
-            "albert": ("mlm_accuracy", "sop_accuracy"), "electra": ("mlm_accuracy", "rtd_auc"),
-            "clm": ("lm_accuracy",), "t5": ("span_accuracy", "span_word_accuracy", "lm_accuracy"),
-            "bilm": ("forward_lm_accuracy", "backward_lm_accuracy"), "plm": ("permutation_lm_accuracy",)}[objective]
-
-
 def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus, train_docs, eval_docs,
                       tokenizer: Tokenizer, dist: Distributed):
     """(objective, step -> micro-batches, evaluator) for the Transformer families: independent
@@ -487,66 +517,57 @@ def sequence_training(cfg: PretrainConfig, model_config, corpus: TokenizedCorpus
     --static-masks, each by its own seed; the held-out batches are masked the same at every
     evaluation either way)."""
     spec = OBJECTIVES[cfg.objective]
-    datasets = [PretrainingDataset(corpus, docs, cfg.seq_len, spec.data_format, spec.pair_task, cfg.short_seq_prob,
-                                   tokenizer.cls_token_id, tokenizer.sep_token_id, cfg.seed, cfg.sop_balance)
+    datasets = [PretrainingDataset(corpus, docs, cfg.max_seq_len, spec.data_format, spec.pair_task, cfg.short_seq_prob,
+                                   tokenizer.start_token_id, tokenizer.end_token_id, cfg.seed, cfg.sop_balance)
                 for docs in (train_docs, eval_docs)]
-    electra = {"generator_size": cfg.generator_size, "temperature": cfg.generator_temperature,
-               "masking": cfg.electra_masking} if cfg.objective == "electra" else {}
-    span_corruption = {"sentinel_ids": tokenizer.sentinel_token_ids, "noise_density": cfg.noise_density,
-                       "mean_span_length": cfg.mean_span_length} if cfg.objective == "t5" else {}
-    objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id,
-                                whole_word=cfg.whole_word_masking, max_predictions=cfg.max_predictions,
-                                **electra, **span_corruption)
+    objective = build_objective(cfg.objective, model_config, mask_id(cfg, tokenizer),
+                                sentinel_ids=tokenizer.sentinel_token_ids, **cfg.objective_options())
     continuation = torch.from_numpy(continuation_table(tokenizer)) if cfg.whole_word_masking else None
     train_batches = PretrainingBatches(datasets[0], objective, cfg.batch_size, cfg.grad_accum, cfg.seed,
                                        tokenizer.pad_token_id, dist.rank, dist.world_size, continuation,
                                        cfg.static_masks)
     evaluate = make_evaluator(datasets[1], objective, cfg.batch_size, cfg.eval_batches, cfg.seed + 1,
-                              tokenizer.pad_token_id, continuation)
+                              tokenizer.pad_token_id, continuation,
+                              held_out_advice(cfg, corpus.num_documents, len(eval_docs)))
     return objective, train_batches, evaluate
 
 
 def token_streams(cfg: PretrainConfig, corpus: TokenizedCorpus, train_docs, eval_docs, tokenizer: Tokenizer,
                   dist: Distributed, reverse: bool = False) -> tuple[TokenStream, TokenStream]:
     """(training, held-out) token streams (data/token_stream.py), each document opened by [CLS]: the
-    training documents in --batch-size rows per rank, read --seq-len tokens at a time; the held-out
+    training documents in --batch-size rows per rank, read --max-seq-len tokens at a time; the held-out
     ones in order, in as many rows, fewer when their text is short (a full window each). `reverse`:
     the same streams read from their ends (ELMo's backward LM)."""
-    stream = TokenStream(corpus, train_docs, cfg.batch_size * dist.world_size, cfg.seq_len, cfg.seed,
+    stream = TokenStream(corpus, train_docs, cfg.batch_size * dist.world_size, cfg.max_seq_len, cfg.seed,
                          tokenizer.cls_token_id, reverse=reverse)
     if stream.batches_per_epoch < 1:
         raise UserError(f"{', '.join(cfg.corpus)}: {stream.num_tokens:,} training tokens, too few for one batch of "
-                        f"{stream.rows} rows x {cfg.seq_len + 1} tokens (--batch-size x (--seq-len + 1)); use more "
-                        "text, a smaller --batch-size or a shorter --seq-len")
-    held_out = TokenStream(corpus, eval_docs, 1, cfg.seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False)
+                        f"{stream.rows} rows x {cfg.max_seq_len + 1} tokens (--batch-size x (--max-seq-len + 1)); "
+                        "use more text, a smaller --batch-size or a shorter --max-seq-len")
+    held_out = TokenStream(corpus, eval_docs, 1, cfg.max_seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False)
     if held_out.batches_per_epoch < 1:
         raise UserError(f"{', '.join(cfg.corpus)}: the held-out documents hold {held_out.num_tokens:,} tokens, fewer "
-                        f"than one --seq-len window of {cfg.seq_len + 1}; raise --eval-fraction")
-    rows = min(cfg.batch_size, held_out.num_tokens // (cfg.seq_len + 1))
-    return stream, TokenStream(corpus, eval_docs, rows, cfg.seq_len, cfg.seed, tokenizer.cls_token_id, shuffle=False,
-                               reverse=reverse)
+                        f"than one --max-seq-len window of {cfg.max_seq_len + 1}; "
+                        f"{held_out_advice(cfg, corpus.num_documents, len(eval_docs))}")
+    rows = min(cfg.batch_size, held_out.num_tokens // (cfg.max_seq_len + 1))
+    return stream, TokenStream(corpus, eval_docs, rows, cfg.max_seq_len, cfg.seed, tokenizer.cls_token_id,
+                               shuffle=False, reverse=reverse)
 
 
-def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig | ELMoConfig, corpus: TokenizedCorpus,
-                    train_docs, eval_docs, tokenizer: Tokenizer, dist: Distributed):
+def stream_training(cfg: PretrainConfig, model_config: ConfigFile, corpus: TokenizedCorpus, train_docs, eval_docs,
+                    tokenizer: Tokenizer, dist: Distributed):
     """(objective, step -> micro-batches, evaluator) for the LSTMs: the documents as one token
-    stream (`token_streams`; ELMo's backward LM reads the same stream reversed). With --init, the
-    objective starts from that language model's weights; ELMo's character CNN gets each vocabulary
-    entry's spelling."""
-    objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id, rows=cfg.batch_size)
-    if cfg.init:
-        objective.model.load_state_dict(AWDLSTMLanguageModel.from_pretrained(cfg.init).state_dict())
-    if cfg.arch == "elmo":
-        spellings = tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
-        objective.model.bilm.token_encoder.char_ids.copy_(character_ids(spellings, model_config.max_characters_per_token))
-    bidirectional = cfg.arch == "elmo"
+    stream (`token_streams`; an objective that reads it both ways, ELMo's, the same stream reversed
+    too)."""
+    objective = build_objective(cfg.objective, model_config, mask_id(cfg, tokenizer), rows=cfg.batch_size)
+    directions = objective.directions
     streams = [token_streams(cfg, corpus, train_docs, eval_docs, tokenizer, dist, reverse)
-               for reverse in ((False, True) if bidirectional else (False,))]
+               for reverse in (False, True)[:len(directions)]]
     held_out = [evaluation for _, evaluation in streams]
 
     def evaluate(module) -> dict:
-        """Next-token loss, accuracy and perplexity over the held-out stream (each direction's, for
-        ELMo), read from a zero state."""
+        """Next-token loss, accuracy and perplexity over the held-out stream (each direction's),
+        read from a zero state."""
         counts, loss_sum = Counter(), 0.0
         device = next(module.parameters()).device
         batches = min(cfg.eval_batches, held_out[0].batches_per_epoch)
@@ -554,29 +575,25 @@ def stream_training(cfg: PretrainConfig, model_config: AWDLSTMConfig | ELMoConfi
             state = None
             for index in range(batches):
                 batch = {k: v.to(device) for k, v in stream_of_direction.batch(index).items()}
-                if bidirectional:
-                    out = module.model.direction_loss(batch["input_ids"], batch["labels"], direction == 1, state)
-                else:
-                    out = module.model(batch["input_ids"], state, labels=batch["labels"])
+                out = module.score(batch, direction, state)
                 state = out.recurrent_state
                 loss_sum += out.loss.item() / len(held_out)
-                name = ("forward_lm", "backward_lm")[direction] if bidirectional else "lm"
-                counts.update(summed(lm_counts(out, batch["labels"], name)))
+                counts.update(summed(lm_counts(out, batch["labels"], directions[direction])))
         return {"loss": loss_sum / batches, **metrics_from_counts(counts)}
 
-    backward = streams[1][0] if bidirectional else None
+    backward = streams[1][0] if len(streams) > 1 else None
     return objective, StreamBatches(streams[0][0], cfg.batch_size, cfg.grad_accum, dist.rank, backward), evaluate
 
 
-def memory_training(cfg: PretrainConfig, model_config: XLNetConfig, corpus: TokenizedCorpus, train_docs, eval_docs,
+def memory_training(cfg: PretrainConfig, model_config: ConfigFile, corpus: TokenizedCorpus, train_docs, eval_docs,
                     tokenizer: Tokenizer, dist: Distributed):
     """(objective, step -> micro-batches, evaluator) for XLNet with --mem-len: the LSTMs' token stream
     (`token_streams`), each row continuing its text from step to step, the objective carrying each
-    row's memory (training/objectives.py: `PermutationLanguageModel`). Held out, the same regime: the
+    row's memory (training/objectives.py: `PermutationLMObjective`). Held out, the same regime: the
     held-out stream read in order from an empty memory, carried from batch to batch; its
     factorisation orders are the same at every evaluation, so the curve is comparable."""
-    objective = build_objective(cfg.objective, model_config, tokenizer.mask_token_id, rows=cfg.batch_size,
-                                mem_len=cfg.mem_len)
+    objective = build_objective(cfg.objective, model_config, mask_id(cfg, tokenizer), rows=cfg.batch_size,
+                                **cfg.objective_options())
     stream, held_out = token_streams(cfg, corpus, train_docs, eval_docs, tokenizer, dist)
 
     def prepare(batch: dict[str, torch.Tensor], index: int) -> dict[str, torch.Tensor]:
@@ -598,55 +615,64 @@ def memory_training(cfg: PretrainConfig, model_config: XLNetConfig, corpus: Toke
     return objective, StreamBatches(stream, cfg.batch_size, cfg.grad_accum, dist.rank, prepare=prepare), evaluate
 
 
-def discriminative_rates(config: AWDLSTMConfig, decay: float):
-    """Parameter name -> learning-rate factor: LSTM layer i of n trains at decay ** (n - 1 - i)
-    of the top; the tied embedding and output layer (fastai's last layer group) at 1."""
+def discriminative_rates(spec: FamilySpec, num_layers: int, decay: float):
+    """Parameter name -> learning-rate factor: layer i of n trains at decay ** (n - 1 - i) of the
+    top; the embeddings and the output layer (tied in a language model: fastai's last layer group)
+    and anything above the layers at 1."""
     def scale(name: str) -> float:
-        match = re.search(r"\.rnns\.(\d+)\.", name)
-        return decay ** (config.n_layers - 1 - int(match.group(1))) if match else 1.0
+        depth = spec.layer_of(name)
+        return decay ** (num_layers - depth) if depth else 1.0
     return scale
 
 
-def training_model_config(cfg: PretrainConfig, model_config: BertConfig) -> BertConfig:
-    """The encoder's config while it pre-trains: with --dropout, that dropout (hidden and attention)."""
-    if cfg.dropout is None:
-        return model_config
-    return dataclasses.replace(model_config, hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout)
+def saved_config(trained_with: ConfigFile, model_config: ConfigFile, training_config: ConfigFile) -> ConfigFile:
+    """The config written with a pre-trained model (`trained_with`: its own, a pre-training model's
+    config of its family): the fields that differed only while pre-training (`training_config` against
+    `model_config`: --dropout) back as `model_config` has them, for the fine-tuning that follows."""
+    restored = {f.name: getattr(model_config, f.name) for f in dataclasses.fields(model_config)
+                if getattr(training_config, f.name) != getattr(model_config, f.name)}
+    return dataclasses.replace(trained_with, **restored) if restored else trained_with
 
 
-def saved_model_config(cfg: PretrainConfig, trained_with: BertConfig, model_config: BertConfig) -> BertConfig:
-    """The config written with the model: as trained, but with --dropout the model's own dropout back, for
-    the fine-tuning that follows (Cramming pre-trains without dropout and fine-tunes with it)."""
-    if cfg.dropout is None:
-        return trained_with
-    return dataclasses.replace(trained_with, hidden_dropout_prob=model_config.hidden_dropout_prob,
-                               attention_probs_dropout_prob=model_config.attention_probs_dropout_prob)
-
-
-def run_pretraining(cfg: PretrainConfig) -> str:
-    """Run a whole pre-training job; returns "completed" or "interrupted"."""
-    family = family_named(cfg.arch)  # the registry's one-line error names the families there are
-    if family.name not in FAMILY_OBJECTIVES:  # the objectives (training/objectives.py) train these
-        raise UserError(f"--arch {family.name}: pretrain trains the {', '.join(FAMILY_OBJECTIVES)} families; "
-                        f"{family.name} ({family.description}) is trained by its own command")
+def run_pretraining(cfg: PretrainConfig, on_speed: Callable[[float], None] | None = None) -> str:
+    """Run a whole pre-training job; returns "completed" or "interrupted". `on_speed`: see `Trainer`."""
     cfg.validate()
     dist = Distributed()
     out = Path(cfg.out)
     check_writable(out, needed_bytes=0)  # the Trainer checks the space once the model's size is known
     if not cfg.resume:
         check_no_earlier_run(out)
+    else:  # other settings than the run's are refused before any work
+        check_resumed_record(out / RESOLVED_CONFIG_NAME, dataclasses.asdict(cfg))
+    fresh, started = not any(out.iterdir()), []
+    try:
+        return _pretrain(cfg, dist, out, on_start=lambda: started.append(True), on_speed=on_speed)
+    except BaseException:
+        if fresh and not started and dist.is_main:  # all there is this run's, and it never began: leave nothing
+            for path in out.iterdir():
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        raise
+
+
+def _pretrain(cfg: PretrainConfig, dist: Distributed, out: Path, on_start: Callable[[], None],
+              on_speed: Callable[[float], None] | None) -> str:
+    """The run, once `run_pretraining` has checked its output folder: its record of the settings
+    (pretrain_config.json) is written once the Trainer starts, after which `on_start` is called."""
+    spec = family_named(cfg.arch).spec
+    objective_spec = OBJECTIVES[cfg.objective]
     tokenizer = load_or_train_tokenizer(cfg, dist)
     # The model's vocabulary (the corpus is read with `tokenizer`: the same ids, and its cached shards)
     model_tokenizer = padded_tokenizer(tokenizer, cfg.vocab_multiple)
     model_config = build_model_config(cfg, model_tokenizer)
-    if cfg.objective == "t5":
-        spans = max(round(round(cfg.seq_len * cfg.noise_density) / cfg.mean_span_length), 1)
-        if spans + 1 > len(tokenizer.sentinel_token_ids):  # a target may end with one more sentinel
-            raise UserError(f"--seq-len {cfg.seq_len} with --noise-density {cfg.noise_density} and --mean-span-length "
-                            f"{cfg.mean_span_length} drops {spans} spans per text: more than the tokenizer's "
-                            f"{len(tokenizer.sentinel_token_ids)} sentinels allow")
-    if dist.is_main:
-        write_json_atomic(out / RESOLVED_CONFIG_NAME, {**dataclasses.asdict(cfg), "model_config_resolved": model_config.to_dict()})
+    # As it pre-trains (--dropout); saved as `model_config`
+    training_config = dataclasses.replace(model_config, **cfg.training_overrides(spec))
+    check_training_memory(cfg, model_config)
+
+    def record_run() -> None:
+        if dist.is_main:
+            write_json_atomic(out / RESOLVED_CONFIG_NAME,
+                              {**dataclasses.asdict(cfg), "model_config_resolved": model_config.to_dict()})
+        on_start()
 
     corpus = load_corpus(cfg, tokenizer, dist)
     train_docs, eval_docs = corpus.split(cfg.eval_fraction, cfg.seed)
@@ -654,35 +680,47 @@ def run_pretraining(cfg: PretrainConfig) -> str:
         print(f"corpus: {corpus.num_documents:,} documents, {corpus.num_tokens:,} tokens "
               f"({len(train_docs):,} documents for training, {len(eval_docs):,} held out)"
               f"{', reused tokenized shards' if corpus.reused else ''}", file=sys.stderr)
-        if notes := reading_notes(corpus.skipped_lines, corpus.control_characters):
-            print(notes, file=sys.stderr)
+        for notes in (corpus_notes(corpus.formats), reading_notes(corpus.skipped_lines, corpus.control_characters)):
+            if notes:
+                print(notes, file=sys.stderr)
 
     torch.manual_seed(cfg.seed)
-    lr_scale = None
-    if cfg.arch in STREAM_FAMILIES:
-        objective, train_batches, evaluate = stream_training(cfg, model_config, corpus, train_docs, eval_docs,
+    if spec.reads_stream or objective_spec.data_format == "stream":
+        objective, train_batches, evaluate = stream_training(cfg, training_config, corpus, train_docs, eval_docs,
                                                              tokenizer, dist)
-        lr_scale = discriminative_rates(model_config, cfg.layer_lr_decay) if cfg.arch == "awd-lstm" else None
     elif cfg.mem_len:
-        objective, train_batches, evaluate = memory_training(cfg, model_config, corpus, train_docs, eval_docs,
+        objective, train_batches, evaluate = memory_training(cfg, training_config, corpus, train_docs, eval_docs,
                                                              tokenizer, dist)
     else:
-        objective, train_batches, evaluate = sequence_training(cfg, training_model_config(cfg, model_config), corpus,
-                                                               train_docs, eval_docs, tokenizer, dist)
+        objective, train_batches, evaluate = sequence_training(cfg, training_config, corpus, train_docs, eval_docs,
+                                                               tokenizer, dist)
+    model = objective.model_to_save()
+    if spec.vocabulary_hook is not None:
+        spec.vocabulary_hook(model, tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size)))
+    if cfg.init:
+        start = load_pretrained(cfg.init)
+        if type(start) is not type(model):
+            raise UserError(f"{cfg.init}: a {type(start).__name__}; --objective {cfg.objective} trains a "
+                            f"{type(model).__name__}")
+        model.load_state_dict(start.state_dict())
+    lr_scale = None
+    if cfg.layer_lr_decay != 1.0:
+        lr_scale = discriminative_rates(spec, spec.num_layers(model), cfg.layer_lr_decay)
 
     def save_model(module) -> None:
         model = module.model_to_save()
         trained_with = model.config
-        model.config = saved_model_config(cfg, trained_with, model_config)
+        model.config = saved_config(trained_with, model_config, training_config)
         try:
             model.save_pretrained(out)
         finally:
             model.config = trained_with
         model_tokenizer.save_pretrained(out)
 
-    trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist, lr_scale)
+    trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist, lr_scale, on_speed,
+                      on_start=record_run)
     status = trainer.fit()
     if dist.is_main:
         plot_training_curves({cfg.objective: trainer.log.rows()}, out / "training_curves.png",
-                             accuracy_keys=accuracy_keys(cfg.objective))
+                             accuracy_keys=objective_spec.metrics)
     return status

@@ -53,8 +53,8 @@ from ..models.features import FeatureHead, HeadConfig
 from ..models.static import StaticVectors
 from ..tasks.readers import SequenceExample, TaskSpec
 from ..training.loop import Trainer
-from ..training.tasks import BestModel, EpochBatches, EpochLoop, epoch_train_config, fit_and_finish
 from .feature_mode import HeadModule
+from .task_training import BestModel, EpochBatches, EpochLoop, epoch_train_config, fit_and_finish
 
 
 @dataclass

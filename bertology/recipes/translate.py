@@ -29,12 +29,11 @@ from pathlib import Path
 
 import torch
 
-from ..config import override, setting
+from ..config import Threads, override, setting
 from ..data.parallel import SentencePair, read_split
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
-from ..inference.modeldir import load_model
-from ..models import family_of
+from ..inference.modeldir import open_model_dir, open_static_vectors
 from ..models.cove import (
     PRESETS,
     SOURCE_SPECIALS,
@@ -47,8 +46,12 @@ from ..models.cove import (
 from ..models.static import StaticVectors
 from ..plots import plot_training_curves
 from ..tasks.readers import read_text_lines
-from ..training.loop import LoopConfig, StepOutput, TrainConfig, Trainer, loop_settings
-from ..training.tasks import RESULTS_NAME, EpochBatches, check_output_dir
+from ..training.loop import LoopConfig, StepOutput, TrainConfig, Trainer, check_finite_metrics, loop_settings
+from .task_training import RESULTS_NAME, EpochBatches, check_output_dir
+
+
+# An LSTM decoder has no positions to run out of: a translation that never ends stops here.
+MAX_TRANSLATION_LENGTH = 1024
 
 
 @dataclass
@@ -74,11 +77,11 @@ class TranslateTrainConfig(LoopConfig):
     valid_split: str = setting("val", help="the split whose perplexity is measured at every evaluation")
     min_count: int = setting(2, positive=True, help="German words seen fewer times in training are <unk>")
     max_words: int = setting(50, positive=True, help="training pairs with more words on either side are left out")
-    max_train_pairs: int | None = setting(None, positive=True,
-                                          help="train on the first N pairs only (default: all)")
+    max_train_examples: int | None = setting(None, positive=True, formerly=("max_train_pairs",),
+                                             help="train on the first N sentence pairs only (default: all)")
     dropout: float | None = setting(None, minimum=0, help="dropout (default: the config's, 0.3 as OpenNMT-py's)")
     epochs: float = setting(10.0, positive=True, help="passes over the training pairs")
-    max_time: str | None = setting(None, metavar="DURATION",
+    max_time: float | str | None = setting(None, metavar="DURATION",
                                    help="wall-clock budget of training, e.g. 90s, 20m, 1.5h; the schedule is "
                                         "fitted to it (default: none, --epochs only)")
     batch_size: int = setting(64, positive=True, help="sentence pairs per step")
@@ -92,7 +95,7 @@ class TranslateTrainConfig(LoopConfig):
 
 
 @dataclass
-class TranslateEvalConfig:
+class TranslateEvalConfig(Threads):
     """The model, the split and where the translations go.
 
     The settings of `bertology translate evaluate`.
@@ -107,14 +110,14 @@ class TranslateEvalConfig:
     target_lang: str = setting("de", help="the target side's file suffix")
     beam_size: int = setting(5, positive=True, help="beam search's width, scored beside greedy decoding (1: greedy "
                                                     "only)")
-    max_length: int | None = setting(None, positive=True, help="the longest translation in tokens (default: the "
-                                                               "model's max_length)")
+    max_length: int | None = setting(None, positive=True, maximum=MAX_TRANSLATION_LENGTH,
+                                     help="the longest translation in tokens (default: the model's max_length)")
     batch_size: int = setting(64, positive=True, help="sentences decoded together")
     max_sentences: int | None = setting(None, positive=True, help="score the first N pairs only (default: all)")
 
 
 @dataclass
-class TranslateTextConfig:
+class TranslateTextConfig(Threads):
     """The model and the text.
 
     The settings of `bertology translate text`.
@@ -125,8 +128,8 @@ class TranslateTextConfig:
     out: str | None = setting(None, metavar="FILE", output="file", help="write the translations here (default: "
                                                                        "print them)")
     beam_size: int = setting(5, positive=True, help="beam width (1: greedy decoding)")
-    max_length: int | None = setting(None, positive=True, help="the longest translation in tokens (default: the "
-                                                               "model's max_length)")
+    max_length: int | None = setting(None, positive=True, maximum=MAX_TRANSLATION_LENGTH,
+                                     help="the longest translation in tokens (default: the model's max_length)")
     batch_size: int = setting(64, positive=True, help="sentences decoded together")
 
 
@@ -215,11 +218,7 @@ def perplexity(model: CoVeForTranslation, pairs: Pairs, batch_size: int) -> dict
 
 def open_vectors(directory: str) -> StaticVectors:
     """The English vectors; another kind of model directory is a one-line error."""
-    family = family_of(directory).name
-    if family != "static":
-        raise UserError(f"{directory}: --vectors takes a static-vectors directory (`bertology static train`), "
-                        f"not a {family} model")
-    return load_model(directory)
+    return open_static_vectors(directory, "--vectors")
 
 
 # ----- train ---------------------------------------------------------------------------------------
@@ -231,7 +230,7 @@ def train(cfg: TranslateTrainConfig) -> dict:
     out = Path(cfg.out)
     check_output_dir(out, cfg.resume)
     vectors = open_vectors(cfg.vectors)
-    train_pairs = read_split(cfg.data, cfg.train_split, cfg.source_lang, cfg.target_lang)[: cfg.max_train_pairs]
+    train_pairs = read_split(cfg.data, cfg.train_split, cfg.source_lang, cfg.target_lang)[: cfg.max_train_examples]
     valid_pairs = read_split(cfg.data, cfg.valid_split, cfg.source_lang, cfg.target_lang)
     lowercase = vectors.config.lowercase
     train_data = tokenized(train_pairs, lowercase, cfg.max_words)
@@ -257,6 +256,7 @@ def train(cfg: TranslateTrainConfig) -> dict:
 
     def evaluate(module: TranslationModule) -> dict:
         values = perplexity(module.model, valid_data, cfg.eval_batch_size)
+        check_finite_metrics(values, trainer.step)  # before a diverged model could be kept as the best
         if not best or values["perplexity"] < best["perplexity"]:
             best.clear()
             best.update({"split": cfg.valid_split, **values, "step": trainer.step})
@@ -287,8 +287,9 @@ def train(cfg: TranslateTrainConfig) -> dict:
 
 def open_translator(directory: str) -> CoVeForTranslation:
     """A translation model; another kind of directory (a CoVe feature model has no decoder) is a one-line error."""
-    model = load_model(directory) if family_of(directory).name == "cove" else None
-    if not isinstance(model, CoVeForTranslation):
+    opened = open_model_dir(directory)
+    model = opened.load_model() if opened.spec.translates else None
+    if model is None or type(model) is not opened.spec.default_class:  # a CoVe feature model has no decoder
         raise UserError(f"{directory}: not a translation model from `bertology translate train`")
     return model
 

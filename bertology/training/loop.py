@@ -44,7 +44,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..config import check_settings, setting
+from ..config import Threads, check_settings, option_name, setting
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
 from ..ops import PRECISIONS, autocast, resolve_precision
@@ -76,12 +76,21 @@ def metrics_from_counts(counts: dict[str, float]) -> dict[str, float]:
             if key.endswith(suffix) and counts.get(f"{name}_total"):
                 label = name if name.endswith("_auc") and suffix == "_correct" else name + metric
                 metrics[label] = float(value) / float(counts[f"{name}_total"])
-    for name in [name for name in metrics if name.endswith("lm_loss")]:  # lm_loss, and ELMo's per direction
+    for name in [name for name in metrics if name.endswith("lm_loss")]:
         # capped: exp overflows early in training
-        metrics[name.removesuffix("lm_loss") + "perplexity"] = math.exp(min(metrics[name], 50.0))
+        metrics[perplexity_name(name)] = math.exp(min(metrics[name], 50.0))
     if "rtd_replaced_accuracy" in metrics and "rtd_original_accuracy" in metrics:
         metrics["rtd_balanced_accuracy"] = (metrics.pop("rtd_replaced_accuracy") + metrics.pop("rtd_original_accuracy")) / 2
     return metrics
+
+
+def perplexity_name(loss_name: str) -> str:
+    """The perplexity beside an LM loss: lm_loss -> perplexity, ELMo's forward_lm_loss ->
+    forward_perplexity, the masked LM's mlm_loss -> mlm_perplexity."""
+    stem = loss_name.removesuffix("lm_loss")
+    if stem == "" or stem.endswith("_"):
+        return stem + "perplexity"
+    return loss_name.removesuffix("_loss") + "_perplexity"
 
 
 Batch = dict[str, torch.Tensor]
@@ -94,7 +103,7 @@ TENSORBOARD_DIR = "tensorboard"
 
 
 @dataclass
-class LoopConfig:
+class LoopConfig(Threads):
     """The training loop: optimiser, schedule, precision, seed.
 
     Every training command's settings are composed with these (a recipe may change a default).
@@ -105,7 +114,8 @@ class LoopConfig:
                              help="adamw (BERT's, and most models') or adafactor (T5's: factored second moments, no "
                                   "first moment, at its lr 1e-2)")
     weight_decay: float = setting(0.01, minimum=0, help="decoupled weight decay (none on biases and LayerNorm weights)")
-    adam_betas: tuple[float, float] = setting((0.9, 0.999), metavar=("BETA1", "BETA2"), help="AdamW's betas")
+    adam_betas: tuple[float, float] = setting((0.9, 0.999), metavar=("BETA1", "BETA2"), minimum=0, below=1,
+                                              help="AdamW's betas")
     adam_eps: float = setting(1e-6, positive=True, help="AdamW's epsilon (BERT's value)")
     warmup: float = setting(0.06, minimum=0, help="learning-rate warmup: a fraction of the budget (< 1) or steps")
     schedule: str = setting("linear", choices=SCHEDULES,
@@ -113,8 +123,8 @@ class LoopConfig:
                                  "budget), slanted_triangular (ULMFiT), constant (after the warmup)")
     max_grad_norm: float = setting(1.0, minimum=0, help="clip the gradients' norm to this (0: no clipping)")
     precision: str = setting("auto", choices=PRECISIONS,
-                             help="auto: bf16 autocast where the processor runs bf16 fast (CUDA, CPUs with "
-                                  "AVX512-BF16 or AMX), else fp32")
+                             help="training's precision: auto is bf16 autocast where the device runs bf16 fast "
+                                  "(CUDA, CPUs with AVX512-BF16 or AMX), else fp32")
     compile: bool = setting(False, help="torch.compile the model")
     seed: int = setting(0, help="random seed: initialisation, data order, masking")
     progress: bool = setting(True, help="show a progress bar")
@@ -178,11 +188,12 @@ def parse_duration(text: str | float) -> float:
     units = {"s": 1, "m": 60, "h": 3600}
     text = str(text).strip().lower()
     try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
+        seconds = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
     except ValueError:
         raise UserError(f"cannot read {text!r} as a duration (examples: 90s, 20m, 1.5h)") from None
+    if not math.isfinite(seconds):  # nan <= 0 is False: every later check would let it through
+        raise UserError(f"a duration must be a finite number of seconds, got {text!r}")
+    return seconds
 
 
 def lr_factor(schedule: str, progress: float, warmup: float) -> float:
@@ -391,6 +402,79 @@ def run_summary(rows: list[dict]) -> dict:
             "tokens_per_second": tokens / seconds if seconds else 0.0, "eval": last_eval}
 
 
+def complete_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
+    """A run folder's complete checkpoints, oldest first (temp folders of interrupted writes are skipped)."""
+    root = Path(out_dir) / CHECKPOINTS_DIR
+    return sorted(p for p in root.glob("step-*") if (p / "state.json").is_file()) if root.exists() else []
+
+
+def last_checkpoint_step(out_dir: str | os.PathLike) -> int:
+    """The step of a run folder's newest complete checkpoint (0: none; a finished run's is its last step)."""
+    found = complete_checkpoints(out_dir)
+    return int(found[-1].name.removeprefix("step-")) if found else 0
+
+
+def rate_text(per_second: float, unit: str = "step") -> str:
+    """A training speed as a user reads it: "19.3 steps/s", or below one a step, "0.04 steps/s (25.0 s per step)"."""
+    if per_second >= 1:
+        return f"{per_second:.1f} {unit}s/s"
+    return f"{per_second:.2g} {unit}s/s ({1 / per_second:.1f} s per {unit})"
+
+
+def duration_text(seconds: float) -> str:
+    """"45 s", "3.5 min", "2.1 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+# Training time to measure before a run says how long it will take: long enough to average a few
+# steps of any size, short against any run worth estimating.
+ESTIMATE_AFTER_SECONDS = 2.0
+
+
+def estimate_text(per_second: float, count: float, unit: str = "step", time_budget: float | None = None) -> str:
+    """The up-front estimate every training command prints once it has timed a few steps (or
+    epochs): "19.3 steps/s: 4,000 steps take about 3.5 min", and when a --max-time budget ends
+    the run first, how far it gets."""
+    text = f"{rate_text(per_second, unit)}: {count:,.0f} {unit}s take about {duration_text(count / per_second)}"
+    if time_budget is not None and time_budget < count / per_second:
+        text += (f", more than the --max-time budget of {duration_text(time_budget)}: about "
+                 f"{per_second * time_budget:,.0f} of them fit")
+    return text
+
+
+def check_finite_metrics(metrics: dict, step: int) -> None:
+    """Refuse an evaluation with a NaN or infinite number: the weights have diverged, and no command
+    reports such a metric as a result (nor writes the model that gave it)."""
+    bad = next((name for name, value in metrics.items() if isinstance(value, float) and not math.isfinite(value)), None)
+    if bad is not None:
+        raise UserError(f"the held-out {bad} became {metrics[bad]} at step {step}: the model's weights have diverged "
+                        "(most likely the learning rate is too high); lower --lr and start again")
+
+
+def run_problems(directory: Path) -> list[str]:
+    """What is wrong with a training run's record (`info --check`): its metrics.jsonl's last training
+    row or last evaluation holding a NaN or infinite number (the run diverged). Empty otherwise."""
+    path = directory / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    try:
+        rows = [loads_json(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return [f"{path}: cannot read the run's metrics ({err})"]
+    rows = [row for row in rows if isinstance(row, dict)]
+    last = {split: next((r for r in reversed(rows) if (r.get("split") == "eval") == (split == "eval")), None)
+            for split in ("train", "eval")}
+    problems = []
+    for split, row in last.items():
+        bad = [k for k, v in (row or {}).items() if isinstance(v, float) and not math.isfinite(v)]
+        if bad:
+            problems.append(f"{path}: the last {'evaluation' if split == 'eval' else 'training row'} (step "
+                            f"{row.get('step')}) has {bad[0]} {row[bad[0]]}: the run diverged")
+    return problems
+
+
 def check_writable(directory: Path, needed_bytes: int) -> None:
     """Fail before training, not after an hour, if `directory` cannot hold the checkpoints."""
     try:
@@ -406,11 +490,75 @@ def check_writable(directory: Path, needed_bytes: int) -> None:
                         f"{needed_bytes / 2**20:.0f} MiB")
 
 
+def holds_training_run(directory: Path) -> bool:
+    """Whether `directory` holds a run of the loop: its checkpoints or its metrics."""
+    return (directory / CHECKPOINTS_DIR).exists() or (directory / "metrics.jsonl").exists()
+
+
 def check_no_earlier_run(directory: Path) -> None:
-    """Refuse to start a fresh run over an earlier one's checkpoints and metrics (nothing written is lost)."""
-    if (directory / CHECKPOINTS_DIR).exists() or (directory / "metrics.jsonl").exists():
+    """Before a fresh run writes anything: `directory` must be new or empty. An earlier run is
+    continued with --resume; anything else there (a model copied in, the user's own vocab.txt)
+    is the user's, and the run would write over it."""
+    entries = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+    if holds_training_run(directory):
         raise UserError(f"{directory} already holds a training run; continue it with --resume "
                         "or choose another output directory")
+    if entries:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise UserError(f"{directory} is not empty ({shown}): a training run writes only into a new or empty "
+                        "folder, so that nothing of yours is overwritten; choose another output directory")
+
+
+# What a resumed run may change: its budget, where it is, and its bookkeeping. Any other setting would
+# make the rest of the run train something else than its first part did (and its record say so wrongly).
+CHANGEABLE_ON_RESUME = ("resume", "progress", "tensorboard", "compile", "precision", "out", "cache_dir",
+                        "max_steps", "max_time", "epochs", "log_every", "eval_every", "save_every", "keep_last",
+                        "eval_batches")
+
+
+def check_resumed_settings(previous: dict, current: dict, source: Path) -> None:
+    """On --resume: refuse, listing them, the settings (`current`, a config as a dict) that differ from
+    those the run was started with (`previous`, as its record or checkpoint holds them)."""
+    current = loads_json(json.dumps(current))  # tuples as lists, as a record holds them
+    changed = [f"{option_name(name)} {json.dumps(previous[name])} -> {json.dumps(value)}"
+               for name, value in current.items()
+               if name not in CHANGEABLE_ON_RESUME and name in previous and previous[name] != value]
+    if changed:
+        raise UserError(f"{source}: --resume with other settings than the run was started with "
+                        f"({'; '.join(changed)}); resume with the run's settings, or start a new run elsewhere")
+
+
+def check_resumed_record(record: Path, current: dict) -> None:
+    """On --resume, before any work: when `record` (a recipe's JSON record of the run's settings,
+    e.g. pretrain_config.json) exists, refuse settings that differ from it (check_resumed_settings)."""
+    if not record.is_file():
+        return
+    try:
+        previous = loads_json(record.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{record}: cannot read the earlier run's settings ({err})") from None
+    if not isinstance(previous, dict):
+        raise UserError(f"{record}: not a record of a run's settings")
+    check_resumed_settings(previous, current, record)
+
+
+def read_checkpoint_state(folder: Path) -> dict:
+    """A checkpoint's state.json, checked: the step its folder is named after (at most its run's
+    budget), a finite elapsed time, and the settings it was made with. A one-line error otherwise."""
+    path = folder / "state.json"
+    try:
+        state = loads_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{path}: cannot read this checkpoint's state ({err})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
+        raise UserError(f"{path}: not a checkpoint's state (step, elapsed, config)")
+    step, elapsed, budget = state.get("step"), state.get("elapsed"), state["config"].get("max_steps")
+    if type(step) is not int or f"step-{step:08d}" != folder.name or (type(budget) is int and step > budget):
+        raise UserError(f"{path}: step {step!r} is not the step of this checkpoint ({folder.name}"
+                        f"{f', of a run of {budget} steps' if type(budget) is int else ''}); the checkpoint is damaged")
+    if type(elapsed) not in (int, float) or not 0 <= elapsed < math.inf:
+        raise UserError(f"{path}: elapsed time {elapsed!r} is not a number of seconds; the checkpoint is damaged")
+    return state
 
 
 class Trainer:
@@ -428,6 +576,11 @@ class Trainer:
         save_model: called with the (unwrapped) module at the end and at every checkpoint, to
             write the user-facing model (e.g. the HF-layout encoder) into out_dir.
         lr_scale: parameter name -> learning-rate multiplier (see `parameter_groups`).
+        on_speed: called once with the steps per second, when the run has timed its first steps
+            (after `ESTIMATE_AFTER_SECONDS`), beside the estimate the loop prints: a recipe's own
+            estimate of a longer job (the demo's).
+        on_start: called on rank 0 once the run starts (its output checked, a resume's checkpoint
+            and settings accepted): where a recipe writes its record of the run.
     """
 
     def __init__(self, module: nn.Module, config: TrainConfig, out_dir: str | os.PathLike,
@@ -435,7 +588,8 @@ class Trainer:
                  evaluate: Callable[[nn.Module], dict] | None = None,
                  save_model: Callable[[nn.Module], None] | None = None,
                  dist: Distributed | None = None,
-                 lr_scale: Callable[[str], float] | None = None):
+                 lr_scale: Callable[[str], float] | None = None,
+                 on_speed: Callable[[float], None] | None = None, on_start: Callable[[], None] | None = None):
         config.validate()
         self.config = config
         self.out_dir = Path(out_dir)
@@ -446,6 +600,8 @@ class Trainer:
         self.micro_batches = micro_batches
         self.evaluate_fn = evaluate
         self.save_model_fn = save_model
+        self.on_speed = on_speed
+        self.on_start = on_start
         self.optimizer = make_optimizer(parameter_groups(module, config.weight_decay, config.lr, lr_scale), config)
         for group in self.optimizer.param_groups:
             group["peak_lr"] = group["lr"]
@@ -493,6 +649,21 @@ class Trainer:
         """Micro-batches of the next step (`ramped_accumulation` at the current progress)."""
         return ramped_accumulation(self.config.grad_accum, self.progress(), self.config.batch_ramp)
 
+    def micro_batches_per_step_ahead(self) -> float:
+        """The steps left's mean micro-batches per step: --grad-accum, or under a batch ramp the ramp's
+        mean over the steps left (a time budget: over its time left, weighing each step by its time)."""
+        if not self.config.batch_ramp:
+            return float(self.config.grad_accum)
+        def ramp(progress: float) -> int:
+            return ramped_accumulation(self.config.grad_accum, progress, self.config.batch_ramp)
+
+        if self.config.max_steps:
+            ahead = range(self.step, self.config.max_steps)
+            return sum(ramp(step / self.config.max_steps) for step in ahead) / max(len(ahead), 1)
+        start = self.progress()
+        points = [start + (1 - start) * (k + 0.5) / 100 for k in range(100)]
+        return len(points) / sum(1 / ramp(point) for point in points)
+
     def set_lr(self) -> float:
         """Set every group's lr for the current progress; return the first (largest) group's."""
         factor = lr_factor(self.config.schedule, self.progress(), self.warmup_fraction())
@@ -528,17 +699,32 @@ class Trainer:
                 (out.loss / len(batches)).backward()
             for key, value in {"loss": out.loss.detach(), "tokens": batch["attention_mask"].sum(), **out.counts}.items():
                 sums[key] = sums.get(key, 0.0) + value
+        norm = torch.zeros(())
         if self.config.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.config.max_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.config.max_grad_norm)
+        # The step's one host sync, before the optimizer steps: a NaN or infinite loss (or gradient)
+        # stops the run with the model as it was before this step.
+        values = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in sums.values()]
+                             + [norm.to(self.device, torch.float64)]).tolist()
+        totals, grad_norm = dict(zip(sums, values)), values[-1]
+        if not (math.isfinite(totals["loss"]) and math.isfinite(grad_norm)):
+            raise UserError(self.divergence(totals["loss"], grad_norm, lr))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        values = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in sums.values()])
-        totals = dict(zip(sums, values.tolist()))
         totals = self.dist.sum({**totals, "micro_batches": len(batches)})
         loss = totals.pop("loss") / totals.pop("micro_batches")
         tokens = int(totals.pop("tokens"))
         return loss, {**totals, "lr": lr, "micro_batches": len(batches)}, tokens
+
+    def divergence(self, loss: float, grad_norm: float, lr: float) -> str:
+        """The one-line error of a step whose loss or gradient norm is NaN or infinite."""
+        what = f"the loss became {loss}" if not math.isfinite(loss) else f"the gradients' norm became {grad_norm}"
+        kept = self.checkpoints()
+        where = f"its last good checkpoint is {kept[-1]}" if kept else "no checkpoint had been written yet"
+        return (f"{what} at step {self.step + 1} (learning rate {lr:.3g}): the learning rate is most likely too "
+                f"high, or its warmup too short; lower --lr and start again. The run stopped before that step "
+                f"changed the model; {where}")
 
     # ----- evaluation, checkpoints ----------------------------------------------------------
 
@@ -551,6 +737,7 @@ class Trainer:
             self.module.eval()
             with torch.no_grad(), autocast(self.precision, self.device):
                 metrics = self.evaluate_fn(self.module)
+            check_finite_metrics(metrics, self.step)
             self.log.write({"step": self.step, "split": "eval", "elapsed": round(self.elapsed, 2), **metrics})
         self.dist.barrier()
         return metrics
@@ -588,9 +775,8 @@ class Trainer:
             shutil.rmtree(old, ignore_errors=True)
 
     def checkpoints(self) -> list[Path]:
-        """Complete checkpoints, oldest first (temp folders of interrupted writes are skipped)."""
-        root = self.out_dir / CHECKPOINTS_DIR
-        return sorted(p for p in root.glob("step-*") if (p / "state.json").is_file()) if root.exists() else []
+        """Complete checkpoints, oldest first (see `complete_checkpoints`)."""
+        return complete_checkpoints(self.out_dir)
 
     def resume(self) -> bool:
         """Load the newest complete checkpoint, if any; return whether one was loaded."""
@@ -598,16 +784,20 @@ class Trainer:
         if not found:
             return False
         latest = found[-1]
+        state = read_checkpoint_state(latest)
+        check_resumed_settings(state["config"], asdict(self.config), latest / "state.json")
         try:
             load_model(self.module, str(latest / "module.safetensors"), device=str(self.device))
             self.optimizer.load_state_dict(torch.load(latest / "optimizer.pt", map_location=self.device,
                                                       weights_only=True))
             rng = torch.load(latest / "rng.pt", weights_only=True)
-            state = loads_json((latest / "state.json").read_text(encoding="utf-8"))
+            torch.set_rng_state(rng["torch"])
         except Exception as err:  # a damaged checkpoint is the user's to fix or delete
-            raise UserError(f"{latest}: cannot resume from this checkpoint ({err})") from None
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] and torch.cuda.is_available():
+            # The first line only: torch's state-dict and weights_only messages run to dozens of lines.
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UserError(f"{latest}: cannot resume from this checkpoint: it does not fit this model and "
+                            f"optimizer, or is damaged ({reason})") from None
+        if rng.get("cuda") and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
         self.step, self.elapsed = state["step"], state["elapsed"]
         self.micro_batches_read = state.get("micro_batches", self.step * self.config.grad_accum)
@@ -630,6 +820,18 @@ class Trainer:
         """Whether the step or time budget is used up."""
         return self.progress() >= 1.0
 
+    def announce_speed(self, steps_per_second: float, first_step: int, first_elapsed: float) -> None:
+        """Say up front (rank 0) how fast the run trains and how long its steps from `first_step`
+        (0, or where it resumed, `first_elapsed` seconds into its time budget) take."""
+        if not self.dist.is_main:
+            return
+        budget = None if self.time_budget is None else self.time_budget - first_elapsed
+        steps = self.config.max_steps - first_step if self.config.max_steps else steps_per_second * budget
+        tqdm.write(f"training at {estimate_text(steps_per_second, steps, time_budget=budget)} "
+                   f"({f'resumed at step {first_step:,}; ' if first_step else ''}evaluations aside)", file=sys.stderr)
+        if self.on_speed is not None:
+            self.on_speed(steps_per_second)
+
     def fit(self) -> str:
         """Train until the budget is used or a stop signal arrives (first loading the last
         checkpoint when `config.resume`).
@@ -637,25 +839,33 @@ class Trainer:
         Returns "completed" or "interrupted"; either way the last state is checkpointed.
         """
         check_writable(self.out_dir, self.estimated_checkpoint_bytes())
-        if not self.config.resume:
+        if not self.config.resume and holds_training_run(self.out_dir):  # the recipe may have written its files
             check_no_earlier_run(self.out_dir)
         torch.manual_seed(self.config.seed + self.dist.rank)
         if self.config.resume and self.resume() and self.dist.is_main:
             print(f"resumed from step {self.step}", file=sys.stderr)
+        if self.on_start is not None and self.dist.is_main:
+            self.on_start()
         self.log.open(self.step)
+        first_step, first_elapsed = self.step, self.elapsed
         bar = tqdm(total=self.config.max_steps, initial=self.step, disable=not (self.config.progress and self.dist.is_main),
                    unit="step", dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 30)
         window = self._new_window()
         status = "completed"
+        timed_micro_batches, timed_seconds, announced = 0, 0.0, False  # what gives the up-front estimate
         with StopSignal() as stop:
             while not self.finished():
                 start = time.perf_counter()
                 loss, counts, tokens = self.train_step()
                 seconds = time.perf_counter() - start
                 self.elapsed += seconds
-                if not math.isfinite(loss):
-                    raise UserError(f"the loss became {loss} at step {self.step}; lower the learning rate "
-                                    "(--lr) or use more warmup")
+                if self.step > first_step + 1 and not announced:  # not the first: its allocations are slow
+                    timed_micro_batches, timed_seconds = timed_micro_batches + counts["micro_batches"], \
+                        timed_seconds + seconds
+                    if timed_seconds >= ESTIMATE_AFTER_SECONDS and not self.finished():
+                        steps_per_second = timed_micro_batches / timed_seconds / self.micro_batches_per_step_ahead()
+                        self.announce_speed(steps_per_second, first_step, first_elapsed)
+                        announced = True
                 lr = counts.pop("lr")
                 window["micro_batches"] += counts.pop("micro_batches")
                 window["loss"] += loss

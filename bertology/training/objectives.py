@@ -17,23 +17,28 @@
 |           | a random factorisation order, two-stream; with   | Dai et al. 2019 (Transformer- |
 |           | `--mem-len`, over the stream with memory         | XL)                           |
 
-`clm` trains BERT's encoder with a causal mask (the BERT paper's LTR baseline) or, with
-`--arch gpt`, GPT's own decoder (models/gpt.py: `GPTLanguageModel` below), or with `--arch
-awd-lstm` ULMFiT's LSTM over a token stream (data/token_stream.py: `RecurrentLanguageModel`
-below); `bilm` trains ELMo's two LSTM language models (`BidirectionalLanguageModel`); `t5` trains T5's encoder-decoder (models/t5.py, data/span_corruption.py: `SpanCorruption`);
-`plm` trains XLNet (models/xlnet.py, data/permutation.py: `PermutationLanguageModel`), on
+An objective knows no model family: it asks the family's spec (models/base.py's `FamilySpec`)
+for the model it trains, by role (`pretraining_models`): "masked_lm" and "masked_lm_with_pair"
+(BERT's heads), "causal_lm", "replaced_token_detection" (ELECTRA's three parts),
+"span_corruption", "permutation_lm", "bidirectional_lm". So `clm` trains BERT's encoder under a
+causal mask (the BERT paper's LTR baseline), GPT's decoder, or, for a family that reads a token
+stream (`reads_stream`: ULMFiT's AWD-LSTM), its LSTM over the stream with a carried state
+(`RecurrentLMObjective`); `bilm` trains ELMo's two LSTM language models; `t5` trains T5's
+encoder-decoder (data/span_corruption.py); `plm` trains XLNet (data/permutation.py), on
 independent sequences or, with a memory, on the token stream with Transformer-XL's recurrence.
+A family lists the objectives it takes by name in its spec; `OBJECTIVES` below is the registry.
 
 Each objective prepares its batch (masking is dynamic: fresh for every batch, drawn
 from the generator it is given; or static, BERT's: a batch's `mask_seeds`, one per instance,
 fix each instance's mask, for the objectives in MASKING_OBJECTIVES), computes its loss, and
-returns counts from which the training loop derives accuracies. `model_to_save()` is the model written to disk: a
-transformers-compatible BERT that `bertology finetune` and transformers both load."""
+returns counts from which the training loop derives accuracies. `model_to_save()` is the model written to disk,
+in transformers' layout, which `bertology finetune` and transformers both load."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -43,46 +48,11 @@ from ..data.padding import pad_rows
 from ..data.permutation import permutation_targets, with_memory
 from ..data.pretraining import mask_tokens
 from ..data.span_corruption import corrupt_spans, random_spans_noise_mask
-from ..models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
-from ..models.bert import (
-    BertConfig,
-    BertForMaskedLM,
-    BertForPreTraining,
-    BertModel,
-    BertPreTrainedModel,
-    ClassificationHead,
-    ModelOutput,
-    activation,
-    init_module,
-)
-from ..models.elmo import ELMoConfig, ELMoLanguageModel
-from ..models.gpt import GPTConfig, GPTLMHeadModel
-from ..models.t5 import T5Config, T5ForConditionalGeneration
-from ..models.xlnet import XLNetConfig, XLNetLMHeadModel
-from ..ops import IGNORE_INDEX, Linear
+from ..errors import UserError
+from ..models import family_with_model_type
+from ..models.base import FamilySpec, ModelOutput
+from ..ops import IGNORE_INDEX
 from .loop import Batch, StepOutput, accuracy_counts
-
-
-@dataclass
-class ObjectiveSpec:
-    """How a pre-training objective (objectives.py) wants its data: the packing format and the pair task."""
-
-    data_format: str  # "pairs" (BERT's segment pairs), "full_sentences" (RoBERTa) or "contiguous"
-    pair_task: str | None  # "nsp", "sop" or None
-
-
-OBJECTIVES: dict[str, ObjectiveSpec] = {
-    "bert": ObjectiveSpec("pairs", "nsp"),
-    "roberta": ObjectiveSpec("full_sentences", None),
-    "albert": ObjectiveSpec("pairs", "sop"),
-    "electra": ObjectiveSpec("pairs", None),
-    "clm": ObjectiveSpec("contiguous", None),
-    "t5": ObjectiveSpec("contiguous", None),
-    "bilm": ObjectiveSpec("stream", None),
-    "plm": ObjectiveSpec("contiguous", None),  # with a memory (--mem-len): the stream, as bilm
-}
-# The objectives that mask tokens (`mask_tokens`), so take a batch's `mask_seeds`: static masking.
-MASKING_OBJECTIVES = ("bert", "roberta", "albert", "electra")
 
 
 def ranked_pair_counts(name: str, scores: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -113,14 +83,19 @@ def lm_counts(out: ModelOutput, labels: torch.Tensor, name: str) -> dict[str, to
             f"{name}_loss_sum": out.masked_lm_loss.detach() * total}
 
 
-class MaskedLanguageModel(nn.Module):
-    """BERT, RoBERTa and ALBERT: masked LM, optionally with NSP or SOP on [CLS]."""
+class MaskedLMObjective(nn.Module):
+    """BERT, RoBERTa and ALBERT: masked LM, optionally with NSP or SOP on [CLS] (`pair_task`).
 
-    def __init__(self, config: BertConfig, pair_task: str | None, mask_token_id: int, mlm_probability: float = 0.15, max_predictions: int | None = None, whole_word: bool = False):
+    `model` is the family's masked LM (with the pair head when `pair_task` is given): called with
+    input_ids, attention_mask, token_type_ids and labels (and `next_sentence_label`), it returns
+    the loss, `masked_lm_loss` and `masked_lm_correct` (and `seq_relationship_logits`)."""
+
+    def __init__(self, model: nn.Module, pair_task: str | None, mask_token_id: int, mlm_probability: float = 0.15,
+                 max_predictions: int | None = None, whole_word: bool = False):
         super().__init__()
         self.pair_task = pair_task
-        self.model = BertForPreTraining(config) if pair_task else BertForMaskedLM(config)
-        self.masking = dict(vocab_size=config.vocab_size, mask_token_id=mask_token_id,
+        self.model = model
+        self.masking = dict(vocab_size=model.config.vocab_size, mask_token_id=mask_token_id,
                             mlm_probability=mlm_probability, max_predictions=max_predictions)
         self.whole_word = whole_word
 
@@ -142,53 +117,39 @@ class MaskedLanguageModel(nn.Module):
                                           batch["pair_labels"]))
         return StepOutput(out.loss, counts)
 
-    def model_to_save(self) -> BertPreTrainedModel:
-        """BertForPreTraining (with the NSP/SOP head) or BertForMaskedLM."""
+    def model_to_save(self) -> nn.Module:
+        """The masked LM (BertForPreTraining with the NSP/SOP head, or BertForMaskedLM)."""
         return self.model
 
 
-class CausalLanguageModel(nn.Module):
-    """GPT's objective on the same encoder: each position predicts the next token, seeing only the past."""
+class CausalLMObjective(nn.Module):
+    """GPT's objective: each position predicts the next token, seeing only the past.
 
-    def __init__(self, config: BertConfig):
+    `model` is the family's causal LM, called with input_ids, attention_mask and labels. A model
+    whose class sets `shifts_labels` (GPT's, as transformers') takes the inputs as its labels and
+    shifts them itself; any other (BERT's encoder under a causal mask) takes them shifted."""
+
+    def __init__(self, model: nn.Module):
         super().__init__()
-        self.model = BertForMaskedLM(replace(config, causal=True))
+        self.model = model
+        self.shifted_here = not getattr(model, "shifts_labels", False)
 
     def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
-        """Labels are the inputs shifted left by one; padding and the last position carry none."""
-        ids = batch["input_ids"]
-        labels = torch.full_like(ids, IGNORE_INDEX)
-        labels[:, :-1] = ids[:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, IGNORE_INDEX)
+        """Labels are the inputs (shifted left by one unless the model shifts them); padding, and the
+        last position when shifted here, carry none."""
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, IGNORE_INDEX)
+        if self.shifted_here:
+            labels = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE_INDEX)], dim=1)
         return {**batch, "labels": labels}
 
     def forward(self, batch: Batch) -> StepOutput:
         """Loss = next-token cross-entropy; counts give accuracy and perplexity."""
-        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
-        return StepOutput(out.loss, lm_counts(out, batch["labels"], "lm"))
-
-    def model_to_save(self) -> BertPreTrainedModel:
-        """The causal BertForMaskedLM (its config says `causal: true`)."""
-        return self.model
-
-
-class GPTLanguageModel(nn.Module):
-    """GPT's objective on GPT's decoder (models/gpt.py): each position predicts the next token."""
-
-    def __init__(self, config: GPTConfig):
-        super().__init__()
-        self.model = GPTLMHeadModel(config)
-
-    def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
-        """Labels are the inputs with padding ignored; the model shifts them (transformers' convention)."""
-        return {**batch, "labels": batch["input_ids"].masked_fill(batch["attention_mask"] == 0, IGNORE_INDEX)}
-
-    def forward(self, batch: Batch) -> StepOutput:
-        """Loss = next-token cross-entropy; counts give accuracy and perplexity."""
         out = self.model(batch["input_ids"], batch["attention_mask"], labels=batch["labels"])
-        return StepOutput(out.loss, lm_counts(out, batch["labels"][:, 1:], "lm"))
+        scored = batch["labels"] if self.shifted_here else batch["labels"][:, 1:]
+        return StepOutput(out.loss, lm_counts(out, scored, "lm"))
 
-    def model_to_save(self) -> GPTLMHeadModel:
-        """The GPT language model (transformers' OpenAIGPT or GPT-2 layout)."""
+    def model_to_save(self) -> nn.Module:
+        """The causal LM (a GPT, or BertForMaskedLM whose config says `causal: true`)."""
         return self.model
 
 
@@ -219,48 +180,63 @@ class CarriedState(nn.Module):
             getattr(self, f"c{index}").copy_(c)
 
 
-class RecurrentLanguageModel(nn.Module):
+class RecurrentLMObjective(nn.Module):
     """ULMFiT's language-model objective (its stages 1 and 2): an AWD-LSTM reads a token stream
     (data/token_stream.py) left to right, each batch continuing the last row by row, the state
     restarting at each epoch's first batch (`new_stream`). `rows` is the micro-batch size.
+
+    `model` is the family's recurrent LM: called with input_ids, its state (a list of (h, c), or None
+    for zeros) and labels, it returns the loss (with AR and TAR), the argmax hits and the new
+    `recurrent_state`; `state_widths()` gives each layer's (h, c) widths.
     """
 
-    def __init__(self, config: AWDLSTMConfig, rows: int):
+    directions = ("lm",)  # the metric name of each reading direction (held-out evaluation)
+
+    def __init__(self, model: nn.Module, rows: int):
         super().__init__()
-        self.model = AWDLSTMLanguageModel(config)
-        widths = [config.n_hid] * (config.n_layers - 1) + [config.emb_sz]
-        self.state = CarriedState([(width, width) for width in widths], rows)
+        self.model = model
+        self.state = CarriedState(model.state_widths(), rows)
 
     def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
         """Stream batches come with their labels (the next tokens)."""
         return batch
 
+    def score(self, batch: Batch, direction: int, state: list | None) -> ModelOutput:
+        """One stream window read from `state` (None: zeros): the loss, hits and the state it ends in."""
+        return self.model(batch["input_ids"], state, labels=batch["labels"])
+
     def forward(self, batch: Batch) -> StepOutput:
         """Loss = next-token cross-entropy + AR + TAR; counts give accuracy and perplexity."""
-        out = self.model(batch["input_ids"], self.state.get(batch["new_stream"]), labels=batch["labels"])
+        out = self.score(batch, 0, self.state.get(batch["new_stream"]))
         self.state.set(out.recurrent_state)
         return StepOutput(out.loss, lm_counts(out, batch["labels"], "lm"))
 
-    def model_to_save(self) -> AWDLSTMLanguageModel:
-        """The AWD-LSTM language model (models/awd_lstm.py)."""
+    def model_to_save(self) -> nn.Module:
+        """The recurrent language model (models/awd_lstm.py's AWDLSTMLMHeadModel)."""
         return self.model
 
 
-class BidirectionalLanguageModel(nn.Module):
+class BidirectionalLMObjective(nn.Module):
     """ELMo's biLM objective: the forward LSTMs read the token stream left to right and predict
     the next token, the backward ones read the reversed stream (`backward_` keys) and predict the
     previous one; each direction carries its own state. Loss = the mean of the two cross-entropies;
     counts give each direction's accuracy and perplexity."""
 
-    def __init__(self, config: ELMoConfig, rows: int):
+    directions = ("forward_lm", "backward_lm")  # the metric name of each reading direction
+
+    def __init__(self, model: nn.Module, rows: int):
         super().__init__()
-        self.model = ELMoLanguageModel(config)
-        widths = [(config.projection_dim, config.lstm_dim)] * config.n_layers
+        self.model = model
+        widths = model.state_widths()
         self.forward_state, self.backward_state = CarriedState(widths, rows), CarriedState(widths, rows)
 
     def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
         """Stream batches come with their labels."""
         return batch
+
+    def score(self, batch: Batch, direction: int, state: list | None) -> ModelOutput:
+        """One window of the stream (direction 0) or of its reverse (1), read from `state`."""
+        return self.model.direction_loss(batch["input_ids"], batch["labels"], direction == 1, state)
 
     def forward(self, batch: Batch) -> StepOutput:
         """Loss = the mean of the two directions' next-token cross-entropies."""
@@ -274,19 +250,19 @@ class BidirectionalLanguageModel(nn.Module):
             counts.update(lm_counts(out, labels, "backward_lm" if backward else "forward_lm"))
         return StepOutput((losses[0] + losses[1]) / 2, counts)
 
-    def model_to_save(self) -> ELMoLanguageModel:
-        """The ELMo biLM with its softmax (models/elmo.py)."""
+    def model_to_save(self) -> nn.Module:
+        """The biLM with its softmax (models/elmo.py's ELMoLMHeadModel)."""
         return self.model
 
 
-class SpanCorruption(nn.Module):
+class SpanCorruptionObjective(nn.Module):
     """T5's objective (models/t5.py): drop ~15% of each text in spans (mean length 3), one
     sentinel per span in the input; the decoder writes each sentinel and its span."""
 
-    def __init__(self, config: T5Config, sentinel_ids: list[int], noise_density: float = 0.15,
+    def __init__(self, model: nn.Module, sentinel_ids: list[int], noise_density: float = 0.15,
                  mean_span_length: float = 3.0):
         super().__init__()
-        self.model = T5ForConditionalGeneration(config)
+        self.model = model
         self.sentinel_ids = sentinel_ids
         self.noise_density, self.mean_span_length = noise_density, mean_span_length
 
@@ -330,8 +306,8 @@ class SpanCorruption(nn.Module):
                                      "span_total": dropped.sum(), "span_word_correct": word_hits.sum(),
                                      "span_word_total": dropped.sum()})
 
-    def model_to_save(self) -> T5ForConditionalGeneration:
-        """T5ForConditionalGeneration (transformers' layout)."""
+    def model_to_save(self) -> nn.Module:
+        """The encoder-decoder (models/t5.py's T5ForConditionalGeneration, transformers' layout)."""
         return self.model
 
 
@@ -381,7 +357,7 @@ class CarriedMemory(nn.Module):
         self.remembered.copy_(memory.remembered)
 
 
-class PermutationLanguageModel(nn.Module):
+class PermutationLMObjective(nn.Module):
     """XLNet's objective (models/xlnet.py, data/permutation.py): per sequence a random factorisation
     order, the last 1/6 of it predicted by the query stream from the tokens before it in the order.
 
@@ -397,14 +373,15 @@ class PermutationLanguageModel(nn.Module):
     so a row's memory is reset where its stream opens a new document, and all of it at an epoch's
     first batch (`new_stream`). The memory lives in buffers (`CarriedMemory`) of `rows` rows."""
 
-    def __init__(self, config: XLNetConfig, rows: int = 1, mem_len: int = 0):
+    def __init__(self, model: nn.Module, rows: int = 1, mem_len: int = 0):
         super().__init__()
+        config = model.config
         if mem_len and config.bos_token_id is None:
             raise ValueError("a stream with memory needs the config's bos_token_id: the token opening each document")
         if mem_len and config.reuse_len:
             raise ValueError("the memory continues the stream: reuse_len must be unset (all of a segment is remembered)")
         self.mem_len = mem_len
-        self.model = XLNetLMHeadModel(replace(config, mem_len=mem_len) if mem_len else config)
+        self.model = model
         self.memory = CarriedMemory(config.n_layer, rows, mem_len, config.d_model) if mem_len else None
 
     def prepare(self, batch: Batch, generator: torch.Generator) -> Batch:
@@ -448,40 +425,16 @@ class PermutationLanguageModel(nn.Module):
         self.memory.set(memory)
         return step
 
-    def model_to_save(self) -> XLNetLMHeadModel:
-        """XLNetLMHeadModel (transformers' layout; its config's `mem_len` is the memory trained with)."""
+    def model_to_save(self) -> nn.Module:
+        """The permutation LM (models/xlnet.py's XLNetLMHeadModel, transformers' layout; its config's
+        `mem_len` is the memory trained with)."""
         return self.model
-
-
-class ReplacedTokenDetector(nn.Module):
-    """ELECTRA's discriminator head: dense + activation + one logit per token (replaced or not)."""
-
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size)
-        self.act = activation(config.hidden_act)
-        self.out = ClassificationHead(config.hidden_size, 1, dropout=0.0)
-        for module in self.modules():
-            init_module(module, config.initializer_range)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(B, T, H) -> (B, T) logits."""
-        return self.out(self.act(self.dense(hidden))).squeeze(-1)
 
 
 ELECTRA_MASKING = {"bert": (0.8, 0.1), "release": (0.85, 0.0)}  # the generator's input: [MASK] and random shares
 
 
-def electra_generator_config(config: BertConfig, size: float = 0.25) -> BertConfig:
-    """The generator: the discriminator's depth at `size` of its width (ELECTRA's best ratio is 1/4;
-    the paper also studies 1/8, 1/2 and 1), reading the discriminator's embeddings (same width E)
-    through its own projection."""
-    hidden = max(32, round(config.hidden_size * size))
-    return replace(config, hidden_size=hidden, num_attention_heads=max(1, hidden // 64),
-                   intermediate_size=4 * hidden, embedding_size=config.embedding_width)
-
-
-class Electra(nn.Module):
+class ElectraObjective(nn.Module):
     """ELECTRA (Clark et al. 2020): a small generator fills the masked positions with its samples;
     the discriminator predicts, at every token, whether it was replaced.
 
@@ -495,15 +448,13 @@ class Electra(nn.Module):
     or "release" (85% [MASK], 15% kept).
     """
 
-    def __init__(self, config: BertConfig, mask_token_id: int, discriminator_weight: float = 50.0, mlm_probability: float = 0.15,
-                 max_predictions: int | None = None, generator_size: float = 0.25, temperature: float = 1.0,
-                 masking: str = "bert"):
+    def __init__(self, models: tuple[nn.Module, nn.Module, nn.Module], mask_token_id: int,
+                 discriminator_weight: float = 50.0, mlm_probability: float = 0.15, max_predictions: int | None = None,
+                 temperature: float = 1.0, masking: str = "bert"):
         super().__init__()
-        self.discriminator = BertModel(config, add_pooling_layer=False)
-        self.detector = ReplacedTokenDetector(config)
-        self.generator = BertForMaskedLM(electra_generator_config(config, generator_size))
-        for part in ("word_embeddings", "position_embeddings", "token_type_embeddings", "norm"):
-            setattr(self.generator.bert.embeddings, part, getattr(self.discriminator.embeddings, part))
+        # the family's three parts (its spec's "replaced_token_detection"), embeddings already shared
+        self.discriminator, self.detector, self.generator = models
+        config = self.discriminator.config
         self.discriminator_weight = discriminator_weight
         self.temperature = temperature
         mask_share, random_share = ELECTRA_MASKING[masking]
@@ -544,8 +495,8 @@ class Electra(nn.Module):
                                           batch["attention_mask"] == 1))
         return StepOutput(loss, counts)
 
-    def model_to_save(self) -> BertPreTrainedModel:
-        """The discriminator's encoder, a plain BertModel."""
+    def model_to_save(self) -> nn.Module:
+        """The discriminator's encoder (a plain BertModel)."""
         return self.discriminator
 
 
@@ -581,39 +532,137 @@ def electra_diagnostics(logits: torch.Tensor, replaced: torch.Tensor, sampled: t
     return counts
 
 
-def build_objective(name: str, config: BertConfig | GPTConfig | T5Config | AWDLSTMConfig, mask_token_id: int,
-                    whole_word: bool = False, max_predictions: int | None = None, sentinel_ids: list[int] | None = None,
-                    noise_density: float = 0.15, mean_span_length: float = 3.0, rows: int = 1, mem_len: int = 0,
-                    **electra_options) -> nn.Module:
-    """The objective module called `name` (see OBJECTIVES) over a model of `config` (a GPTConfig
-    takes `clm` only, a T5Config `t5` only, with the tokenizer's `sentinel_ids`, an XLNetConfig
-    `plm` only, with `mem_len` > 0 over a stream of `rows` rows per micro-batch, an AWDLSTMConfig
-    `clm` over such a stream); `electra_options` (generator_size, temperature, masking) go to `Electra`."""
-    if isinstance(config, AWDLSTMConfig):
-        if name != "clm":
-            raise ValueError(f"an AWD-LSTM is a left-to-right LM: objective clm, not {name!r}")
-        return RecurrentLanguageModel(config, rows)
-    if isinstance(config, ELMoConfig):
-        if name != "bilm":
-            raise ValueError(f"ELMo is a bidirectional LM: objective bilm, not {name!r}")
-        return BidirectionalLanguageModel(config, rows)
-    if isinstance(config, T5Config):
-        if name != "t5":
-            raise ValueError(f"T5 is trained by span corruption: objective t5, not {name!r}")
-        return SpanCorruption(config, sentinel_ids or [], noise_density, mean_span_length)
-    if isinstance(config, XLNetConfig):
-        if name != "plm":
-            raise ValueError(f"XLNet is trained by permutation language modelling: objective plm, not {name!r}")
-        return PermutationLanguageModel(config, rows, mem_len)
-    if isinstance(config, GPTConfig):
-        if name != "clm":
-            raise ValueError(f"GPT is a left-to-right LM: objective clm, not {name!r}")
-        return GPTLanguageModel(config)
-    if name in ("bert", "roberta", "albert"):
-        return MaskedLanguageModel(config, OBJECTIVES[name].pair_task, mask_token_id,
-                                   max_predictions=max_predictions, whole_word=whole_word)
-    if name == "electra":
-        return Electra(config, mask_token_id, max_predictions=max_predictions, **electra_options)
-    if name == "clm":
-        return CausalLanguageModel(config)
-    raise ValueError(f"unknown objective {name!r}")
+# ----- the registry ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A pre-training objective as `pretrain` runs it, registered by name in `OBJECTIVES`.
+
+    `build(spec, config, mask_token_id, options)` makes the objective module over the model the
+    family's spec gives for `role`; `options` are the PretrainConfig fields named in `options`
+    (its flags: `pretrain` refuses them for every other objective).
+    """
+
+    name: str
+    description: str
+    build: Callable[[FamilySpec, Any, int | None, dict[str, Any]], nn.Module]
+    role: str  # the model it trains: a key of the family spec's `pretraining_models`
+    data_format: str  # "pairs" (BERT's segment pairs), "full_sentences" (RoBERTa), "contiguous" or "stream"
+    pair_task: str | None = None  # "nsp", "sop" or None
+    options: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()  # the held-out metrics worth plotting
+    masks_tokens: bool = False  # masks tokens (`mask_tokens`), so takes static masks and whole-word masking
+    # (options, config, tokenizer, seq_len) -> None: what can only be checked once the model's config
+    # and vocabulary are known, a one-line error before any training.
+    check: Callable[[dict[str, Any], Any, Any, int], None] | None = None
+
+
+OBJECTIVES: dict[str, Objective] = {}
+
+
+def register(objective: Objective) -> None:
+    """Add an objective to the registry (a plug-in's, or a test's)."""
+    OBJECTIVES[objective.name] = objective
+
+
+def _model(spec: FamilySpec, role: str, config: Any, *args: Any) -> nn.Module:
+    """The family's model for a pre-training role."""
+    return spec.pretraining_models[role](config, *args)
+
+
+_MASKING = ("whole_word_masking", "static_masks", "max_predictions")
+# What the data gives every objective, used by those that need it: the micro-batch's rows (a stream's
+# carried state), the vocabulary's sentinels (span corruption).
+DATA_OPTIONS = ("rows", "sentinel_ids")
+
+
+def _masked_lm(pair_task: str | None, role: str):
+    def build(spec: FamilySpec, config: Any, mask_token_id: int | None, options: dict[str, Any]) -> nn.Module:
+        return MaskedLMObjective(_model(spec, role, config), pair_task, mask_token_id,
+                                   max_predictions=options.get("max_predictions"),
+                                   whole_word=options.get("whole_word_masking", False))
+    return build
+
+
+def _causal_lm(spec: FamilySpec, config: Any, mask_token_id: int | None, options: dict[str, Any]) -> nn.Module:
+    model = _model(spec, "causal_lm", config)
+    return RecurrentLMObjective(model, options.get("rows", 1)) if spec.reads_stream else CausalLMObjective(model)
+
+
+def _electra(spec: FamilySpec, config: Any, mask_token_id: int | None, options: dict[str, Any]) -> nn.Module:
+    return ElectraObjective(_model(spec, "replaced_token_detection", config, options.get("generator_size", 0.25)),
+                   mask_token_id, max_predictions=options.get("max_predictions"),
+                   temperature=options.get("generator_temperature", 1.0), masking=options.get("electra_masking", "bert"))
+
+
+def _span_corruption(spec: FamilySpec, config: Any, mask_token_id: int | None, options: dict[str, Any]) -> nn.Module:
+    return SpanCorruptionObjective(_model(spec, "span_corruption", config), options.get("sentinel_ids") or [],
+                          options.get("noise_density", 0.15), options.get("mean_span_length", 3.0))
+
+
+def _bidirectional_lm(spec: FamilySpec, config: Any, mask_token_id: int | None, options: dict[str, Any]) -> nn.Module:
+    return BidirectionalLMObjective(_model(spec, "bidirectional_lm", config), options.get("rows", 1))
+
+
+def _permutation_lm(spec: FamilySpec, config: Any, mask_token_id: int | None, options: dict[str, Any]) -> nn.Module:
+    mem_len = options.get("mem_len", 0)
+    model = _model(spec, "permutation_lm", replace(config, mem_len=mem_len) if mem_len else config)
+    return PermutationLMObjective(model, options.get("rows", 1), mem_len)
+
+
+def _check_span_corruption(options: dict[str, Any], config: Any, tokenizer: Any, seq_len: int) -> None:
+    """The vocabulary must hold a sentinel for every span a text loses (and one more, a target may end with)."""
+    spans = max(round(round(seq_len * options["noise_density"]) / options["mean_span_length"]), 1)
+    if spans + 1 > len(tokenizer.sentinel_token_ids):
+        raise UserError(f"--seq-len {seq_len} with --noise-density {options['noise_density']} and --mean-span-length "
+                        f"{options['mean_span_length']} drops {spans} spans per text: more than the tokenizer's "
+                        f"{len(tokenizer.sentinel_token_ids)} sentinels allow")
+
+
+def _check_permutation_lm(options: dict[str, Any], config: Any, tokenizer: Any, seq_len: int) -> None:
+    """A memory continues the stream: no segment part may be reused."""
+    if options.get("mem_len") and config.reuse_len:
+        raise UserError(f"--mem-len remembers whole segments of the stream: unset the model's reuse_len "
+                        f"({config.reuse_len})")
+
+
+for _objective in (
+    Objective("bert", "masked LM + next-sentence prediction", _masked_lm("nsp", "masked_lm_with_pair"),
+              "masked_lm_with_pair", "pairs", "nsp", _MASKING, ("mlm_accuracy", "nsp_accuracy"), True),
+    Objective("roberta", "masked LM over full sentences", _masked_lm(None, "masked_lm"), "masked_lm",
+              "full_sentences", None, _MASKING, ("mlm_accuracy",), True),
+    Objective("albert", "masked LM + sentence order", _masked_lm("sop", "masked_lm_with_pair"), "masked_lm_with_pair",
+              "pairs", "sop", (*_MASKING, "sop_balance"), ("mlm_accuracy", "sop_accuracy"), True),
+    Objective("electra", "replaced-token detection", _electra, "replaced_token_detection", "pairs", None,
+              ("static_masks", "max_predictions", "generator_size", "generator_temperature", "electra_masking"),
+              ("mlm_accuracy", "rtd_auc"), True),
+    Objective("clm", "left-to-right LM", _causal_lm, "causal_lm", "contiguous", metrics=("lm_accuracy",)),
+    Objective("t5", "span corruption", _span_corruption, "span_corruption", "contiguous",
+              options=("noise_density", "mean_span_length"),
+              metrics=("span_accuracy", "span_word_accuracy", "lm_accuracy"), check=_check_span_corruption),
+    Objective("bilm", "ELMo's forward and backward LSTM LMs", _bidirectional_lm, "bidirectional_lm", "stream",
+              metrics=("forward_lm_accuracy", "backward_lm_accuracy")),
+    Objective("plm", "XLNet's permutation LM", _permutation_lm, "permutation_lm", "contiguous", options=("mem_len",),
+              metrics=("permutation_lm_accuracy",), check=_check_permutation_lm),
+):
+    register(_objective)
+
+
+def build_objective(name: str, config: Any, mask_token_id: int | None, **options: Any) -> nn.Module:
+    """The objective module called `name` (see OBJECTIVES) over a model of `config`'s family, which
+    must list it among its objectives; `options`: the objective's settings (max_predictions,
+    whole_word_masking, generator_size, ..., and for a token stream `rows`, its micro-batch size).
+
+    Example: `build_objective("roberta", BertConfig.from_preset("tiny", vocab_size=100), mask_token_id=4)`.
+    """
+    if name not in OBJECTIVES:
+        raise UserError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
+    family = family_with_model_type(config.model_type)
+    if name not in family.spec.objectives:
+        raise UserError(f"--arch {family.name} trains with {' or '.join(family.spec.objectives) or 'no objective'} "
+                        f"(`pretrain --objective`), not {name}")
+    unknown = set(options) - set(OBJECTIVES[name].options) - set(DATA_OPTIONS)
+    if unknown:
+        raise TypeError(f"the {name} objective takes no option {', '.join(sorted(unknown))}")
+    return OBJECTIVES[name].build(family.spec, config, mask_token_id, options)

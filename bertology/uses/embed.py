@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.format import open_memmap
 
-from ..config import check_settings, setting
+from ..config import Threads, check_settings, setting
 from ..data.corpus import text_lines
 from ..errors import UserError
 from ..files import atomic_path
@@ -34,7 +34,7 @@ from ..inference.embedding import (
     load_encoder,
 )
 from ..models.features import LAYER_CHOICES, feature_width
-from ..ops import PRECISIONS
+from ..ops import PRECISION_HELP, PRECISIONS
 from ..tasks.readers import json_object
 from ..text import is_invisible, replace_controls
 
@@ -50,7 +50,7 @@ EMBED_LAYERS_HELP = (f"{', '.join(name for name in LAYER_CHOICES if name != 'mix
 
 
 @dataclass
-class EmbedConfig:
+class EmbedConfig(Threads):
     """What to embed, how, and where the vectors go.
 
     The settings of `bertology embed`.
@@ -58,7 +58,7 @@ class EmbedConfig:
 
     model: str = setting(required=True, metavar="MODEL", model_dir=True,
                          help="any model directory, or an installed model's name (e.g. all-MiniLM-L6-v2)")
-    input: str = setting(required=True, metavar="FILE", help="one text per line, or JSONL (see --field)")
+    input: str = setting(required=True, metavar="FILE", help="one text per line, or JSONL (see --text-field)")
     out: str = setting(required=True, metavar="FILE", output="file",
                        help="FILE.npy or FILE.jsonl (the suffix picks the format)")
     layers: str = setting("last", help=EMBED_LAYERS_HELP)
@@ -69,7 +69,9 @@ class EmbedConfig:
     word_pieces: str = setting("first", choices=WORD_PIECES,
                                help="token level: a word's first WordPiece, the mean of its pieces, ends (an ELMo: forward "
                                     "state at its last piece, backward at its first), or every piece")
-    field: str | None = setting(None, help="JSONL input: the field holding the text (default for .jsonl: text)")
+    text_field: str | None = setting(None, formerly=("field",),
+                                     help="JSONL input: the field that holds the text (default for .jsonl: text; "
+                                          "given, the input is read as JSONL whatever its name)")
     skip_empty: bool = setting(False, help="leave out blank lines instead of stopping at the first")
     batch_size: int = setting(64, positive=True, help="texts per forward pass")
     max_seq_len: int | None = setting(None, positive=True,
@@ -78,8 +80,7 @@ class EmbedConfig:
     # Vectors are stored and compared across machines: bf16 would make them depend on the processor.
     precision: str = setting("fp32", choices=PRECISIONS,
                              help="fp32: the same vectors on every machine (sentence-transformers' within 1e-5); "
-                                  "bf16 (or auto: bf16 where the processor runs it fast) is faster, but the vectors "
-                                  "differ by about 1e-3")
+                                  f"bf16 is faster, but the vectors differ by about 1e-3; {PRECISION_HELP}")
     progress: bool = setting(True, help="show a progress bar")
 
     def validate(self) -> None:
@@ -89,9 +90,9 @@ class EmbedConfig:
             raise UserError(f"{self.out}: the output must end in .npy or .jsonl (that picks the format)")
 
     @property
-    def text_field(self) -> str | None:
+    def jsonl_field(self) -> str | None:
         """The JSONL field holding the text, or None for a plain text file."""
-        return self.field or ("text" if Path(self.input).suffix == ".jsonl" else None)
+        return self.text_field or ("text" if Path(self.input).suffix == ".jsonl" else None)
 
 
 def read_texts(path: Path, text_field: str | None, skip_empty: bool,
@@ -120,7 +121,8 @@ def _json_text(line: str, text_field: str, where: str) -> str:
     """The string at `text_field` of one JSONL line."""
     record = json_object(line, where)
     if text_field not in record:
-        raise UserError(f"{where}: no field {text_field!r} (fields: {', '.join(record) or 'none'}; --field picks one)")
+        raise UserError(f"{where}: no field {text_field!r} (fields: {', '.join(record) or 'none'}; "
+                        "--text-field picks one)")
     text = record[text_field]
     if not isinstance(text, str):
         raise UserError(f"{where}: field {text_field!r} must be a string, got {type(text).__name__}")
@@ -199,10 +201,10 @@ def run_embed(cfg: EmbedConfig) -> dict:
     """
     started = time.perf_counter()
     cfg.validate()
-    source, out, text_field = Path(cfg.input), Path(cfg.out), cfg.text_field
+    source, out, text_field = Path(cfg.input), Path(cfg.out), cfg.jsonl_field
     model, tokenizer = load_encoder(cfg.model)
     indices, combine = _layer_choice(model, cfg.layers)
-    width = feature_width(model.config.hidden_size, indices, combine)
+    width = feature_width(model.hidden_size, indices, combine)
     limit = length_limit(model, tokenizer, cfg.max_seq_len)
     stats = EmbedStats()
     lines = sum(1 for _ in read_texts(source, text_field, cfg.skip_empty, stats))

@@ -27,10 +27,8 @@ import torch
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..inference.embedding import load_encoder
-from ..models.bert import BertModel
-from ..models.elmo import ELMoModel
-from ..models.features import combine_layers, parse_layers
-from ..models.static import StaticVectors
+from ..inference.modeldir import open_static_vectors
+from ..models.features import FeatureEncoder, combine_layers, parse_layers
 from ..plots import plot_attention, plot_word_senses
 from ..tasks.readers import read_text_lines
 
@@ -77,35 +75,26 @@ class AttentionMaps:
     weights: np.ndarray  # (layers, heads, T, T) float32
 
 
-def attention_maps(model: BertModel, tokenizer: Tokenizer, text: str, text_pair: str | None = None) -> AttentionMaps:
-    """Encode one text (or pair) and return the attention probabilities of every layer and head.
+def attention_maps(model: FeatureEncoder, tokenizer: Tokenizer, text: str, text_pair: str | None = None) -> AttentionMaps:
+    """Encode one text (or pair) and return the attention probabilities of every layer and head
+    (of a family whose spec has `attention_maps`).
 
     The model computes them explicitly when asked (`output_attentions=True`): the fused attention
     kernel it uses otherwise never materialises them.
     """
     batch = tokenizer(text, text_pair, max_length=_max_length(model, tokenizer))
-    device = model.embeddings.word_embeddings.weight.device
-    with torch.no_grad():
-        out = model(batch["input_ids"].to(device), token_type_ids=batch["token_type_ids"].to(device),
-                    output_attentions=True)
+    device = next(model.parameters()).device
+    with torch.no_grad():  # a family whose spec has `attention_maps`: its stack returns `attentions` when asked
+        out = model.stack(batch["input_ids"].to(device), token_type_ids=batch["token_type_ids"].to(device),
+                          output_attentions=True)
     weights = torch.stack(out.attentions)[:, 0].float()  # (L, nh, T, T) of the one row
     return AttentionMaps(batch.tokens(0), weights.cpu().numpy())
 
 
-def _max_length(model: BertModel | ELMoModel, tokenizer: Tokenizer) -> int:
+def _max_length(model: FeatureEncoder, tokenizer: Tokenizer) -> int:
     """The longest input: the tokenizer's limit (a sentence-transformers model's training length), within
-    the model's position table (an LSTM has none)."""
-    return min(tokenizer.model_max_length, getattr(model.config, "max_position_embeddings", tokenizer.model_max_length))
-
-
-def input_vectors(model: BertModel | ELMoModel) -> torch.Tensor:
-    """The context-free vector of every vocabulary entry, (V, E) fp32 on the CPU: a BERT's input
-    embeddings, or ELMo's token layer (its character CNN's output, the same in every context)."""
-    if isinstance(model, ELMoModel):
-        with torch.no_grad():
-            ids = torch.arange(model.config.vocab_size, device=next(model.parameters()).device)
-            return torch.cat([model.bilm.token_encoder(chunk[None])[0] for chunk in ids.split(4096)]).float().cpu()
-    return model.embeddings.word_embeddings.weight.detach().float().cpu()
+    the model's context (an LSTM has none)."""
+    return min(tokenizer.model_max_length, model.context_length or tokenizer.model_max_length)
 
 
 def parse_choice(spec: str, count: int, what: str) -> list[int]:
@@ -140,10 +129,10 @@ def explain_attention(model_dir: str | os.PathLike, text: str, out: str | os.Pat
 
     out = check_png(out)
     model, tokenizer = load_encoder(model_dir)
-    if isinstance(model, ELMoModel):
-        raise UserError(f"{model_dir}: ELMo's biLM has no attention to draw (its layers are LSTMs); "
+    if not model.spec.attention_maps:
+        raise UserError(f"{model_dir}: {model.describe()} has no attention maps to draw here; "
                         "`bertology explain senses` compares its contextual vectors")
-    layers = parse_choice(layer, model.config.num_hidden_layers, "layer")
+    layers = parse_choice(layer, model.num_hidden_layers, "layer")
     heads = parse_choice(head, model.config.num_attention_heads, "head")
     maps = attention_maps(model, tokenizer, text, text_pair)
     chosen = maps.weights[np.ix_(layers, heads)]  # (len(layers), len(heads), T, T)
@@ -206,7 +195,7 @@ def check_examples(examples: list[tuple[str, str]], word: str, source: str) -> N
         raise UserError(f"{source}: need at least two senses of {word!r} with two sentences each, got {found}")
 
 
-def sense_vectors(model: BertModel | ELMoModel, tokenizer: Tokenizer, word: str, examples: list[tuple[str, str]],
+def sense_vectors(model: FeatureEncoder, tokenizer: Tokenizer, word: str, examples: list[tuple[str, str]],
                   layer: str = "last", source: str = "sentences") -> SenseVectors:
     """The contextual and static vectors of `word` in each (sense, sentence) of `examples`.
 
@@ -220,7 +209,7 @@ def sense_vectors(model: BertModel | ELMoModel, tokenizer: Tokenizer, word: str,
     pieces = tokenizer.tokenize(word)
     if not pieces:
         raise UserError(f"--word: {word!r} has no tokens")
-    indices, combine = parse_layers(layer, model.config.num_hidden_layers)
+    indices, combine = parse_layers(layer, model.num_hidden_layers)
     if combine == "mix":
         raise UserError("--layer mix is learned with a task head; choose a layer, or a sum or concatenation of layers")
     check_examples(examples, word, source)
@@ -231,7 +220,7 @@ def sense_vectors(model: BertModel | ELMoModel, tokenizer: Tokenizer, word: str,
         out = model(*(batch[key].to(device) for key in ("input_ids", "attention_mask", "token_type_ids")),
                     output_hidden_states=True)
     states = combine_layers(out.hidden_states, indices, combine).float().cpu()  # (N, T, H')
-    table = input_vectors(model)  # (V, E)
+    table = model.input_vectors()  # (V, E)
     contextual, static, context = [], [], {}
     for row, (sense, sentence) in enumerate(examples):
         tokens = batch.tokens(row)
@@ -253,7 +242,7 @@ def sense_vectors(model: BertModel | ELMoModel, tokenizer: Tokenizer, word: str,
     )
 
 
-def with_static_vectors(vectors: SenseVectors, static: StaticVectors) -> SenseVectors:
+def with_static_vectors(vectors: SenseVectors, static) -> SenseVectors:
     """The same sentences with the static view taken from word2vec/GloVe/fastText vectors instead of
     the encoder's input embeddings: the word's one vector, and the vectors of the other words
     (those without one, e.g. outside a word2vec vocabulary, are left out).
@@ -380,9 +369,9 @@ def explain_senses(model_dir: str | os.PathLike, word: str, out: str | os.PathLi
     vectors = sense_vectors(model, tokenizer, word, examples, layer, source)
     static_source = "input embeddings"
     if static is not None:
-        vectors = with_static_vectors(vectors, StaticVectors.from_pretrained(static))
+        vectors = with_static_vectors(vectors, open_static_vectors(static, "--vectors"))
         static_source = f"{Path(static).resolve().name} vectors"
-    report = SenseReport(word, layer_label(layer, model.config.num_hidden_layers),
+    report = SenseReport(word, layer_label(layer, model.num_hidden_layers),
                          separation(vectors.contextual, vectors.senses), separation(vectors.static, vectors.senses))
     contextual_xy, contextual_shares = pca_2d(vectors.contextual)
     # The static panel places the word among the other words of the sentences: its own vectors

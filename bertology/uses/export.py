@@ -32,36 +32,24 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from .. import checkpoint
-from ..config import setting
-from ..data.tokenizer import Tokenizer
+from ..config import Threads, setting
 from ..errors import UserError
-from ..inference.modeldir import (
-    CPU_FORMATS,
-    export_format,
-    exported_config,
-    is_feature_model,
-    load_model,
-)
+from ..inference.modeldir import CPU_FORMATS, ModelDir, exported_config, open_model_dir
 from ..inference.onnx import ONNX_NAME, OnnxModel, require
-from ..models.bert import (
-    BertConfig,
-    BertForQuestionAnswering,
-    BertModel,
-    BertPreTrainedModel,
-)
 from ..models.quantized import quantize, quantized_state
 
 FORMATS = ("hf", "int8", "onnx")
 
 
 @dataclass
-class ExportConfig:
+class ExportConfig(Threads):
     """The model, the format and where the export goes.
 
     The settings of `bertology export`.
@@ -79,21 +67,10 @@ class ExportConfig:
 ONNX_OPSET = 20  # the dynamo exporter's default; LayerNormalization and Gelu are native ops there
 
 
-# What each model's ONNX graph returns (the ModelOutput fields its forward fills without labels).
-ONNX_OUTPUTS: dict[str, tuple[str, ...]] = {
-    "BertModel": ("last_hidden_state", "pooler_output"),
-    "BertForSequenceClassification": ("logits",),
-    "BertForTokenClassification": ("logits",),
-    "BertForQuestionAnswering": ("start_logits", "end_logits"),
-    "BertForMaskedLM": ("logits",),
-    "BertForPreTraining": ("prediction_logits", "seq_relationship_logits"),
-}
-
-
 class _OnnxGraph(nn.Module):
     """The model as the ONNX graph sees it: id tensors in, a tuple of output tensors out."""
 
-    def __init__(self, model: BertPreTrainedModel, outputs: tuple[str, ...]):
+    def __init__(self, model: nn.Module, outputs: tuple[str, ...]):
         super().__init__()
         self.model = model
         self.outputs = outputs
@@ -103,12 +80,7 @@ class _OnnxGraph(nn.Module):
         return tuple(out[name] for name in self.outputs)
 
 
-def _onnx_inputs(config: BertConfig) -> tuple[str, ...]:
-    """Input names of the graph (no token_type_ids when the model has no segment embeddings)."""
-    return ("input_ids", "attention_mask") + (("token_type_ids",) if config.type_vocab_size > 0 else ())
-
-
-def _example_batch(config: BertConfig, batch: int, length: int, seed: int) -> dict[str, torch.Tensor]:
+def _example_batch(config: Any, batch: int, length: int, seed: int) -> dict[str, torch.Tensor]:
     """Random ids with the last row padded: exports and checks must see the attention mask at work."""
     g = torch.Generator().manual_seed(seed)
     mask = torch.ones(batch, length, dtype=torch.long)
@@ -133,18 +105,17 @@ def _quiet_exporter():
             log.setLevel(level)
 
 
-def write_onnx(model: BertPreTrainedModel, path: Path) -> None:
-    """Export `model` to ONNX at `path` with dynamic batch and sequence axes, then check that ONNX
-    Runtime reproduces it on a padded batch of another shape."""
+def write_onnx(model: nn.Module, path: Path, context: int) -> None:
+    """Export `model` to ONNX at `path` with dynamic batch and sequence axes (sequences of at most
+    `context` tokens), then check that ONNX Runtime reproduces it on a padded batch of another shape.
+    The model says what its graph takes and returns (`onnx_inputs()`, `onnx_outputs()`)."""
     config = model.config
-    names = ONNX_OUTPUTS[type(model).__name__]
-    if isinstance(model, BertModel) and model.pooler is None:
-        names = names[:1]
+    names = model.onnx_outputs()
     graph = _OnnxGraph(model, names).eval()
-    inputs = _onnx_inputs(config)
+    inputs = model.onnx_inputs()
     example = _example_batch(config, batch=2, length=8, seed=0)
     batch = torch.export.Dim("batch")
-    sequence = torch.export.Dim("sequence", max=config.max_position_embeddings)
+    sequence = torch.export.Dim("sequence", max=context)
     with _quiet_exporter():
         # dynamo=True traces with torch.export; there `torch.compiler.is_compiling()` holds, so
         # BertModel keeps the attention mask in the graph instead of branching on its values.
@@ -161,18 +132,21 @@ def write_onnx(model: BertPreTrainedModel, path: Path) -> None:
             raise RuntimeError(f"ONNX export of {type(model).__name__}: {name} differs from PyTorch by {error:.2e}")
 
 
-def _source_model(directory: Path) -> BertPreTrainedModel:
-    """The fp32 PyTorch model to export; exports of exports and feature-based models are refused."""
-
-    if not directory.is_dir():
-        raise UserError(f"{directory}: no such model directory")
-    done = export_format(BertConfig.load(directory))
+def _source_model(model_dir: ModelDir, fmt: str) -> nn.Module:
+    """The fp32 PyTorch model to export; exports of exports, feature-based models and formats the
+    family's spec does not list (`export_formats`) are refused."""
+    done = model_dir.export_format
     if done in CPU_FORMATS:
-        raise UserError(f"{directory} is already an {done} export; export from the original model directory")
-    if is_feature_model(directory):
-        raise UserError(f"{directory} is a feature-based model (frozen encoder + feature head); "
+        raise UserError(f"{model_dir.path} is already an {done} export; export from the original model directory")
+    if model_dir.is_feature_model:
+        raise UserError(f"{model_dir.path} is a feature-based model (frozen encoder + feature head); "
                         "only fine-tuned task models and encoders can be exported")
-    return load_model(directory)
+    formats = model_dir.spec.export_formats
+    if fmt not in formats:
+        can = f"exports as {' or '.join(formats)}" if formats else "has no exports here"
+        raise UserError(f"{model_dir.path}: a {model_dir.family.name} model {can}, not {fmt} (its directory is in "
+                        "transformers' layout already)")
+    return model_dir.load_model()
 
 
 def _check_output(out: Path, source: Path, force: bool) -> None:
@@ -206,12 +180,10 @@ def _umask() -> int:
     return mask
 
 
-def _exported_config(model: BertPreTrainedModel, fmt: str) -> BertConfig:
-    """The model's config naming its class and the export format."""
-    config = exported_config(model, fmt)
-    if isinstance(model, BertForQuestionAnswering):  # transformers sizes the span head by num_labels: start, end
-        config = dataclasses.replace(config, num_labels=2, id2label=None)
-    return config
+def _exported_config(model: nn.Module, fmt: str):
+    """The model's config naming its class and the export format, with the fields its class sets for
+    transformers (`transformers_config_fields`: a span head's num_labels 2, its start and end)."""
+    return dataclasses.replace(exported_config(model, fmt), **getattr(model, "transformers_config_fields", {}))
 
 
 def export_model(model_dir: str | os.PathLike, fmt: str, out_dir: str | os.PathLike, force: bool = False) -> Path:
@@ -235,20 +207,20 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out_dir: str | os.PathL
     if fmt == "onnx":
         for module in ("onnx", "onnxscript", "onnxruntime"):  # the exporter needs all three
             require(module)
-    model = _source_model(source)
+    model_dir = open_model_dir(source)
+    model = _source_model(model_dir, fmt)
     config = _exported_config(model, fmt)  # first: a head no export holds (WiC's, a BiLSTM) is the reason to give
-    if fmt == "hf" and not model.config.is_vanilla_bert:
-        raise UserError(f"{source}: transformers' BERT cannot represent this variant (factorized embeddings, "
-                        "shared layers, pre-LayerNorm, causal attention or no segment embeddings); "
-                        "export int8 or onnx instead")
+    why_not = model.config.transformers_incompatibility()
+    if fmt == "hf" and why_not:
+        raise UserError(f"{source}: transformers cannot represent this variant ({why_not}); export int8 or onnx instead")
     with _staging(out) as tmp:
         if fmt == "hf":
-            checkpoint.save_state_dict(model.state_dict(), tmp)
+            checkpoint.write_weights(model.to_checkpoint(model.state_dict()), tmp)
         elif fmt == "int8":
-            checkpoint.save_state_dict(quantized_state(quantize(model)), tmp)
+            checkpoint.write_weights(model.to_checkpoint(quantized_state(quantize(model))), tmp)
         else:
-            write_onnx(model, tmp / ONNX_NAME)
+            write_onnx(model, tmp / ONNX_NAME, model_dir.spec.context_length(model_dir.config))
         config.save(tmp)
-        if (source / checkpoint.VOCAB_NAME).is_file():
-            Tokenizer.from_pretrained(source).save_pretrained(tmp)
+        if model_dir.spec.tokenized:
+            model_dir.tokenizer().save_pretrained(tmp)
     return out

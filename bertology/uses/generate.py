@@ -1,9 +1,10 @@
 """`bertology generate`: continue prompts with a GPT, or transform inputs with a T5 (pretrain
 --arch gpt / t5, or transformers' GPT-1, GPT-2 or T5 directory with bertology's tokenizer files).
 
-GPT: a prompt is encoded as the model saw its training text, [CLS] then the tokens, and the
-continuation ends at [SEP] (the end of a document in training), at a stop string, or after
---max-new-tokens; prompts go through the model in left-padded batches (inference/generation.py).
+GPT: a prompt is encoded as the model saw its training text, [CLS] (a byte-level BPE's
+<|endoftext|>) then the tokens, and the continuation ends at [SEP] (<|endoftext|>: the end of a
+document in training), at a stop string, or after --max-new-tokens; prompts go through the model
+in left-padded batches (inference/generation.py).
 T5: an input is its tokens then [SEP] (its end of text); the decoder writes the output until
 [SEP], a stop string or --max-new-tokens. The output keeps T5's sentinels (<extra_id_0> ...),
 so a span-corruption model's answer shows which span it fills.
@@ -18,24 +19,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from .. import __version__
-from ..config import setting
+from ..config import MAX_SEED, Threads, check_settings, setting
 from ..data.corpus import text_lines
 from ..data.padding import pad_rows
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import atomic_path
 from ..inference.generation import GenerationConfig, generate, is_encoder_decoder
-from ..inference.modeldir import load_model
-from ..models import family_of
-from ..models.gpt import GPTLMHeadModel
-from ..models.t5 import T5ForConditionalGeneration
-from ..text import is_invisible
+from ..inference.modeldir import ModelDir, open_model_dir
+from ..text import is_invisible, normalize_text
 
 
 @dataclass
-class GenerateConfig:
+class GenerateConfig(Threads):
     """What to continue and how: the settings of `bertology generate` (transformers' names)."""
 
     model: str = setting(required=True, metavar="MODEL", model_dir=True,
@@ -59,17 +58,21 @@ class GenerateConfig:
     seed: int = setting(0, help="the random seed of sampling")
 
 
-Generator = GPTLMHeadModel | T5ForConditionalGeneration
+Generator = nn.Module  # a model of a family whose spec has `generation`: its language model (GPT) or T5
 
 
-def load_generator(model_dir: str | Path) -> tuple[Generator, Tokenizer]:
-    """A GPT or T5 and its tokenizer; any other model is a one-line error saying why it cannot generate."""
-    model = load_model(model_dir)
-    if not isinstance(model, (GPTLMHeadModel, T5ForConditionalGeneration)):
-        family = family_of(model_dir)
-        raise UserError(f"{model_dir}: a {family.name} model, which does not generate text; generate needs a GPT "
-                        "or a T5 (bertology pretrain --arch gpt / t5)")
-    return model, Tokenizer.from_pretrained(model_dir)
+def load_generator(model_dir: str | Path | ModelDir) -> tuple[Generator, Tokenizer]:
+    """A generating model (its family's spec has `generation`: a GPT, a T5) and its tokenizer; any
+    other model is a one-line error saying why it cannot generate. `model_dir` may be opened already."""
+    opened = model_dir if isinstance(model_dir, ModelDir) else open_model_dir(model_dir)
+    if opened.spec.generation is None:
+        raise UserError(f"{model_dir}: a {opened.family.name} model, which does not generate text; generate needs a "
+                        "GPT or a T5 (bertology pretrain --arch gpt / t5)")
+    model = opened.load_model()
+    if type(model) is not opened.spec.default_class:
+        raise UserError(f"{model_dir}: a {type(model).__name__} (fine-tuned with a task head), which does not "
+                        f"generate text; generate takes the {opened.spec.default_class.__name__} it started from")
+    return model, opened.tokenizer()
 
 
 def _cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
@@ -98,7 +101,7 @@ def _encode_prompts(model: Generator, tokenizer: Tokenizer, prompts: list[str], 
         tokens = tokenizer.encode(prompt, add_special_tokens=False, truncation=False)
         if is_invisible(prompt) or not tokens:
             raise UserError(f"prompt {number} is empty: give some text to {'transform' if encoder_decoder else 'continue'}")
-        ids = tokens + [tokenizer.sep_token_id] if encoder_decoder else [tokenizer.cls_token_id] + tokens
+        ids = tokens + [tokenizer.end_token_id] if encoder_decoder else [tokenizer.start_token_id] + tokens
         if encoder_decoder and len(ids) > context:
             raise UserError(f"prompt {number} has {len(ids)} tokens: more than the model's input limit of {context} "
                             "tokens (n_positions)")
@@ -111,14 +114,14 @@ def _encode_prompts(model: Generator, tokenizer: Tokenizer, prompts: list[str], 
 
 def _generated_ids(row: list[int], tokenizer: Tokenizer) -> list[int]:
     """New token ids up to the end of text ([SEP]), without the padding after a stop string."""
-    if tokenizer.sep_token_id in row:
-        row = row[:row.index(tokenizer.sep_token_id)]
+    if tokenizer.end_token_id in row:
+        row = row[:row.index(tokenizer.end_token_id)]
     while row and row[-1] == tokenizer.pad_token_id:
         row = row[:-1]
     return row
 
 
-def _transform(model: T5ForConditionalGeneration, tokenizer: Tokenizer, encoded: list[list[int]],
+def _transform(model: Generator, tokenizer: Tokenizer, encoded: list[list[int]],
                config: GenerationConfig, stop: list[str], batch_size: int, generator: torch.Generator) -> list[str]:
     """An encoder-decoder's output for each encoded input, as text (sentinels kept)."""
     def text_of(ids: list[int]) -> str:
@@ -147,10 +150,13 @@ def generate_text(model: Generator, tokenizer: Tokenizer, prompts: list[str], co
     a `stop` string (left out of the text) or config.max_new_tokens. A prompt that is empty or
     does not fit the model's context is a one-line error naming it.
     """
-    stop = [s for s in stop or [] if s]
+    prompts = [normalize_text(prompt) for prompt in prompts]  # the readers' rules, lone surrogates included
+    stop = [normalize_text(s) for s in stop or [] if s]
     # A copy: the caller's settings are not changed by this tokenizer's ids.
-    config = dataclasses.replace(config, eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = dataclasses.replace(config, eos_token_id=tokenizer.end_token_id, pad_token_id=tokenizer.pad_token_id)
     config.validate()
+    if type(seed) is not int or not 0 <= seed <= MAX_SEED:
+        raise UserError(f"seed (--seed) must be an integer from 0 to {MAX_SEED:,}, got {seed!r}")
     encoded = _encode_prompts(model, tokenizer, prompts, config.max_new_tokens)
     generator = torch.Generator().manual_seed(seed)
     if is_encoder_decoder(model):
@@ -177,13 +183,19 @@ class TextGenerator:
     """A loaded GPT or T5 directory, ready for prompts: what `bertology serve` answers on /generate."""
 
     model_dir: str
+    family: str
     model: Generator
     tokenizer: Tokenizer
 
     @classmethod
     def load(cls, model_dir: str | Path) -> TextGenerator:
         """Load a GPT or T5 directory (any other family is a one-line error, as in load_generator)."""
-        return cls(str(model_dir), *load_generator(model_dir))
+        return cls.open(open_model_dir(model_dir))
+
+    @classmethod
+    def open(cls, model_dir: ModelDir) -> TextGenerator:
+        """`load` of a directory already opened (its config.json read)."""
+        return cls(str(model_dir.path), model_dir.family.name, *load_generator(model_dir))
 
     def generate(self, prompts: list[str], config: GenerationConfig, stop: list[str] | None = None,
                  batch_size: int = 8, seed: int = 0) -> list[str]:
@@ -203,11 +215,13 @@ def run_generate(cfg: GenerateConfig) -> list[dict]:
     """Continue (GPT) or transform (T5) every prompt of --prompt and --input; print each prompt
     with its continuation, or each output, and with --out write them as JSON lines ({prompt,
     continuation} or {prompt, output}). Returns the records."""
+    check_settings(cfg)  # --out among them: a folder there fails now, not after generating
     prompts = list(cfg.prompt)
     if cfg.input:
         if not Path(cfg.input).is_file():
             raise UserError(f"{cfg.input}: no such file")
         prompts += [line for _, line in text_lines(Path(cfg.input)) if not is_invisible(line)]
+    prompts = [normalize_text(prompt) for prompt in prompts]  # printed and written as generated from
     if not prompts:
         raise UserError("nothing to continue: give --prompt TEXT or --input FILE")
     model, tokenizer = load_generator(cfg.model)

@@ -28,31 +28,29 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Annotated, Literal
 
+import torch
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from .. import __version__
-from ..config import check_settings, setting
+from ..config import MAX_SEED, Threads, check_settings, setting
 from ..errors import UserError
 from ..inference.generation import GenerationConfig
-from ..inference.modeldir import is_finetuned
+from ..inference.modeldir import open_model_dir
 from ..inference.predictor import Predictor
-from ..models import family_of, resolve_model_dir
-from ..models.gpt import GPTConfig
-from ..models.t5 import T5Config
-from ..ops import PRECISIONS
-from ..text import is_invisible
+from ..models import resolve_model_dir
+from ..ops import PRECISION_HELP, PRECISIONS, run_precision
+from ..text import is_invisible, replace_surrogates
 from .batching import MicroBatcher, Overloaded
 from .generate import TextGenerator
 
-GENERATING_FAMILIES = ("gpt", "t5")
 GRACEFUL_SHUTDOWN_S = 30  # requests still running after this long are cancelled
 
 
 @dataclass
-class ServeConfig:
+class ServeConfig(Threads):
     """Where to listen, how to batch, and what a request may hold.
 
     The settings of `bertology serve`.
@@ -63,7 +61,7 @@ class ServeConfig:
     host: str = setting("127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
     port: int = setting(8000, minimum=0, help="the port (0: a free one)")
     max_batch: int = setting(64, positive=True, help="texts per forward pass (1: no batching)")
-    max_wait_ms: float = setting(5.0, minimum=0, help="how long a batch's first text waits for more")
+    max_wait_ms: float = setting(5.0, minimum=0, maximum=60_000, help="how long a batch's first text waits for more")
     max_queue: int = setting(1024, positive=True, help="texts waiting for the model; more are refused with 503")
     max_texts: int = setting(64, positive=True, help="texts per request")
     max_text_chars: int = setting(10_000, positive=True, help="characters per text (tokens beyond the model's "
@@ -71,11 +69,10 @@ class ServeConfig:
     max_body_bytes: int = setting(1_000_000, positive=True, help="the largest request body")
     max_new_tokens: int = setting(256, positive=True, help="/generate: the most new tokens a request may ask for")
     max_beams: int = setting(8, positive=True, help="/generate: the most beams a request may ask for")
-    threads: int | None = setting(None, positive=True, help="PyTorch threads (default: PyTorch's choice)")
     # /embed's vectors are compared with vectors made elsewhere: bf16 would make them depend on the processor.
     precision: str = setting("fp32", choices=PRECISIONS,
-                             help="fp32: the same answers and vectors on every machine; bf16 (or auto: bf16 where "
-                                  "the processor runs it fast) is faster, but vectors differ by about 1e-3")
+                             help="fp32: the same answers and vectors on every machine; bf16 is faster, but vectors "
+                                  f"differ by about 1e-3; {PRECISION_HELP}")
 
     def validate(self) -> None:
         """Check the settings before anything is loaded (a model given by name becomes its folder)."""
@@ -88,6 +85,9 @@ class ServeConfig:
         self.model = str(resolve_model_dir(self.model))  # a name becomes the installed model's folder
 
 
+# A JSON string may hold a lone surrogate ("\ud800"), which the tokenizers refuse outright: it
+# becomes U+FFFD, as an undecodable byte of a file would (text.py).
+Text = Annotated[str, AfterValidator(lambda text: replace_surrogates(text)[0])]
 # A list, not a tuple: strict validation takes a tuple only from Python, never from a JSON array.
 TargetIndices = Annotated[list[int], Field(min_length=2, max_length=2)]
 
@@ -97,9 +97,9 @@ class PredictRequest(BaseModel):
     for WiC, the target word's place in each sentence of a pair)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
-    texts: list[str] = Field(description="the texts; for question answering, the questions; for WiC, each pair's "
+    texts: list[Text] = Field(description="the texts; for question answering, the questions; for WiC, each pair's "
                                          "first sentence")
-    text_pairs: list[str] | None = Field(None, description="pair tasks: the second text of each text; "
+    text_pairs: list[Text] | None = Field(None, description="pair tasks: the second text of each text; "
                                          "question answering: the context of each question; WiC: each pair's "
                                          "second sentence")
     target_indices: list[TargetIndices] | None = Field(
@@ -112,7 +112,7 @@ class EmbedRequest(BaseModel):
     """Texts to embed, and how."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
-    texts: list[str]
+    texts: list[Text]
     pooling: Literal["mean", "cls", "max"] = Field("mean", description="how token vectors become one vector")
     normalize: bool = Field(True, description="scale to unit length (a dot product is then the cosine similarity)")
 
@@ -121,7 +121,7 @@ class GenerateRequest(BaseModel):
     """Prompts to continue, and how (the settings of `bertology generate`, transformers' names)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
-    prompts: list[str] = Field(description="the texts to continue")
+    prompts: list[Text] = Field(description="the texts to continue")
     max_new_tokens: int | None = Field(None, description="the most tokens added to each prompt (default: 50, or "
                                                          "the server's limit if that is lower)")
     do_sample: bool = Field(False, description="sample each token instead of taking the most probable one")
@@ -129,8 +129,9 @@ class GenerateRequest(BaseModel):
     top_k: int | None = Field(None, description="sampling: only the k most probable tokens")
     top_p: float | None = Field(None, description="sampling: the most probable tokens up to this probability mass")
     num_beams: int = Field(1, description="beam search over this many continuations (1: none)")
-    stop: list[str] = Field([], description="end a continuation before the first of these strings")
-    seed: int = Field(0, description="the random seed of sampling (the same request gives the same answer)")
+    stop: list[Text] = Field([], description="end a continuation before the first of these strings")
+    seed: int = Field(0, ge=0, le=MAX_SEED,
+                      description="the random seed of sampling (the same request gives the same answer)")
 
 
 class GenerateResponse(BaseModel):
@@ -364,13 +365,13 @@ def load_served(model_dir: str, precision: str) -> Predictor | TextGenerator:
     """What a model directory serves: a GPT or T5 generates (one fine-tuned for a task predicts);
     any other model predicts and embeds (a bare encoder only embeds, a feature head over word
     vectors only predicts)."""
-    family = family_of(model_dir).name
-    if family in GENERATING_FAMILIES and not is_finetuned((T5Config if family == "t5" else GPTConfig).load(model_dir)):
-        if precision == "bf16":
-            raise UserError("--precision bf16: a GPT or T5 is served in fp32 (generation picks tokens by exact "
-                            "comparisons of logits, which bf16 would make machine-dependent)")
-        return TextGenerator.load(model_dir)
-    return Predictor.load(model_dir, precision)
+    opened = open_model_dir(model_dir)
+    if opened.spec.generation is not None and not opened.is_finetuned:
+        run_precision(precision, torch.device("cpu"), fixed="fp32",
+                      why="generation picks tokens by exact comparisons of logits, which bf16 would make "
+                          "machine-dependent")
+        return TextGenerator.open(opened)
+    return Predictor.open(opened, precision)
 
 
 def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAPI:
@@ -399,7 +400,7 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
 
     described = served.describe()
     kind = described["kind"]
-    identity = {"family": family_of(served.model_dir).name, "task": described["task"]}  # what /health and /info name
+    identity = {"family": served.family, "task": described["task"]}  # what /health and /info name
     app = FastAPI(title="bertology", version=__version__, lifespan=lifespan,
                   description=f"Predictions, embeddings or generations from {served.model_dir} ({kind}).")
     app.add_middleware(BodyLimit, limit=config.max_body_bytes, drain=16 * config.max_body_bytes)
@@ -471,8 +472,8 @@ def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAP
         def run() -> list[str]:
             try:
                 return generator.generate(request.prompts, settings, request.stop, config.max_batch, request.seed)
-            except UserError as err:  # a prompt too long for the context
-                raise HTTPException(422, f"prompts: {err}") from None
+            except UserError as err:  # a prompt too long for the context, more beams than tokens
+                raise HTTPException(422, f"prompts: {err}" if str(err).startswith("prompt") else str(err)) from None
 
         app.state.generating += len(request.prompts)
         try:
@@ -547,12 +548,9 @@ def quiet_stop_signals():
 
 def run_server(config: ServeConfig) -> None:
     """Load the model, bind, print the URL, serve until SIGINT or SIGTERM, then drain and return."""
-    import torch
     import uvicorn
 
     config.validate()
-    if config.threads:
-        torch.set_num_threads(config.threads)
     served = load_served(config.model, config.precision)
     sock = bind(config.host, config.port)
     host, port = sock.getsockname()[:2]

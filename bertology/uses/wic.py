@@ -48,29 +48,18 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from torch import nn
 
-from ..config import setting
+from ..config import Threads, setting
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
-from ..inference.embedding import load_encoder
-from ..inference.modeldir import load_model
-from ..models import family_of, resolve_model_dir
-from ..models.awd_lstm import AWDLSTM
-from ..models.cove import CoVeModel
-from ..ops import PRECISIONS, autocast, resolve_precision
+from ..inference.modeldir import ModelDir, open_model_dir
+from ..ops import PRECISION_HELP, PRECISIONS, autocast, resolve_precision
 from ..tasks.readers import read_wic
-from ..training.tasks import subset
+from ..tasks.splits import subset
 
 SPLITS = ("train", "dev")
-# The module whose layers the probe reads, by family: the attribute of the loaded model (a language
-# or task model) that holds it. BERT and ELMo come from load_encoder; CoVe and static vectors read
-# their own way (target_views).
-STACKS = {"gpt": "transformer", "xlnet": "transformer", "t5": "encoder", "awd-lstm": "awd_lstm"}
-FAMILIES = ("bert", "elmo", *STACKS, "cove", "static")
-
-
 @dataclass
-class WicConfig:
+class WicConfig(Threads):
     """The settings of `bertology wic`."""
 
     data: str = setting(required=True, metavar="DIR", help="WiC's folder: train.data.txt, train.gold.txt, "
@@ -78,10 +67,11 @@ class WicConfig:
     model: str = setting(required=True, metavar="MODEL", model_dir=True,
                          help="a BERT, GPT, XLNet, T5 (its encoder), ELMo, AWD-LSTM or CoVe model directory, static "
                               "vectors (bertology static train), or an installed model's name")
-    max_train_pairs: int | None = setting(None, positive=True, help="fit the regression on a reproducible random "
-                                                                    "subset of this many training pairs (default: all)")
+    max_train_examples: int | None = setting(None, positive=True, formerly=("max_train_pairs",),
+                                             help="fit the regression on a reproducible random subset of this many "
+                                                  "training pairs (default: all)")
     batch_size: int = setting(64, positive=True, help="sentences per forward pass")
-    precision: str = setting("fp32", choices=PRECISIONS, help="the forward passes' precision")
+    precision: str = setting("fp32", choices=PRECISIONS, help=f"the forward passes' precision; {PRECISION_HELP}")
     out: str | None = setting(None, metavar="FILE", output="file", help="also write the results as JSON here "
                                                                                 "(default: print only)")
 
@@ -92,31 +82,6 @@ def word_spans(words: list[str], position: int) -> tuple[str, int, int]:
     return " ".join(words), start, start + len(words[position])
 
 
-def load_layers(model_dir: Path, family: str, device: str | torch.device | None = None) -> tuple[nn.Module, Tokenizer]:
-    """The module whose layers the probe reads, in eval mode, and its tokenizer: a BERT's or ELMo's
-    encoder (load_encoder), a GPT's or XLNet's stack, a T5's encoder, an AWD-LSTM's embedding and
-    LSTMs. `device` defaults to the GPU when there is one. The tokenizer's length limit is cut to a
-    GPT's or T5's `n_positions`."""
-    if family not in STACKS:
-        return load_encoder(model_dir, device)
-    model = load_model(model_dir)
-    tokenizer = Tokenizer.from_pretrained(model_dir)
-    positions = getattr(model.config, "n_positions", None)  # XLNet's relative positions and the LSTMs have no limit
-    if positions is not None:
-        tokenizer.model_max_length = min(tokenizer.model_max_length, positions)
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    return getattr(model, STACKS[family]).to(device).eval(), tokenizer
-
-
-def layer_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Every layer's states of a batch (input_ids, attention_mask (B, T), right-padded), the
-    embeddings output first: (B, T, H) each. The Transformers and ELMo return them as transformers'
-    `hidden_states`; an AWD-LSTM reads left to right, so its padding needs no mask."""
-    if isinstance(model, AWDLSTM):
-        return model.layer_states(input_ids)
-    return model(input_ids, attention_mask, output_hidden_states=True).hidden_states
-
-
 @torch.inference_mode()
 def contextual_vectors(model: nn.Module, tokenizer: Tokenizer, sentences: list[tuple[list[str], int]],
                        batch_size: int, precision: str, leading_cls: bool = True) -> list[np.ndarray]:
@@ -124,7 +89,7 @@ def contextual_vectors(model: nn.Module, tokenizer: Tokenizer, sentences: list[t
     target position).
 
     Args:
-        model, tokenizer: from `load_layers`.
+        model, tokenizer: a model directory's layers and tokenizer (`ModelDir.feature_encoder`).
         sentences: each sentence's words and the index of its target word.
         batch_size: sentences per forward pass.
         precision: "fp32", "bf16" or "auto" (see ops.resolve_precision).
@@ -143,7 +108,7 @@ def contextual_vectors(model: nn.Module, tokenizer: Tokenizer, sentences: list[t
         batch = tokenizer([text for text, _, _ in chunk], return_offsets_mapping=True)
         input_ids, attention_mask = batch["input_ids"][:, first_token:], batch["attention_mask"][:, first_token:]
         with autocast(precision, device):
-            states = layer_states(model, input_ids.to(device), attention_mask.to(device))
+            states = model(input_ids.to(device), attention_mask.to(device)).hidden_states
         widths = [state.shape[-1] for state in states]
         side_by_side = torch.cat(states, dim=-1).float().cpu()  # (B, T, sum of the layers' widths)
         for row, (_, start, end) in enumerate(chunk):
@@ -173,46 +138,33 @@ def probe_accuracy(train: tuple[np.ndarray, np.ndarray], dev: tuple[np.ndarray, 
     return float(classifier.score(*dev))
 
 
-def layer_names(family: str, count: int) -> list[str]:
-    """What each of a model's `count` layers is called in the results."""
-    if family == "static":
-        return ["static"]
-    first, kind = {"elmo": ("token layer", "LSTM"), "awd-lstm": ("embeddings", "LSTM"),
-                   "t5": ("encoder embeddings", "encoder layer")}.get(family, ("embeddings", "layer"))
+def layer_names(names: tuple[str, str], count: int) -> list[str]:
+    """What each of a model's `count` layers is called in the results (its spec's `layer_names`:
+    the first layer's name and the others' kind)."""
+    first, kind = names
     return [first] + [f"{kind} {i}" for i in range(1, count)]
 
 
-def target_views(model_dir: Path, family: str, targets: list[tuple[list[str], int]], cfg: WicConfig,
+def target_views(model_dir: ModelDir, targets: list[tuple[list[str], int]], cfg: WicConfig,
                  split: str) -> tuple[dict[str, np.ndarray], int]:
     """Each named view of the target word's vector ((N, H) per view) in each (sentence, position),
-    and how many targets had no vector (static vectors: zeros).
+    and how many targets had no vector.
 
-    A BERT, GPT, XLNet, T5 (its encoder), ELMo or AWD-LSTM gives one view per layer and, where
-    the layers share a width, their mean; static vectors one; CoVe the paper's [GloVe; CoVe], each half alone beside it (the GloVe
-    half is its context-free control).
+    A family with layers (its spec's `feature_encoder`: a BERT, GPT, XLNet, T5's encoder, ELMo or
+    AWD-LSTM) gives one view per layer and, where the layers share a width, their mean; a family
+    that reads words (its spec's `word_views`) its own: static vectors one, CoVe the paper's
+    [GloVe; CoVe] and each half alone beside it (the GloVe half is its context-free control).
     """
-    if family == "static":
-        static = load_model(model_dir)
-        found = [static.vector(words[position]) for words, position in targets]
-        width = static.vectors.shape[1]
-        rows = [vector.numpy() if vector is not None else np.zeros(width, np.float32) for vector in found]
-        return {"static": np.stack(rows)}, sum(vector is None for vector in found)
+    spec = model_dir.spec
+    if spec.word_views is not None:
+        source = spec.word_features(model_dir.path, model_dir.config).eval()
+        with torch.inference_mode():
+            return spec.word_views(source, targets, cfg.batch_size)
     print(f"{split}: the target word's vectors in {len(targets):,} sentences ...", file=sys.stderr)
-    if family == "cove":
-        cove = CoVeModel.from_pretrained(model_dir)
-        rows = []
-        for first in range(0, len(targets), cfg.batch_size):
-            chunk = targets[first:first + cfg.batch_size]
-            features, _ = cove([words for words, _ in chunk])  # (B, T, D + 2H)
-            rows.append(features[torch.arange(len(chunk)), [position for _, position in chunk]].numpy())
-        both = np.concatenate(rows)
-        glove_width = cove.config.input_size
-        return {"GloVe (context-free)": both[:, :glove_width], "CoVe": both[:, glove_width:],
-                "[GloVe; CoVe]": both}, 0
-    model, tokenizer = load_layers(model_dir, family)
+    model, tokenizer = model_dir.feature_encoder()
     layers = contextual_vectors(model, tokenizer, targets, cfg.batch_size, cfg.precision,
-                                leading_cls=family != "t5")  # (N, H) each
-    views = dict(zip(layer_names(family, len(layers)), layers))
+                                leading_cls=spec.leading_summary_token)  # (N, H) each
+    views = dict(zip(layer_names(spec.layer_names, len(layers)), layers))
     if len({layer.shape[1] for layer in layers}) == 1:  # an AWD-LSTM's LSTMs are wider than its embedding
         views["mean of all layers"] = np.mean(layers, axis=0)
     return views, 0
@@ -222,16 +174,15 @@ def run_wic(cfg: WicConfig) -> dict:
     """Probe every layer (view) of the model on WiC; return the results (and write them to cfg.out)."""
     data = Path(cfg.data)
     splits = {split: read_wic(data / f"{split}.data.txt", data / f"{split}.gold.txt") for split in SPLITS}
-    splits["train"] = subset(splits["train"], cfg.max_train_pairs, seed=0)
-    model_dir = resolve_model_dir(cfg.model)
-    family = family_of(model_dir).name
-    if family not in FAMILIES:
-        raise UserError(f"{model_dir}: a {family} model; the WiC probe reads the layers of a BERT, GPT, XLNet, T5 "
-                        "encoder, ELMo, AWD-LSTM or CoVe, or static vectors")
+    splits["train"] = subset(splits["train"], cfg.max_train_examples, seed=0)
+    model_dir = open_model_dir(cfg.model)
+    family = model_dir.family.name
+    if model_dir.spec.feature_encoder is None and model_dir.spec.word_views is None:
+        raise UserError(f"{model_dir.path}: a {family} model has no layers or word vectors for the WiC probe to read")
     views, missing = {}, 0
     for split, examples in splits.items():
         targets = [(example.sentences[side], example.positions[side]) for example in examples for side in (0, 1)]
-        views[split], missed = target_views(model_dir, family, targets, cfg, split)
+        views[split], missed = target_views(model_dir, targets, cfg, split)
         missing += missed
     labels = {split: np.array([example.same_sense for example in examples]) for split, examples in splits.items()}
     results = []
@@ -241,7 +192,7 @@ def run_wic(cfg: WicConfig) -> dict:
             return pair_features(per_word[0::2], per_word[1::2])
         accuracy = probe_accuracy((features("train"), labels["train"]), (features("dev"), labels["dev"]))
         results.append({"layer": name, "dev_accuracy": accuracy})
-    summary = {"model": str(model_dir), "family": family, "train_pairs": len(splits["train"]),
+    summary = {"model": str(model_dir.path), "family": family, "train_pairs": len(splits["train"]),
                "dev_pairs": len(splits["dev"]), "majority": float(max(labels["dev"].mean(), 1 - labels["dev"].mean())),
                "missing_static_vectors": missing, "layers": results}
     if cfg.out:

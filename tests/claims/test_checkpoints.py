@@ -38,7 +38,7 @@ def test_one_run_keeps_a_model_at_each_step_and_is_cached(tmp_path, data_dir):
     data_dir / "wikitext-2-raw/wiki.valid.raw"
     logged = []
     experiment = Experiment(tmp_path / "out", data_dir.root, True, [0], tmp_path / "cache", log=logged.append)
-    settings = {"preset": "tiny", "objective": "electra", "seq_len": 32, "batch_size": 4, "seed": 0}
+    settings = {"preset": "tiny", "objective": "electra", "max_seq_len": 32, "batch_size": 4, "seed": 0}
     run = pretrained_at_steps(experiment, [4, 2], **settings)
     assert run.steps == [2, 4] and list(run.models()) == [2, 4]
     final, last, first = (load_file(path / "model.safetensors") for path in (run.folder, run.model(4), run.model(2)))

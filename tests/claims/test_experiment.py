@@ -7,7 +7,15 @@ import shutil
 import pytest
 
 from bertology.claims import CLAIMS, Claim, claim_list, find_claim
-from bertology.claims.experiment import QUICK_EXAMPLES, Experiment, ReproduceConfig, cell, markdown, pretraining_key, verdict
+from bertology.claims.experiment import (
+    QUICK_EXAMPLES,
+    Experiment,
+    ReproduceConfig,
+    cell,
+    markdown,
+    pretraining_key,
+    verdict,
+)
 from bertology.cli import main
 from bertology.data.corpus import read_documents
 from bertology.data.tokenizer import Tokenizer
@@ -52,6 +60,9 @@ def test_pretraining_key_follows_content_not_paths(tmp_path):
     assert key != pretraining_key({"corpus": [str(corpus)], "preset": "tiny", "max_steps": 11})
     moved.write_text("one sentence.\n\nanother one!\n")
     assert key != pretraining_key({"corpus": [str(moved)], "preset": "tiny", "max_steps": 10})
+    # a renamed setting (--seq-len is now --max-seq-len) keeps the cached models' keys
+    assert pretraining_key({"corpus": [str(corpus)], "max_seq_len": 64}) == \
+        pretraining_key({"corpus": [str(corpus)], "seq_len": 64})
 
 
 def test_registry_lists_the_eleven_claims_then_the_summary_and_why_some_cannot_run():
@@ -120,6 +131,16 @@ def test_quick_task_data_keeps_the_files_formats(tmp_path):
     assert (quick / "train.txt").read_text().count("B-PER") == QUICK_EXAMPLES
     assert Experiment(tmp_path / "c2", tmp_path / "data", quick=False, seeds=[0], cache=tmp_path / "cache"
                       ).task_data("task") == source
+
+
+def test_a_reports_dev_set_size_is_the_one_the_run_read(tmp_path):
+    source = tmp_path / "data" / "glue" / "SST-2"
+    source.mkdir(parents=True)
+    for split in ("train", "dev"):
+        (source / f"{split}.tsv").write_text("sentence\tlabel\n" + "".join(f"s{i}\t{i % 2}\n" for i in range(300)))
+    quick = Experiment(tmp_path / "claim", tmp_path / "data", quick=True, seeds=[0], cache=tmp_path / "cache")
+    full = Experiment(tmp_path / "c2", tmp_path / "data", quick=False, seeds=[0], cache=tmp_path / "cache")
+    assert quick.dev_examples("glue/SST-2", "sst2") == QUICK_EXAMPLES and full.dev_examples("glue/SST-2", "sst2") == 300
 
 
 def test_corpus_slice_is_the_first_whole_wikitext_articles_up_to_a_token_count(tmp_path, data_dir, minilm_dir):

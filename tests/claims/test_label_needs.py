@@ -21,5 +21,6 @@ def test_label_needs_quick(run_quick):
     assert [v["outcome"] in OUTCOMES for v in results["verdicts"]] == [True] * len(QUICK_LABELS)
     assert (out / "label_needs.png").stat().st_size > 10_000
     assert "| all-MiniLM-L6-v2 |" in (out / "results.md").read_text()
+    assert "SST-2 dev (80 sentences)" in results["scale"]  # what --quick used, not the full 872
     # each run's own model and metrics are kept, one folder per seed
     assert (out / "runs" / "all-minilm-l6-v2-20" / "seed-1" / "eval_results.json").exists()

@@ -60,3 +60,17 @@ def test_matrix_can_be_read_midway_and_counting_continues():
 def test_bad_settings():
     with pytest.raises(ValueError):
         CooccurrenceCounter(vocab_size=3, window=0)
+
+
+def test_a_window_beyond_the_longest_sentence_counts_the_same_at_once():
+    """GloVe's --window 1e9 looped over every distance up to it (a hang)."""
+    import time
+
+    ids = np.array([3, 1, 4, 1, 5, 9, 2], dtype=np.int32)
+    positions = np.array([0, 1, 2, 3, 0, 1, 2])  # two sentences, of 4 and 3 words
+    start = time.perf_counter()
+    far = window_pairs(ids, positions, 10**9)
+    assert time.perf_counter() - start < 1
+    for got, expected in zip(far, window_pairs(ids, positions, 3)):
+        np.testing.assert_array_equal(got, expected)
+    assert all(len(part) == 0 for part in window_pairs(ids[:1], positions[:1], 5))  # a one-word sentence

@@ -16,6 +16,7 @@ import torch
 from bertology.data import shards
 from bertology.data.corpus import (
     ReadStats,
+    corpus_notes,
     detect_format,
     read_documents,
     split_sentences,
@@ -30,7 +31,7 @@ from bertology.data.pretraining import (
     static_mask_seeds,
 )
 from bertology.data.shards import build_corpus, continuation_table
-from bertology.data.tokenizer import SPECIAL_TOKENS, Tokenizer
+from bertology.data.tokenizer import SPECIAL_TOKENS, Tokenizer, train_tokenizer
 from bertology.errors import UserError
 from bertology.ops import IGNORE_INDEX
 
@@ -163,6 +164,41 @@ def test_auto_detects_wrapped_books_and_line_files(tmp_path):
     assert stats.formats == {str(book): "file", str(lines): "lines"}
     assert len(documents) == 1 + 10
     assert all(len(s) < 300 and "\n" not in s for s in documents[0])
+
+
+def test_a_corpus_of_one_text_file_is_cut_into_documents(tmp_path):
+    """One document could hold nothing out for evaluation: a one-file corpus read with "auto" is
+    cut at its blank lines (a wrapped book's paragraphs rejoined), or at every line without them."""
+    rng = np.random.default_rng(0)
+    book = tmp_path / "book.txt"
+    book.write_text(wrapped_book(rng, paragraphs=12), encoding="utf-8")
+    stats = ReadStats()
+    paragraphs = list(read_documents([book], stats=stats))
+    assert stats.formats == {str(book): "paragraphs"} and len(paragraphs) == 12
+    assert paragraphs == [[s for doc in read_documents([p], "file") for s in doc] for p in split_book(book, tmp_path)]
+    assert "one text file, read as a document per paragraph" in corpus_notes(stats.formats)
+    assert len(list(read_documents([book], "file"))) == 1  # asked for, one document stays one
+    blocks = tmp_path / "blocks.txt"
+    blocks.write_text("A first document.\nIts second line.\n\nA second document.\n", encoding="utf-8")
+    stats = ReadStats()
+    assert list(read_documents([blocks], stats=stats)) == [["A first document.", "Its second line."],
+                                                          ["A second document."]]
+    assert stats.formats == {str(blocks): "lines"} and corpus_notes(stats.formats) == ""
+    lines = tmp_path / "lines.txt"
+    lines.write_text("One line. Two sentences.\nAnother line.\nA third.\n", encoding="utf-8")
+    stats = ReadStats()
+    assert list(read_documents([lines], stats=stats)) == [["One line.", "Two sentences."], ["Another line."],
+                                                          ["A third."]]
+    assert "a document per line (the file has no blank lines)" in corpus_notes(stats.formats)
+    assert len(list(read_documents([lines, blocks]))) == 3  # two files: each read as before
+
+
+def split_book(book, folder):
+    """The paragraphs of a wrapped book, each written to a file of its own."""
+    paragraphs = book.read_text(encoding="utf-8").strip().split("\n\n")
+    for i, paragraph in enumerate(paragraphs):
+        (folder / f"paragraph-{i}.txt").write_text(paragraph + "\n", encoding="utf-8")
+    return [folder / f"paragraph-{i}.txt" for i in range(len(paragraphs))]
 
 
 @pytest.mark.slow
@@ -639,3 +675,22 @@ def test_balanced_sop_pairs_of_real_text_give_length_no_cue(data_dir, minilm_dir
     assert 0.45 < swapped.mean() < 0.55
     with pytest.raises(UserError, match="needs the pair task 'sop'"):
         PretrainingDataset(corpus, docs, 128, "pairs", "nsp", 0.1, CLS, SEP, sop_balance=True)
+
+
+def test_a_byte_level_bpe_keeps_the_spaces_and_parts_documents_with_its_end_of_text(tmp_path):
+    # GPT-2's BPE has no [CLS] or [SEP], and spells a word after a space differently ("ĠIt"): the
+    # sentences of a document read back with their spaces, and <|endoftext|> opens and parts documents.
+    documents = [["The cat sat.", "It was warm."], ["A dog ran.", "Then it slept.", "The end."]]
+    source = tmp_path / "corpus.txt"
+    source.write_text("\n\n".join("\n".join(document) for document in documents) + "\n", encoding="utf-8")
+    tokenizer = train_tokenizer([source], vocab_size=280, model="bpe", min_frequency=1)
+    corpus = build_corpus([source], tokenizer, tmp_path / "cache", doc_format="lines")
+    for index, sentences in enumerate(documents):
+        assert tokenizer.decode(np.concatenate(corpus.document(index)).tolist()) == " ".join(sentences)
+    end_of_text = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    assert tokenizer.start_token_id == tokenizer.end_token_id == end_of_text
+    dataset = PretrainingDataset(corpus, [0, 1], 64, "contiguous", None, 0.0, tokenizer.start_token_id,
+                                 tokenizer.end_token_id, seed=0)
+    (instance,) = dataset.instances(0)
+    texts = tokenizer.decode(instance.input_ids.tolist(), skip_special_tokens=False).split("<|endoftext|>")
+    assert texts[0] == "" and texts[-1] == "" and sorted(texts[1:-1]) == sorted(" ".join(d) for d in documents)

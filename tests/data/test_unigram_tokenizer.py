@@ -73,7 +73,7 @@ def test_saved_folder_loads_here_and_in_transformers_with_the_same_ids(unigram):
 
 
 def test_command_line_trains_a_unigram_vocabulary_with_sentinels(data_dir, tmp_path, capsys):
-    assert main(["tokenizer", "train", str(data_dir / WIKI_VALID), "--out", str(tmp_path), "--model", "unigram",
+    assert main(["tokenizer", "train", "--corpus", str(data_dir / WIKI_VALID), "--out", str(tmp_path), "--model", "unigram",
                  "--vocab-size", "1000", "--sentinels", "100"]) == 0
     assert "uncased unigram vocabulary of 1000 tokens" in capsys.readouterr().out
     config = json.loads((tmp_path / "tokenizer_config.json").read_text())

@@ -4,27 +4,26 @@ GLUE TSV, custom CSV/TSV/JSONL tables, CoNLL, SQuAD JSON, model directories, the
 Every outcome must be a valid result or bertology's own one-line error (UserError; a 4xx with
 a one-line detail over HTTP): never another exception, never a hang (each case runs under an
 alarm), never NaN in an output. Hypothesis runs derandomized with no example database, so the
-same cases run every time and a failure reproduces; a failure found here becomes a plain
-regression test beside the code it concerns. `CASES` below totals 2,150.
+same cases run every time and a failure reproduces (tests/fuzz_helpers.py); a failure found here
+becomes a plain regression test beside the code it concerns. `CASES` below totals 2,150; the
+families' commands and the faults are test_fuzz_families.py's.
 """
 
-import contextlib
 import gzip
 import json
 import math
 import re
 import shutil
-import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from fuzz_helpers import fuzz_settings, json_values, mutated, outcome, time_limit, write
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bertology.data.corpus import read_documents
 from bertology.data.tokenizer import Tokenizer, train_tokenizer
-from bertology.errors import UserError
 from bertology.inference.embedding import embed_texts, load_encoder
 from bertology.models.bert import BertConfig, BertModel
 from bertology.tasks.readers import TASKS, generic_task, read_conll, read_glue, read_squad, read_table
@@ -33,77 +32,11 @@ from bertology.text import is_invisible
 pytestmark = pytest.mark.slow
 
 CASES = {"corpus": 400, "glue": 300, "table": 400, "conll": 300, "squad": 300, "model_dir": 150, "http": 300}
-SECONDS_PER_CASE = 20  # the alarm: far above any case's time, far below "hung"
-
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-
-# Pieces that broke (or could break) a reader: encodings, line ends, controls, invisible
-# characters, quoting, JSON's limits, numbers that are not numbers.
-NASTY = [b"\x00", b"\r", b"\r\n", b"\n\n", b"\t", b"\x1b", b"\x7f", b"\xff\xfe", b"\xfe\xff", b"\xef\xbb\xbf",
-         "\u200b".encode(), "\u00a0".encode(), "\u2028".encode(), b"\xed\xa0\x80", b"\xc3", b"\xf0\x9f\x98",
-         b'"', b"'", b",", b"\\", b"{", b"}", b"[", b"]", b":", b"9" * 5000, b"[" * 3000, b"{\"a\":" * 2000,
-         b"NaN", b"Infinity", b"-1", b"1e309", b"null", b"true", b"-DOCSTART-", b" = Title = ", b"\xe2\x80\xae"]
 
 
 def settings_for(kind: str):
-    return settings(max_examples=CASES[kind], derandomize=True, database=None, deadline=None,
-                    suppress_health_check=list(HealthCheck))
-
-
-@contextlib.contextmanager
-def time_limit(seconds: int = SECONDS_PER_CASE):
-    """Fail the case (instead of hanging the suite) if it runs longer than `seconds`."""
-    def hung(signum, frame):
-        raise AssertionError(f"a case ran for more than {seconds} s: a hang")
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def outcome(read):
-    """`read()`'s result, or None when it stops with bertology's one-line error."""
-    with time_limit():
-        try:
-            return read()
-        except UserError as error:
-            assert str(error).strip() and "\n" not in str(error).strip(), repr(str(error))
-            return None
-
-
-@st.composite
-def mutated(draw, base: bytes) -> bytes:
-    """`base` with a few insertions, deletions and overwrites of nasty or random bytes; now and
-    then re-encoded as UTF-16 with a byte order mark, or cut short."""
-    data = bytearray(base)
-    for _ in range(draw(st.integers(0, 6))):
-        position = draw(st.integers(0, len(data)))
-        piece = draw(st.one_of(st.sampled_from(NASTY), st.binary(min_size=1, max_size=6)))
-        action = draw(st.sampled_from(("insert", "delete", "overwrite")))
-        if action == "insert":
-            data[position:position] = piece
-        elif action == "delete":
-            del data[position:position + draw(st.integers(1, 40))]
-        else:
-            data[position:position + len(piece)] = piece
-    ending = draw(st.integers(0, 19))
-    if ending == 0:
-        with contextlib.suppress(UnicodeDecodeError):
-            data = bytearray(data.decode("utf-8").encode("utf-16"))
-    elif ending == 1:
-        data = data[: draw(st.integers(0, len(data)))]
-    return bytes(data)
-
-
-def write(folder: Path, name: str, data: bytes) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_bytes(data)
-    return path
+    return fuzz_settings(CASES[kind])
 
 
 def assert_clean_text(text: str) -> None:
@@ -229,14 +162,6 @@ SQUAD = {"version": "v2.0", "data": [{"title": "Normans", "paragraphs": [{
             {"id": "q2", "question": "Who wrote it?", "answers": [], "is_impossible": True,
              "plausible_answers": [{"text": "Normans", "answer_start": 4}]}]}]}]}
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**40) | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
-    max_leaves=8,
-)
-
-
 @st.composite
 def squad_documents(draw) -> bytes:
     """SQuAD with one node replaced by generated JSON (a structural fault), or with its bytes mutated."""
@@ -335,11 +260,10 @@ def test_fuzz_model_directory(small_model, tmp_path_factory, data):
 @pytest.fixture(scope="module")
 def client(minilm_dir, tmp_path_factory):
     from fastapi.testclient import TestClient
+    from helpers import save_task_model
 
     from bertology.inference.predictor import Predictor
     from bertology.uses.serve import ServeConfig, create_app
-
-    from helpers import save_task_model
 
     classifier = save_task_model(tmp_path_factory.mktemp("http") / "sst2", minilm_dir, "sst2")
     config = ServeConfig(model=str(classifier), precision="fp32", max_texts=8, max_text_chars=300,

@@ -1,6 +1,7 @@
 """`save_random_weights`: the from-scratch twin of a model directory, for the demo and the claims."""
 
 import pytest
+from helpers import save_tiny_t5, save_tiny_vectors
 from safetensors.torch import load_file
 
 from bertology.data.tokenizer import Tokenizer
@@ -8,8 +9,6 @@ from bertology.errors import UserError
 from bertology.inference.modeldir import save_random_weights
 from bertology.models.bert import BertConfig
 from bertology.models.t5 import T5Config
-
-from helpers import save_tiny_t5, save_tiny_vectors
 
 
 def weights(directory):

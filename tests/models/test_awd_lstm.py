@@ -5,16 +5,19 @@ import warnings
 import pytest
 import torch
 
+from bertology import checkpoint
 from bertology.errors import UserError
 from bertology.models.awd_lstm import (
     AWDLSTMConfig,
     AWDLSTMForSequenceClassification,
-    AWDLSTMLanguageModel,
+    AWDLSTMLMHeadModel,
     from_fastai,
-    load_pretrained,
 )
+from bertology.models.base import load_pretrained
 
-fastai_core = pytest.importorskip("fastai.text.models.core", reason="fastai is the reference (a dev dependency)")
+# fastai is the reference; when it cannot be imported the skip says why (its import error), and
+# tests/test_references.py fails
+fastai_core = pytest.importorskip("fastai.text.models.core")
 from fastai.text.models.awdlstm import AWD_LSTM  # noqa: E402
 
 SIZES = dict(emb_sz=16, n_hid=24, n_layers=3)
@@ -41,8 +44,8 @@ def test_language_model_matches_fastai_across_two_chunks():
     randomize(theirs, 0)
     theirs.eval()
     theirs.reset()
-    ours = AWDLSTMLanguageModel(config)
-    ours.load_checked(from_fastai(theirs.state_dict()), "fastai")
+    ours = AWDLSTMLMHeadModel(config)
+    checkpoint.load_checked(ours, from_fastai(theirs.state_dict()), "fastai", "an AWD-LSTM", skip=ours.tied_keys())
     ours.eval()
     ids = torch.randint(1, 50, (3, 20), generator=torch.Generator().manual_seed(1))
     state = None
@@ -58,13 +61,13 @@ def test_language_model_matches_fastai_across_two_chunks():
 @pytest.mark.parametrize("length, max_len", [(20, 14), (30, 210), (7, 14)])
 def test_classifier_matches_fastai_including_bptt_chunks(length, max_len):
     config = AWDLSTMConfig(vocab_size=50, **{**SIZES, "n_layers": 2}, bptt=7, max_len=max_len)
-    config = config.for_classification(3, None)
+    config = config.for_task(3, None)
     theirs = fastai_core.get_text_classifier(AWD_LSTM, 50, 3, seq_len=7, max_len=max_len, pad_idx=0,
                                              config=fastai_config(config, output_p=config.output_p))
     randomize(theirs, 2)
     theirs.eval()
     ours = AWDLSTMForSequenceClassification(config)
-    ours.load_checked(from_fastai(theirs.state_dict()), "fastai")
+    checkpoint.load_checked(ours, from_fastai(theirs.state_dict()), "fastai", "an AWD-LSTM", skip=ours.tied_keys())
     ours.eval()
     ids = torch.randint(1, 50, (4, length), generator=torch.Generator().manual_seed(3))
     with torch.no_grad(), warnings.catch_warnings():
@@ -77,7 +80,7 @@ def test_classifier_matches_fastai_including_bptt_chunks(length, max_len):
 def test_right_padding_gives_each_text_its_own_result():
     """A text in a padded batch is classified as it is alone (its last state, its pools)."""
     config = AWDLSTMConfig(vocab_size=40, **SIZES, bptt=5, max_len=10)
-    model = AWDLSTMForSequenceClassification(config.for_classification(2, None)).eval()
+    model = AWDLSTMForSequenceClassification(config.for_task(2, None)).eval()
     randomize(model, 4)
     model.classifier.eval()
     long_text = torch.randint(1, 40, (1, 23), generator=torch.Generator().manual_seed(5))
@@ -93,7 +96,7 @@ def test_right_padding_gives_each_text_its_own_result():
 
 def test_weight_drop_keeps_the_raw_matrix_and_draws_a_new_mask_each_step():
     torch.manual_seed(0)
-    model = AWDLSTMLanguageModel(AWDLSTMConfig(vocab_size=30, **SIZES, weight_p=0.5)).train()
+    model = AWDLSTMLMHeadModel(AWDLSTMConfig(vocab_size=30, **SIZES, weight_p=0.5)).train()
     rnn = model.awd_lstm.rnns[0]
     raw_before = rnn.weight_hh_l0_raw.detach().clone()
     ids = torch.randint(0, 30, (2, 6))
@@ -114,7 +117,7 @@ def test_weight_drop_keeps_the_raw_matrix_and_draws_a_new_mask_each_step():
 
 def test_loss_adds_ar_and_tar_in_training_only():
     config = AWDLSTMConfig(vocab_size=30, **SIZES, output_p=0, hidden_p=0, input_p=0, embed_p=0, weight_p=0)
-    model = AWDLSTMLanguageModel(config)
+    model = AWDLSTMLMHeadModel(config)
     ids = torch.randint(0, 30, (2, 8), generator=torch.Generator().manual_seed(0))
     labels = torch.roll(ids, -1, 1)
     model.train()
@@ -129,16 +132,16 @@ def test_loss_adds_ar_and_tar_in_training_only():
 
 def test_base_preset_is_ulmfits_size():
     """fastai's WikiText-103 AWD-LSTM (60,000 tokens, 400/1152/3, tied): the same parameter count."""
-    ours = AWDLSTMLanguageModel(AWDLSTMConfig.from_preset("base", vocab_size=60000))
+    ours = AWDLSTMLMHeadModel(AWDLSTMConfig.from_preset("base", vocab_size=60000))
     theirs = fastai_core.get_language_model(AWD_LSTM, 60000)
     assert ours.num_parameters() == sum(p.numel() for p in theirs.parameters())
 
 
 def test_save_and_load_round_trip(tmp_path):
-    model = AWDLSTMLanguageModel(AWDLSTMConfig(vocab_size=30, **SIZES)).eval()
+    model = AWDLSTMLMHeadModel(AWDLSTMConfig(vocab_size=30, **SIZES)).eval()
     model.save_pretrained(tmp_path / "lm")
     loaded = load_pretrained(tmp_path / "lm")
-    assert isinstance(loaded, AWDLSTMLanguageModel)
+    assert isinstance(loaded, AWDLSTMLMHeadModel)
     ids = torch.randint(0, 30, (2, 9))
     torch.testing.assert_close(loaded(ids).logits, model(ids).logits)
     classifier = AWDLSTMForSequenceClassification.from_language_model(tmp_path / "lm", 3, {0: "a", 1: "b", 2: "c"})
@@ -151,7 +154,7 @@ def test_save_and_load_round_trip(tmp_path):
 
 def test_bad_weights_are_one_line_errors(tmp_path):
     from safetensors.torch import load_file, save_file
-    model = AWDLSTMLanguageModel(AWDLSTMConfig(vocab_size=30, **SIZES))
+    model = AWDLSTMLMHeadModel(AWDLSTMConfig(vocab_size=30, **SIZES))
     model.save_pretrained(tmp_path)
     state = load_file(tmp_path / "model.safetensors")
     state["awd_lstm.rnns.1.weight_hh_l0_raw"] = torch.full_like(state["awd_lstm.rnns.1.weight_hh_l0_raw"], float("nan"))

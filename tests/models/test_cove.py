@@ -10,6 +10,7 @@ import torch
 
 from bertology.errors import UserError
 from bertology.models import family_of
+from bertology.models.base import load_pretrained
 from bertology.models.cove import (
     SOURCE_SPECIALS,
     TARGET_SPECIALS,
@@ -17,7 +18,6 @@ from bertology.models.cove import (
     CoVeForTranslation,
     CoVeModel,
     detokenize,
-    load_pretrained,
     target_tokens,
 )
 

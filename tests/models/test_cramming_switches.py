@@ -95,8 +95,10 @@ def test_a_non_zero_bias_under_use_bias_false_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(text)
     with pytest.raises(UserError, match="layers.0.ffn_out.bias is not zero.*use_bias false"):
         BertModel.from_pretrained(tmp_path)
+    loaded_config = BertConfig.load(tmp_path)
+    assert [problem for problem in BertModel.checkpoint_problems(tmp_path, loaded_config) if "is not zero" in problem]
 
 
-def test_gated_model_is_not_vanilla_bert_and_no_bias_one_is():
-    assert config(use_bias=False).is_vanilla_bert
-    assert not config(gated_feed_forward=True).is_vanilla_bert
+def test_gated_model_is_beyond_transformers_and_the_no_bias_one_is_not():
+    assert config(use_bias=False).transformers_incompatibility() is None
+    assert config(gated_feed_forward=True).transformers_incompatibility() == "a gated feed-forward"

@@ -4,14 +4,14 @@ import pytest
 import torch
 
 from bertology.errors import UserError
+from bertology.models.base import load_pretrained
 from bertology.models.elmo import (
     BEGIN_OF_WORD,
     END_OF_WORD,
     ELMoConfig,
-    ELMoLanguageModel,
+    ELMoLMHeadModel,
     ELMoModel,
     character_ids,
-    load_pretrained,
 )
 
 SMALL = dict(filters=[[1, 4], [2, 8], [3, 8]], n_highway=1, projection_dim=8, lstm_dim=16, max_characters_per_token=10)
@@ -29,7 +29,7 @@ def small_model(cls=ELMoModel, seed=0):
 def test_the_base_preset_has_the_published_elmo_size():
     """The ELMo paper: 93.6M parameters in the original biLM, without its softmax."""
     with torch.device("meta"):
-        model = ELMoLanguageModel(ELMoConfig.from_preset("base", vocab_size=30522))
+        model = ELMoLMHeadModel(ELMoConfig.from_preset("base", vocab_size=30522))
     assert abs(model.num_parameters(softmax=False) / 93.6e6 - 1) < 0.01, model.num_parameters(softmax=False)
     assert model.num_parameters() - model.num_parameters(softmax=False) == 30522 * 512 + 30522
 
@@ -68,7 +68,7 @@ def test_each_direction_sees_only_its_side_and_padding_changes_nothing():
 
 
 def test_a_carried_state_reads_two_windows_as_one():
-    model = small_model(ELMoLanguageModel)
+    model = small_model(ELMoLMHeadModel)
     ids = torch.randint(1, 40, (2, 12), generator=torch.Generator().manual_seed(2))
     labels = torch.roll(ids, -1, 1)
     with torch.no_grad():
@@ -80,11 +80,11 @@ def test_a_carried_state_reads_two_windows_as_one():
 
 def test_save_load_and_bad_weights(tmp_path):
     from safetensors.torch import load_file, save_file
-    model = small_model(ELMoLanguageModel)
+    model = small_model(ELMoLMHeadModel)
     model.save_pretrained(tmp_path)
     features = ELMoModel.from_pretrained(tmp_path)  # the language model's directory, its softmax left out
     assert torch.equal(features.bilm.token_encoder.char_ids, model.bilm.token_encoder.char_ids)
-    assert isinstance(load_pretrained(tmp_path), ELMoLanguageModel)
+    assert isinstance(load_pretrained(tmp_path), ELMoLMHeadModel)
     state = load_file(tmp_path / "model.safetensors")
     state["bilm.forward_lstms.1.weight_hr_l0"] = state["bilm.forward_lstms.1.weight_hr_l0"][:, :3].contiguous()
     save_file(state, tmp_path / "model.safetensors")

@@ -158,7 +158,16 @@ def test_filter_logits_keeps_the_top_k_and_the_nucleus():
     assert kept(filter_logits(logits, top_p=1.0)) == [0, 1, 2, 3, 4]
     shuffled = logits[:, [3, 0, 4, 2, 1]]  # the nucleus follows the values, not the positions
     assert kept(filter_logits(shuffled, top_p=0.8)) == [1, 3, 4]
-    torch.testing.assert_close(filter_logits(logits, temperature=2.0), logits / 2)
+    # the distribution of logits / temperature (shifted, so that a tiny temperature cannot overflow)
+    torch.testing.assert_close(filter_logits(logits, temperature=2.0).softmax(-1), (logits / 2).softmax(-1))
+
+
+def test_extreme_sampling_settings_give_the_most_probable_token_not_nan():
+    """A temperature of 1e-40 made every logit +-inf, and a top_p of 1e-300 is 0 in float32 (every token
+    dropped): both gave "probability tensor contains either inf, nan" before."""
+    logits = torch.tensor([[1.0, 3.0, 2.0, -1.0]])
+    for warped in (filter_logits(logits, temperature=1e-40), filter_logits(logits, top_p=1e-300)):
+        assert warped.softmax(-1).tolist() == [[0.0, 1.0, 0.0, 0.0]]
 
 
 def test_sampling_is_reproducible_and_top_k_1_is_greedy():
@@ -196,7 +205,7 @@ def test_prompts_that_do_not_fit_are_one_line_errors():
     model = GPTLMHeadModel(GPTConfig(**SMALL)).eval()
     with pytest.raises(UserError, match="the prompt is empty"):
         generate(model, torch.zeros(1, 0, dtype=torch.long))
-    with pytest.raises(UserError, match="65 tokens do not fit the model's context of 64"):
+    with pytest.raises(UserError, match="after a prompt of 60 tokens goes beyond the model's context of 64 positions"):
         generate(model, torch.ones(1, 60, dtype=torch.long), config=GenerationConfig(max_new_tokens=10))
 
 

@@ -8,7 +8,8 @@ import torch
 from helpers import run_cli, save_tiny_gpt
 
 from bertology import UserError
-from bertology.inference.modeldir import check_model_dir, load_finetuned
+from bertology.inference.modeldir import check_model_dir
+from bertology.inference.runners import load_finetuned
 from bertology.models.bert import (
     BertConfig,
     BertForQuestionAnswering,
@@ -16,7 +17,7 @@ from bertology.models.bert import (
     BertForTokenClassification,
     BertModel,
 )
-from bertology.training.tasks import gradual_unfreezer, layer_depth, load_task_model
+from bertology.recipes.task_training import gradual_unfreezer, layer_depth, load_task_model
 
 HEADS = (BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering)
 
@@ -123,7 +124,7 @@ def test_a_causal_encoder_gets_its_right_context_back_through_the_bilstm():
 def test_the_bilstm_trains_as_part_of_the_head():
     model = build(BertForSequenceClassification)
     names = [name for name, _ in model.named_parameters() if name.startswith("bilstm.")]
-    assert names and all(layer_depth(name, 2) == 3 for name in names)  # 2 layers: the head is depth 3
+    assert names and all(layer_depth(model, name) == 3 for name in names)  # 2 layers: the head is depth 3
     gradual_unfreezer(model)(0)  # the first epoch: the head and the top layer
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
     assert set(names) <= trainable and "bert.layers.1.ffn_in.weight" in trainable
@@ -163,6 +164,6 @@ def test_the_switch_is_for_a_fine_tuned_bert_family_encoder_only(capsys, tmp_pat
                                    "--model", tiny_model, "--out", tmp_path / "b"), "does not apply to wic")
     gpt = save_tiny_gpt(tmp_path / "gpt")
     assert_one_line_error(*run_cli(capsys, "finetune", "--head-bilstm", *task, "--model", gpt, "--out", tmp_path / "c"),
-                          "BERT-family encoder", "gpt model")
+                          "BERT-family encoder", "openai-gpt decoder")
     assert_one_line_error(*run_cli(capsys, "finetune", "--head-bilstm", "--arch", "taglm", "--task", "conll2003",
                                    "--data", tmp_path, "--out", tmp_path / "d"), "--head-bilstm is not an option")

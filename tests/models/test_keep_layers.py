@@ -6,7 +6,8 @@ import torch
 
 from bertology import BertConfig, BertForSequenceClassification, BertModel, UserError
 from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMForSequenceClassification
-from bertology.models.bert import evenly_spaced_layers, keep_layers
+from bertology.models.base import evenly_spaced_layers
+from bertology.models.bert import keep_layers
 
 # The BERT-family variants, as config switches of a 4-layer, 64-wide encoder.
 VARIANTS = {

@@ -12,14 +12,14 @@ from gensim.models.keyedvectors import KeyedVectors
 
 from bertology.errors import UserError
 from bertology.models import family_of
+from bertology.models.base import load_pretrained
 from bertology.models.static import (
     GloVe,
-    earlier_sums,
     StaticConfig,
     StaticVectors,
+    earlier_sums,
     glove_loss_and_gradients,
     glove_weight,
-    load_pretrained,
     normalize_word,
     read_word2vec_format,
     tokenize_words,
@@ -105,11 +105,24 @@ def test_bad_text_files(tmp_path, text, message):
     assert str(err.value) == f"{path}{message}"
 
 
+@pytest.mark.parametrize("header", [b"9" * 5000 + b" 4", b"3 " + b"9" * 5000, b"99999999999999999999 4"])
+def test_a_header_number_of_thousands_of_digits_is_one_line(tmp_path, header):
+    """Python's int() refuses more than 4,300 digits with a ValueError (a traceback before)."""
+    path = tmp_path / "vectors.txt"
+    path.write_bytes(header + b"\nthe 1 2 3 4\n")
+    with pytest.raises(UserError, match=r"vectors.txt:1: the header's numbers are too large"):
+        read_word2vec_format(path)
+
+
 def test_bad_binary_files(tmp_path):
     row = np.array([1, 2], dtype="<f4").tobytes()
     path = tmp_path / "bad.bin"
     path.write_bytes(b"3 2\na " + row + b"b " + row)
-    with pytest.raises(UserError, match=r"bad.bin: the header says 3 words but the file ends after 2$"):
+    with pytest.raises(UserError, match=r"bad.bin:1: the header says 3 words of 2 dimensions, more than the file's "
+                                        r"24 bytes can hold$"):
+        read_word2vec_format(path, binary=True)
+    path.write_bytes(b"2 2\na " + row + b"bcdefghijkl")  # room enough by size, but the second word never ends
+    with pytest.raises(UserError, match=r"bad.bin: the header says 2 words but the file ends after 1$"):
         read_word2vec_format(path, binary=True)
     path.write_bytes(b"1 2\na " + row + b"b " + row)
     with pytest.raises(UserError, match=r"bad.bin: the header says 1 words but more data follows \(byte 14\)$"):

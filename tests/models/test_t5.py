@@ -160,5 +160,5 @@ def test_presets_and_config_round_trip(tmp_path):
     assert (config.num_layers, config.num_decoder_layers, config.d_model, config.num_heads, config.d_ff) == (4, 4, 256, 4, 1024)
     config.save(tmp_path)
     assert T5Config.load(tmp_path) == config
-    with pytest.raises(UserError, match="model_type 'bert' is not 't5'"):
+    with pytest.raises(UserError, match="model_type 'bert' is not a T5"):
         T5Config.from_dict({"model_type": "bert"})

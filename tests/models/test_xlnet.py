@@ -337,7 +337,7 @@ def test_presets_and_config_errors():
         XLNetConfig.from_preset("huge")
     with pytest.raises(UserError, match=r"'d_head' \(7\) must be d_model / n_head \(8\)"):
         XLNetConfig.from_dict({**SMALL, "model_type": "xlnet", "d_head": 7})
-    with pytest.raises(UserError, match="model_type 'gpt2' is not 'xlnet'"):
+    with pytest.raises(UserError, match="model_type 'gpt2' is not an XLNet"):
         XLNetConfig.from_dict({**SMALL, "model_type": "gpt2"})
 
 

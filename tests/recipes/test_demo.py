@@ -6,15 +6,14 @@ import statistics
 from collections import Counter
 
 import pytest
-import torch
 
 from bertology.cli import main
-from bertology.inference.modeldir import load_finetuned
-from bertology.inference.predict import predict
-from bertology.models.bert import BertConfig
 from bertology.errors import UserError
-from bertology.recipes.demo import (RECIPE_STEPS, DemoConfig, _announce_speed, _reference_model,
-                                    measure_steps_per_second, pretraining_settings, tfidf_baseline)
+from bertology.inference.predict import predict
+from bertology.inference.runners import load_finetuned
+from bertology.models.bert import BertConfig
+from bertology.recipes.demo import (RECIPE_STEPS, DemoConfig, _announce_speed, _reference_model, pretraining_settings,
+                                    tfidf_baseline)
 from bertology.tasks.readers import read_examples
 
 
@@ -68,7 +67,8 @@ def test_demo_writes_results_and_pictures(tmp_path, capsys):
     for picture in ("finetuning.png", "seed5/pretrained/training_curves.png",
                     "seed6/finetuned_pretrained/learning_curve.png"):
         assert (out / picture).stat().st_size > 10_000, picture
-    table = capsys.readouterr().out
+    table, err = capsys.readouterr()
+    assert "this machine pre-trains the tiny model" in err  # timed from the first seed's pre-training
     for line in ("BERT pre-trained here, then fine-tuned", "the same, fine-tuned from random weights",
                  "all-MiniLM-L6-v2, fine-tuned", "TF-IDF words", "majority"):
         assert line in table
@@ -90,27 +90,70 @@ def test_tfidf_baseline_chooses_c_on_the_training_set_and_scores_dev():
 
 
 def test_a_slow_machine_is_told_before_pretraining_starts(capsys):
-    cfg = DemoConfig(pretrain_steps=12_000, seeds=3)
+    cfg = DemoConfig(pretrain_steps=12_000, seeds=3, threads=2)
     _announce_speed(100.0, cfg)  # 2 minutes a seed: no warning
     said = capsys.readouterr().err
-    assert "3 x 12,000 steps take about 6.0 min" in said and "slower" not in said
+    assert "tiny model on 2 threads at 100.0 steps/s: 36,000 steps take about 6.0 min (3 x 12,000)" in said
+    assert "slower" not in said
     _announce_speed(10.0, cfg)  # 20 minutes a seed
     said = capsys.readouterr().err
     assert "take about 60.0 min" in said and "slower than the demo is meant to be" in said and "same" in said
+    assert "--threads 1 can be faster" in said  # what to do, not only why
+    _announce_speed(0.04, cfg)  # a machine busy with other programs: a speed, not "0 steps/s"
+    said = capsys.readouterr().err
+    assert "at 0.04 steps/s (25.0 s per step): 36,000 steps take about 250.0 h" in said
 
 
-def test_speed_measurement_times_real_steps_and_leaves_the_random_state_alone():
-    torch.manual_seed(3)
-    expected = torch.rand(3)
-    torch.manual_seed(3)
-    config = BertConfig.from_preset("tiny", vocab_size=120)
+def test_the_help_and_the_slow_run_note_say_the_readmes_measured_time(capsys):
+    import re
+    from pathlib import Path
 
-    class Ids:  # the four ids the measurement needs
-        mask_token_id, cls_token_id, sep_token_id, pad_token_id = 4, 2, 3, 0
+    from bertology.recipes.demo import MEASURED_MINUTES_PER_SEED, MEASURED_STEPS_PER_SECOND
 
-    rate = measure_steps_per_second(config, Ids(), "roberta", seq_len=16, seconds=0.3)
-    assert 0.01 < rate < 10_000  # a real step: not instantaneous, and under 100 s even on a loaded machine
-    assert torch.equal(torch.rand(3), expected)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    minutes, rate = re.search(r"with both cores free one seed takes ([\d.]+) minutes \(pre-training [\d.-]+ at\s+"
+                              r"(\d+) steps/s", readme).groups()
+    assert (float(minutes), int(rate)) == (MEASURED_MINUTES_PER_SEED, MEASURED_STEPS_PER_SECOND)
+    assert "a function of the seed and the thread count" in " ".join(readme.split())  # what determinism holds for
+    assert main(["demo", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"took {minutes} minutes a seed on 2 free CPU cores" in help_text and "10 minutes" not in help_text
+
+
+@pytest.mark.slow  # three short demos: about a minute
+def test_an_interrupted_demo_resumes_to_the_results_of_an_uninterrupted_one(tmp_path, monkeypatch, capsys):
+    import os
+    import signal
+
+    from bertology.training.loop import Trainer
+
+    settings = ["--pretrain-steps", "40", "--max-train-per-label", "5", "--finetune-epochs", "1",
+                "--reference-model", "", "--no-progress"]
+    assert main(["demo", "--out", str(tmp_path / "whole"), *settings]) == 0
+    whole = json.loads((tmp_path / "whole" / "results.json").read_text())
+
+    step = Trainer.train_step
+
+    def stopped_at_step_25(trainer):  # SIGTERM in the middle of pre-training, as `kill` sends it
+        result = step(trainer)
+        if trainer.step == 25:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return result
+
+    monkeypatch.setattr(Trainer, "train_step", stopped_at_step_25)
+    out = tmp_path / "stopped"
+    assert main(["demo", "--out", str(out), *settings]) == 130
+    assert "the same command with --resume continues it" in capsys.readouterr().err
+    monkeypatch.setattr(Trainer, "train_step", step)
+    assert main(["demo", "--out", str(out), *settings]) == 2  # never started over by mistake
+    assert "continue it with --resume" in capsys.readouterr().err
+    assert main(["demo", "--out", str(out), *settings, "--resume"]) == 0
+    assert "resumed from step 25" in capsys.readouterr().err
+    resumed = json.loads((out / "results.json").read_text())
+    assert resumed["runs"][0]["pretrained"] == whole["runs"][0]["pretrained"]
+    assert resumed["runs"][0]["from_scratch"] == whole["runs"][0]["from_scratch"]
+    assert (out / "seed0" / "pretrained" / "model.safetensors").read_bytes() == \
+        (tmp_path / "whole" / "seed0" / "pretrained" / "model.safetensors").read_bytes()
 
 
 def test_the_reference_pair_is_left_out_when_asked_or_when_the_default_is_not_installed(monkeypatch, capsys):
@@ -130,9 +173,9 @@ def test_the_reference_pair_is_left_out_when_asked_or_when_the_default_is_not_in
 def test_the_recipe_replaces_the_demos_pretraining_defaults_but_not_what_the_user_gave():
     plain = pretraining_settings(DemoConfig())
     assert plain["max_steps"] == 4_000 and plain["recipe"] is None
-    assert (plain["objective"], plain["seq_len"], plain["lr"], plain["batch_size"]) == ("roberta", 64, 1e-3, 32)
+    assert (plain["objective"], plain["max_seq_len"], plain["lr"], plain["batch_size"]) == ("roberta", 64, 1e-3, 32)
     crammed = pretraining_settings(DemoConfig(recipe="cramming"))
     assert crammed["recipe"] == "cramming" and crammed["max_steps"] == RECIPE_STEPS["cramming"]
-    assert not {"objective", "seq_len", "lr", "batch_size"} & set(crammed)  # the recipe's own, in PretrainConfig
+    assert not {"objective", "max_seq_len", "lr", "batch_size"} & set(crammed)  # the recipe's own, in PretrainConfig
     given = pretraining_settings(DemoConfig(recipe="cramming", pretrain_lr=3e-3, pretrain_steps=50))
-    assert given["lr"] == 3e-3 and given["max_steps"] == 50 and "seq_len" not in given
+    assert given["lr"] == 3e-3 and given["max_steps"] == 50 and "max_seq_len" not in given

@@ -11,8 +11,8 @@ from helpers import WORDS, keyword_sentence, save_task_model
 
 from bertology import BertConfig, BertModel, Tokenizer, UserError
 from bertology.cli import main
-from bertology.inference.modeldir import load_finetuned
 from bertology.inference.predict import predict
+from bertology.inference.runners import load_finetuned
 from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMForSequenceClassification
 from bertology.models.bert import BertForSequenceClassification
 from bertology.ops import IGNORE_INDEX
@@ -25,9 +25,9 @@ from bertology.recipes.distill import (
     run_distillation,
     teacher_targets,
 )
+from bertology.recipes.task_training import load_task_model
 from bertology.tasks.inputs import InputSettings
 from bertology.tasks.readers import TASKS, SequenceExample, TokenExample, read_examples
-from bertology.training.tasks import load_task_model
 
 
 @pytest.fixture(scope="module")

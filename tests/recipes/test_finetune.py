@@ -11,16 +11,17 @@ from helpers import save_tiny_elmo
 
 from bertology import BertModel, Tokenizer, UserError
 from bertology.cli import main
-from bertology.inference.modeldir import load_finetuned
+from bertology.data.tokenizer import train_tokenizer
 from bertology.inference.predict import predict
 from bertology.inference.predictor import Predictor
-from bertology.data.tokenizer import train_tokenizer
-from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
+from bertology.inference.runners import load_finetuned
+from bertology.inference.text_to_text import Casting, casting_for, encode_inputs, predict_text
+from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLMHeadModel
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel
 from bertology.models.static import StaticConfig, StaticVectors, tokenize_words
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.recipes.finetune import FinetuneConfig, run_finetuning
-from bertology.inference.text_to_text import Casting, casting_for, encode_inputs, predict_text
+from bertology.recipes.task_training import gradual_unfreezer, layer_depth, load_task_model
 from bertology.tasks.inputs import (
     Encoded,
     Feature,
@@ -31,7 +32,7 @@ from bertology.tasks.inputs import (
     encode,
 )
 from bertology.tasks.readers import TASKS, SequenceExample, SpanExample, TokenExample, read_examples
-from bertology.training.tasks import gradual_unfreezer, layer_depth, load_task_model, read_inputs
+from bertology.tasks.splits import read_inputs
 from bertology.uses.serve import ServeConfig, create_app, load_served
 
 
@@ -209,9 +210,9 @@ def test_bucketed_batches_cover_every_row_once_with_similar_lengths():
 
 def test_layer_depths_and_gradual_unfreezing(tiny_model):
     model = load_task_model(str(tiny_model), TASKS["sst2"])
-    assert layer_depth("bert.embeddings.word_embeddings.weight", 2) == 0
-    assert layer_depth("bert.layers.1.attention.qkv.weight", 2) == 2
-    assert layer_depth("classifier.dense.weight", 2) == 3
+    assert layer_depth(model, "bert.embeddings.word_embeddings.weight") == 0
+    assert layer_depth(model, "bert.layers.1.attention.qkv.weight") == 2
+    assert layer_depth(model, "classifier.dense.weight") == 3
     unfreeze = gradual_unfreezer(model)
     trainable = lambda: {n.split(".")[1] if n.startswith("bert.") else n.split(".")[0]  # noqa: E731
                          for n, p in model.named_parameters() if p.requires_grad}
@@ -312,7 +313,7 @@ def test_gpt_is_fine_tuned_whole(tmp_path, tiny_gpt, capsys):
     status = main(["finetune", "--task", "classification", "--train-file", "x.csv", "--model", str(tiny_gpt),
                    "--out", str(tmp_path / "f"), "--mode", "features"])
     err = capsys.readouterr().err.strip()
-    assert status == 2 and "a GPT is fine-tuned whole here (--mode finetune)" in err
+    assert status == 2 and "is fine-tuned whole here (--mode finetune)" in err
 
 
 @pytest.fixture(scope="module")
@@ -353,10 +354,9 @@ def test_t5_fine_tunes_text_to_text_scored_on_its_decoded_answers(tmp_path, tiny
 
 
 def load_config_task(directory):
-    from bertology.inference.modeldir import task_of
-    from bertology.models.t5 import T5Config
+    from bertology.inference.modeldir import open_model_dir
 
-    return task_of(T5Config.load(directory), str(directory))[0]
+    return open_model_dir(directory).task()[0]
 
 
 def test_text_to_text_casting_is_t5s():
@@ -391,7 +391,7 @@ def tiny_awd_lstm(tmp_path_factory, keyword_task):
     out = tmp_path_factory.mktemp("tiny_awd_lstm")
     tokenizer = train_tokenizer([keyword_task / "unlabeled.txt", keyword_task / "train.csv"], vocab_size=300, out_dir=out)
     torch.manual_seed(0)
-    AWDLSTMLanguageModel(AWDLSTMConfig(vocab_size=tokenizer.vocab_size, emb_sz=32, n_hid=64,
+    AWDLSTMLMHeadModel(AWDLSTMConfig(vocab_size=tokenizer.vocab_size, emb_sz=32, n_hid=64,
                                        pad_token_id=tokenizer.pad_token_id)).save_pretrained(out)
     return out
 
@@ -423,7 +423,7 @@ def test_ulmfits_layer_groups_for_the_awd_lstm_classifier(tiny_awd_lstm):
     top LSTM first and one more group each epoch."""
     spec = TASKS["sst2"]
     model = load_task_model(str(tiny_awd_lstm), spec)
-    depths = {name: layer_depth(name, 3) for name, _ in model.named_parameters()}
+    depths = {name: layer_depth(model, name) for name, _ in model.named_parameters()}
     assert depths["awd_lstm.encoder.weight"] == 0 and depths["awd_lstm.rnns.0.weight_hh_l0_raw"] == 1
     assert depths["awd_lstm.rnns.2.module.bias_ih_l0"] == 3 and depths["classifier.layers.1.2.weight"] == 4
     unfreeze = gradual_unfreezer(model)
@@ -444,7 +444,7 @@ def test_elmo_features_train_a_head_and_evaluate_and_predict(tmp_path, keyword_t
     lm_dir = save_tiny_elmo(tmp_path / "elmo", tokenizer, projection_dim=64, lstm_dim=128)
     common = dict(task="classification", train_file=str(keyword_task / "train.csv"), dev_file=str(keyword_task / "dev.csv"),
                   model=str(lm_dir), batch_size=16, lr=1e-2, cache_dir=str(tmp_path / "cache"))
-    with pytest.raises(UserError, match="ELMo's biLM is a feature source"):
+    with pytest.raises(UserError, match="is a fixed feature source: use --mode features"):
         finetune(tmp_path, "whole", **common)
     # Max pooling: a random biLM's layers carry the keyword in its own token's vectors and little
     # into its neighbours', so the mean over a sentence dilutes it (measured: 0.5 after 8 epochs).
@@ -459,7 +459,7 @@ def test_elmo_features_train_a_head_and_evaluate_and_predict(tmp_path, keyword_t
 
 
 def test_word_vectors_beside_elmo_features_carry_what_the_features_lack(tmp_path, keyword_task):
-    """ELMo's paper feeds its task models [x_k; ELMo_k]: --word-vectors puts each token's static
+    """ELMo's paper feeds its task models [x_k; ELMo_k]: --vectors puts each token's static
     vector in front of its features. A random biLM's mean-pooled features barely carry the
     keyword (measured: 0.5 after 8 epochs, see above); static vectors in which "excellent" stands
     out do, so the same head learns the task only with them, and the saved model (biLM, vectors,
@@ -476,7 +476,7 @@ def test_word_vectors_beside_elmo_features_carry_what_the_features_lack(tmp_path
                   model=str(lm_dir), batch_size=16, lr=1e-2, cache_dir=str(tmp_path / "cache"), mode="features",
                   feature_layers="mix", epochs=8)
     without, _ = finetune(tmp_path, "without", **common)
-    results, out = finetune(tmp_path, "with", word_vectors=str(vectors_dir), **common)
+    results, out = finetune(tmp_path, "with", vectors=str(vectors_dir), **common)
     assert results["accuracy"] > 0.9 and without["accuracy"] < 0.8, (results, without)  # measured: 1.0 and 0.66
     assert json.loads((out / "feature_head.json").read_text())["word_vector_size"] == 8
     model, tokenizer, spec, settings = load_finetuned(str(out))
@@ -487,17 +487,17 @@ def test_word_vectors_beside_elmo_features_carry_what_the_features_lack(tmp_path
 
 def test_word_vectors_are_refused_where_they_have_no_place(tmp_path, tiny_model, keyword_task):
     common = dict(task="classification", train_file=str(keyword_task / "train.csv"), dev_file=str(keyword_task / "dev.csv"))
-    with pytest.raises(UserError, match="--word-vectors goes with --mode features"):
-        finetune(tmp_path, "a", model=str(tiny_model), word_vectors=str(tiny_model), **common)
+    with pytest.raises(UserError, match="--vectors goes with --mode features"):
+        finetune(tmp_path, "a", model=str(tiny_model), vectors=str(tiny_model), **common)
     with pytest.raises(UserError, match="no such directory"):
-        finetune(tmp_path, "b", model=str(tiny_model), mode="features", word_vectors=str(tmp_path / "none"), **common)
-    with pytest.raises(UserError, match="not a static vectors directory"):
-        finetune(tmp_path, "c", model=str(tiny_model), mode="features", word_vectors=str(tiny_model), **common)
+        finetune(tmp_path, "b", model=str(tiny_model), mode="features", vectors=str(tmp_path / "none"), **common)
+    with pytest.raises(UserError, match="takes a static-vectors directory"):
+        finetune(tmp_path, "c", model=str(tiny_model), mode="features", vectors=str(tiny_model), **common)
     vectors_dir = tmp_path / "vectors"
     StaticVectors(StaticConfig("imported", 4, lowercase=True), ["excellent", "film"], torch.ones(2, 4)
                   ).save_pretrained(vectors_dir)
-    with pytest.raises(UserError, match="is word vectors already"):
-        finetune(tmp_path, "d", model=str(vectors_dir), mode="features", word_vectors=str(vectors_dir), **common)
+    with pytest.raises(UserError, match="reads word vectors already"):
+        finetune(tmp_path, "d", model=str(vectors_dir), mode="features", vectors=str(vectors_dir), **common)
 
 
 @pytest.mark.parametrize("name, first_line", [("valid.txt", "EU NNP B-NP B-ORG"), ("mine.txt", "-DOCSTART- -X- O O")])

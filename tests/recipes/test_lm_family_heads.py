@@ -22,8 +22,8 @@ from bertology.models.xlnet import (
     XLNetForTokenClassification,
     XLNetLMHeadModel,
 )
+from bertology.recipes.task_training import gradual_unfreezer, layer_depth, load_task_model, num_layers_of
 from bertology.tasks.readers import TASKS
-from bertology.training.tasks import gradual_unfreezer, layer_depth, load_task_model, num_layers_of
 
 SQUAD_SOURCE = "squad/train-v2.0.subset-first10articles.json"
 # family -> (the language model, its task classes and config.json `architectures` for conll2003 and squad)
@@ -163,7 +163,7 @@ def test_load_task_model_picks_the_token_and_span_heads_and_layers_have_depths(f
         model = load_task_model(str(models[family]), TASKS[task])
         assert type(model) is model_class and num_layers_of(model) == 2
         head = "classifier.weight" if task == "conll2003" else "qa_outputs.weight"
-        depths = {name: layer_depth(name, 2) for name, _ in model.named_parameters()}
+        depths = {name: layer_depth(model, name) for name, _ in model.named_parameters()}
         embedding = "transformer.wte.weight" if family == "gpt" else "transformer.word_embedding.weight"
         top = "transformer.h.1.attn.c_attn.weight" if family == "gpt" else "transformer.layer.1.ff.layer_1.weight"
         assert depths[embedding] == 0 and depths[top] == 2 and depths[head] == 3

@@ -13,7 +13,8 @@ from bertology import UserError
 from bertology.data.shards import build_corpus
 from bertology.data.token_stream import StreamBatches, TokenStream
 from bertology.data.tokenizer import Tokenizer, train_tokenizer
-from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMLanguageModel
+from bertology.models import family_named
+from bertology.models.awd_lstm import AWDLSTMLMHeadModel
 from bertology.models.elmo import ELMoModel
 from bertology.recipes.pretrain import PretrainConfig, discriminative_rates, run_pretraining
 
@@ -32,7 +33,7 @@ def corpus(data_dir, tmp_path_factory):
 
 def settings(root, out, **overrides):
     values = dict(arch="awd-lstm", corpus=[str(root / "wiki.txt")], tokenizer=str(root / "tokenizer"), out=str(out),
-                  cache_dir=str(root / "cache"), model=TINY, seq_len=32, batch_size=8, lr=3e-3, eval_fraction=0.1,
+                  cache_dir=str(root / "cache"), model=TINY, max_seq_len=32, batch_size=8, lr=3e-3, eval_fraction=0.1,
                   eval_batches=4, eval_every=0, log_every=1, save_every=0, precision="fp32", progress=False, seed=0)
     values.update(overrides)
     return PretrainConfig(**values)
@@ -70,7 +71,7 @@ def test_stream_rows_continue_from_batch_to_batch(corpus):
 
 @pytest.mark.slow
 def test_the_language_model_learns_and_saves_a_loadable_model(corpus, tmp_path):
-    cfg = settings(corpus, tmp_path, model={}, preset="tiny", lr=1e-2, batch_size=16, seq_len=64, max_steps=150, eval_every=75,
+    cfg = settings(corpus, tmp_path, model={}, preset="tiny", lr=1e-2, batch_size=16, max_seq_len=64, max_steps=150, eval_every=75,
                    log_every=10)
     assert run_pretraining(cfg) == "completed"
     evals = rows(tmp_path, "eval")
@@ -79,7 +80,7 @@ def test_the_language_model_learns_and_saves_a_loadable_model(corpus, tmp_path):
     # unigram statistics has perplexity 700-750 (measured at the plateau); this run: 0.075, 570.
     assert evals[-1]["lm_accuracy"] > 0.06 and evals[-1]["perplexity"] < 600
     assert evals[-1]["perplexity"] < evals[0]["perplexity"]
-    model = AWDLSTMLanguageModel.from_pretrained(tmp_path)
+    model = AWDLSTMLMHeadModel.from_pretrained(tmp_path)
     assert (model.config.emb_sz, model.config.n_hid) == (64, 192)  # the tiny preset
     assert Tokenizer.from_pretrained(tmp_path).vocab_size == model.config.vocab_size
 
@@ -94,11 +95,11 @@ def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_pa
 
 def test_target_lm_fine_tuning_starts_from_the_given_model(corpus, tmp_path):
     run_pretraining(settings(corpus, tmp_path / "general", max_steps=30))
-    general = AWDLSTMLanguageModel.from_pretrained(tmp_path / "general")
+    general = AWDLSTMLMHeadModel.from_pretrained(tmp_path / "general")
     cfg = settings(corpus, tmp_path / "target", tokenizer=None, model={}, init=str(tmp_path / "general"),
                    max_steps=1, lr=1e-7, layer_lr_decay=1 / 2.6, schedule="slanted_triangular")
     run_pretraining(cfg)
-    target = AWDLSTMLanguageModel.from_pretrained(tmp_path / "target")
+    target = AWDLSTMLMHeadModel.from_pretrained(tmp_path / "target")
     assert target.config.emb_sz == 32  # --init's config, not the preset's
     for (name, a), b in zip(general.state_dict().items(), target.state_dict().values()):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0, msg=name)
@@ -106,7 +107,7 @@ def test_target_lm_fine_tuning_starts_from_the_given_model(corpus, tmp_path):
 
 
 def test_discriminative_rates_divide_by_the_factor_per_layer_down():
-    scale = discriminative_rates(AWDLSTMConfig(vocab_size=10, **TINY), 1 / 2.6)
+    scale = discriminative_rates(family_named("awd-lstm").spec, TINY["n_layers"], 1 / 2.6)
     assert scale("model.awd_lstm.rnns.2.module.weight_ih_l0") == 1.0
     assert scale("model.awd_lstm.rnns.1.weight_hh_l0_raw") == pytest.approx(1 / 2.6)
     assert scale("model.awd_lstm.rnns.0.module.bias_hh_l0") == pytest.approx(1 / 2.6 ** 2)
@@ -121,14 +122,14 @@ def test_bad_input_is_a_one_line_error(corpus, tmp_path):
     bert = tmp_path / "bert"
     bert.mkdir()
     (bert / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    with pytest.raises(UserError, match="a bert model; --init takes an AWD-LSTM"):
+    with pytest.raises(UserError, match="a bert model; --init continues a model of --arch awd-lstm"):
         run_pretraining(settings(corpus, tmp_path / "b", init=str(bert), max_steps=5))
-    with pytest.raises(UserError, match="--layer-lr-decay is ULMFiT's"):
-        run_pretraining(settings(corpus, tmp_path / "c", arch="bert", model={}, layer_lr_decay=0.5, max_steps=5))
+    with pytest.raises(UserError, match="--layer-lr-decay scales the rates of a stack of layers; --arch t5 declares"):
+        run_pretraining(settings(corpus, tmp_path / "c", arch="t5", model={}, layer_lr_decay=0.5, max_steps=5))
     assert not (tmp_path / "c" / "metrics.jsonl").exists()
-    with pytest.raises(UserError, match="--objective bilm trains ELMo's .* use --arch elmo"):
+    with pytest.raises(UserError, match=r"not --objective bilm \(which trains --arch elmo\)"):
         run_pretraining(settings(corpus, tmp_path / "d", arch="bert", model={}, objective="bilm", max_steps=5))
-    with pytest.raises(UserError, match="--arch elmo is a bidirectional LSTM language model: its objective is bilm"):
+    with pytest.raises(UserError, match="--arch elmo trains with bilm, not --objective clm"):
         run_pretraining(settings(corpus, tmp_path / "e", arch="elmo", model={}, objective="clm", max_steps=5))
 
 

@@ -35,7 +35,7 @@ from bertology.recipes.pretrain import (
     run_pretraining,
 )
 from bertology.training.loop import metrics_from_counts
-from bertology.training.objectives import Electra, build_objective, ranked_pair_counts
+from bertology.training.objectives import build_objective, ranked_pair_counts
 
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
@@ -54,7 +54,7 @@ def corpus(data_dir, tmp_path_factory):
 def settings(root, out, **overrides):
     """A tiny, fast, fp32 run on the fixture corpus (fields overridable)."""
     values = dict(corpus=[str(root / "wiki.txt")], tokenizer=str(root / "tokenizer"), out=str(out),
-                  cache_dir=str(root / "cache"), preset="tiny", seq_len=64, batch_size=16, lr=1e-3,
+                  cache_dir=str(root / "cache"), preset="tiny", max_seq_len=64, batch_size=16, lr=1e-3,
                   eval_fraction=0.1, eval_batches=8, eval_every=0, log_every=10, save_every=0,
                   precision="fp32", progress=False, seed=0)
     values.update(overrides)
@@ -102,7 +102,7 @@ def test_each_objective_learns(corpus, tmp_path, objective):
 def test_run_writes_a_transformers_loadable_model_and_its_records(corpus, tmp_path):
     status = main(["pretrain", "--corpus", str(corpus / "wiki.txt"), "--tokenizer", str(corpus / "tokenizer"),
                    "--out", str(tmp_path), "--cache-dir", str(corpus / "cache"), "--preset", "tiny",
-                   "--seq-len", "64", "--batch-size", "8", "--max-steps", "20", "--log-every", "5",
+                   "--max-seq-len", "64", "--batch-size", "8", "--max-steps", "20", "--log-every", "5",
                    "--eval-fraction", "0.1", "--no-progress", "--precision", "auto"])
     assert status == 0
     for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json", "metrics.jsonl",
@@ -190,7 +190,7 @@ def test_bad_input_stops_before_training(corpus, tmp_path, capsys, problem):
         (tmp_path / "folder" / "image.png").write_bytes(b"\x89PNG")
         args += ["--corpus", str(tmp_path / "folder")]
     elif problem == "seq-len":
-        args += ["--corpus", str(text), "--seq-len", "1024"]
+        args += ["--corpus", str(text), "--max-seq-len", "1024"]
     elif problem == "bad-utf8":
         (tmp_path / "bad.txt").write_bytes(text.read_bytes()[:20000] + b"\nbroken \xff line\n")
         args += ["--corpus", str(tmp_path / "bad.txt")]
@@ -207,6 +207,35 @@ def test_bad_input_stops_before_training(corpus, tmp_path, capsys, problem):
         assert "bad.txt:" in err[0] and "UTF-8" in err[0]
 
 
+@pytest.mark.slow  # the README's command on one book: a vocabulary and 20 steps of the mini preset
+def test_one_book_is_a_corpus(data_dir, tmp_path, capsys):
+    book = data_dir / "gutenberg/11-alices-adventures-in-wonderland.txt"
+    assert main(["pretrain", "--corpus", str(book), "--out", str(tmp_path / "out"), "--max-steps", "20",
+                 "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"{book}: one text file, read as a document per paragraph" in err
+    documents, held_out = map(int, re.search(r"corpus: ([\d,]+) documents.*, ([\d,]+) held out\)", err).groups())
+    assert documents > 500 and held_out >= 5  # the paragraphs of the book, 1% of them held out
+    assert [row["step"] for row in rows(tmp_path / "out", "eval")] == [20]
+
+
+def test_corpus_errors_give_advice_that_works(corpus, tmp_path, capsys):
+    """The held-out text gives no evaluation: one document (none can be held out) says so; too
+    little held out says to raise --eval-fraction, and doing so fixes it."""
+    book = tmp_path / "one.txt"
+    book.write_text("One sentence. " * 200 + "\n", encoding="utf-8")
+    base = ["pretrain", "--tokenizer", str(corpus / "tokenizer"), "--cache-dir", str(tmp_path / "cache"),
+            "--arch", "awd-lstm", "--preset", "tiny", "--max-seq-len", "16", "--batch-size", "1", "--max-steps", "1",
+            "--precision", "fp32", "--no-progress"]
+    assert main([*base, "--corpus", str(book), "--doc-format", "file", "--out", str(tmp_path / "a")]) == 2
+    assert "the corpus is one document, so none can be held out" in capsys.readouterr().err
+    short = tmp_path / "short.txt"  # ten documents of 6 tokens: one held out is less than a window of 17
+    short.write_text("\n\n".join(f"A short text number {i}." for i in range(10)) + "\n", encoding="utf-8")
+    assert main([*base, "--corpus", str(short), "--out", str(tmp_path / "b")]) == 2
+    assert "raise --eval-fraction (now 0.01: 1 of the 10 documents)" in capsys.readouterr().err
+    assert main([*base, "--corpus", str(short), "--out", str(tmp_path / "c"), "--eval-fraction", "0.5"]) == 0
+
+
 @pytest.mark.slow
 def test_bad_lines_can_be_skipped_and_counted(corpus, tmp_path, capsys):
     text = corpus / "wiki.txt"
@@ -221,12 +250,12 @@ def test_bad_lines_can_be_skipped_and_counted(corpus, tmp_path, capsys):
 def test_config_file_supplies_settings_and_flags_win(corpus, tmp_path):
     config = tmp_path / "run.toml"
     config.write_text(f'corpus = ["{corpus / "wiki.txt"}"]\ntokenizer = "{corpus / "tokenizer"}"\n'
-                      f'cache_dir = "{corpus / "cache"}"\npreset = "tiny"\nseq_len = 32\nbatch_size = 4\n'
+                      f'cache_dir = "{corpus / "cache"}"\npreset = "tiny"\nmax_seq_len = 32\nbatch_size = 4\n'
                       f'max_steps = 50\nprogress = false\n[model]\npre_layer_norm = true\n')
     status = main(["pretrain", "--config", str(config), "--max-steps", "3", "--out", str(tmp_path / "out")])
     assert status == 0
     resolved = json.loads((tmp_path / "out" / "pretrain_config.json").read_text())
-    assert resolved["max_steps"] == 3 and resolved["seq_len"] == 32
+    assert resolved["max_steps"] == 3 and resolved["max_seq_len"] == 32
     assert resolved["model_config_resolved"]["pre_layer_norm"] is True
 
 
@@ -239,8 +268,8 @@ def test_unknown_config_key_is_an_error(tmp_path):
 
 def test_config_values_of_the_wrong_type_are_errors(tmp_path):
     config = tmp_path / "run.toml"
-    config.write_text('seq_len = "long"\n')
-    with pytest.raises(UserError, match="'seq_len' must be int"):
+    config.write_text('max_seq_len = "long"\n')
+    with pytest.raises(UserError, match="'max_seq_len' must be int"):
         read_settings(PretrainConfig, config)
     config.write_text('max_time = "20m"\nlr = 1\nmodel = {pre_layer_norm = true}\ntokenizer = "x"\n')
     assert read_settings(PretrainConfig, config)["lr"] == 1
@@ -263,7 +292,7 @@ def test_electra_rtd_auc_scores_the_detector_logits_against_the_replaced_tokens(
     """rtd_auc equals the AUC of the detector's logits at the real (non-special) tokens, against
     which of the discriminator's input tokens differ from the original text."""
     torch.manual_seed(0)
-    objective = Electra(BertConfig.from_preset("tiny", vocab_size=60, **NO_DROPOUT), mask_token_id=4)
+    objective = build_objective("electra", BertConfig.from_preset("tiny", vocab_size=60, **NO_DROPOUT), mask_token_id=4)
     ids = torch.randint(5, 60, (3, 20), generator=torch.Generator().manual_seed(1))
     ids[:, 0], ids[:, -1], ids[2, 11], ids[2, 12:] = 2, 3, 3, 0  # [CLS] ... [SEP], the last row padded
     attention_mask = (ids != 0).long()
@@ -311,7 +340,7 @@ def test_skip_bad_lines_also_holds_when_pretrain_trains_its_own_vocabulary(corpu
     (tmp_path / "bad.txt").write_bytes((corpus / "wiki.txt").read_bytes()[:200000] + b"\nbroken \xff line\n")
     status = main(["pretrain", "--corpus", str(tmp_path / "bad.txt"), "--skip-bad-lines", "--vocab-size", "1000",
                    "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "--preset", "tiny",
-                   "--seq-len", "64", "--batch-size", "8", "--max-steps", "2", "--precision", "fp32",
+                   "--max-seq-len", "64", "--batch-size", "8", "--max-steps", "2", "--precision", "fp32",
                    "--no-progress"])
     err = capsys.readouterr().err
     assert status == 0, err
@@ -333,7 +362,7 @@ def test_pretrain_reads_a_folder_of_jsonl_gz_and_parquet(corpus, tmp_path, capsy
     pyarrow.parquet.write_table(pyarrow.table({"content": articles[half:]}), folder / "part-1.parquet")
     status = main(["pretrain", "--corpus", str(folder), "--text-field", "content", "--vocab-size", "1000",
                    "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "--preset", "tiny",
-                   "--seq-len", "64", "--batch-size", "8", "--max-steps", "2", "--precision", "fp32",
+                   "--max-seq-len", "64", "--batch-size", "8", "--max-steps", "2", "--precision", "fp32",
                    "--no-progress"])
     err = capsys.readouterr().err
     assert status == 0, err
@@ -373,7 +402,7 @@ def test_electra_diagnostics_by_hand():
 def test_sop_balance_is_for_the_albert_objective(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("One sentence.\n")
-    with pytest.raises(UserError, match="--sop-balance balances ALBERT's sentence order, not the bert objective"):
+    with pytest.raises(UserError, match="--sop-balance is an option of the albert objective, not of bert"):
         PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), objective="bert", sop_balance=True,
                        max_steps=1).validate()
     PretrainConfig(corpus=[str(corpus)], out=str(tmp_path / "o"), objective="albert", sop_balance=True,
@@ -439,9 +468,10 @@ def test_dynamic_masking_stays_the_default_and_masks_afresh_every_epoch(corpus):
 
 @pytest.mark.parametrize("flags, message", [
     ({"static_masks": 0}, "--static-masks must be positive, got 0"),
-    ({"static_masks": 10, "objective": "clm"}, "--static-masks fixes the masks of a masked LM (bert, roberta, "
-                                               "albert, electra); the clm objective masks no tokens"),
-    ({"static_masks": 10, "arch": "t5"}, "the t5 objective masks no tokens"),
+    ({"static_masks": 10, "objective": "clm"}, "--static-masks 10 is an option of the bert or roberta or albert or "
+                                               "electra objective, not of clm"),
+    ({"static_masks": 10, "arch": "t5"}, "--static-masks 10 is an option of the bert or roberta or albert or "
+                                         "electra objective, not of t5"),
 ])
 def test_static_masks_need_a_positive_count_and_a_masked_lm(tmp_path, flags, message):
     corpus = tmp_path / "c.txt"
@@ -473,10 +503,44 @@ def test_gpt_learns_and_its_directory_is_transformers_own(corpus, tmp_path, layo
         torch.testing.assert_close(load_model(tmp_path)(ids).logits, reference.eval()(ids).logits, rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow
+def test_gpt_trains_gpt2s_byte_level_bpe_by_default_and_transformers_generates_the_same_text(corpus, tmp_path):
+    cfg = settings(corpus, tmp_path, arch="gpt", tokenizer=None, vocab_size=1000, pre_layer_norm=True, max_steps=60,
+                   batch_size=16, cache_dir=str(tmp_path / "cache"))
+    assert run_pretraining(cfg) == "completed"
+    assert {"vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json"} <= {p.name for p in tmp_path.iterdir()}
+    from bertology.inference.generation import GenerationConfig
+    from bertology.uses.generate import generate_text, load_generator
+
+    model, tokenizer = load_generator(tmp_path)
+    assert tokenizer.kind == "bpe" and "cls" not in tokenizer.special_tokens and "mask" not in tokenizer.special_tokens
+    end_of_text = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "gpt2" and config["bos_token_id"] == config["eos_token_id"] == end_of_text
+    their_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    reference, info = transformers.GPT2LMHeadModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    lines = (corpus / "wiki.txt").read_text(encoding="utf-8").split("\n")[:300]
+    assert their_tokenizer(lines)["input_ids"] == tokenizer(lines, padding=False, truncation=False,
+                                                            return_tensors=None)["input_ids"]
+    prompts = ["The game was", " In 1998 , the", "Valkyria Chronicles"]
+    ours = generate_text(model, tokenizer, prompts, GenerationConfig(max_new_tokens=12))
+    reference.eval()
+    for prompt, text in zip(prompts, ours):
+        ids = torch.tensor([[end_of_text] + their_tokenizer(prompt)["input_ids"]])  # as training saw a document start
+        with torch.no_grad():
+            torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=1e-4)
+            output = reference.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
+                                        pad_token_id=end_of_text)[0, ids.shape[1]:].tolist()
+        if end_of_text in output:
+            output = output[:output.index(end_of_text)]
+        assert text == their_tokenizer.decode(output)
+
+
 @pytest.mark.parametrize("flags, message", [
-    (dict(objective="roberta"), "--arch gpt is a left-to-right language model: its objective is clm, not roberta"),
-    (dict(share_layers=True), "--share-layers is a switch of the bert family, not of --arch gpt"),
-    (dict(embedding_size=64), "--embedding-size is a switch of the bert family")])
+    (dict(objective="roberta"), "--arch gpt trains with clm, not --objective roberta (which trains --arch bert)"),
+    (dict(share_layers=True), "--share-layers is a switch of --arch bert, not of --arch gpt"),
+    (dict(embedding_size=64), "--embedding-size 64 is a switch of --arch bert")])
 def test_gpt_refuses_what_only_bert_has(tmp_path, flags, message):
     corpus = tmp_path / "c.txt"
     corpus.write_text("One sentence.\n")
@@ -488,13 +552,13 @@ def test_gpt_refuses_what_only_bert_has(tmp_path, flags, message):
 
 
 @pytest.mark.parametrize("arch, flags, message", [
-    ("t5", dict(objective="bert"), "--arch t5 is trained by span corruption: its objective is t5, not bert"),
-    ("t5", dict(share_layers=True), "--share-layers is a switch of the bert family, not of --arch t5"),
-    ("t5", dict(pre_layer_norm=True), "--pre-layer-norm is a switch of the bert family, not of --arch t5"),
+    ("t5", dict(objective="bert"), "--arch t5 trains with t5, not --objective bert (which trains --arch bert)"),
+    ("t5", dict(share_layers=True), "--share-layers is a switch of --arch bert, not of --arch t5"),
+    ("t5", dict(pre_layer_norm=True), "--pre-layer-norm is a switch of --arch bert or gpt, not of --arch t5"),
     ("t5", dict(noise_density=1.5), "--noise-density must be between 0 and 1, got 1.5"),
-    ("bert", dict(objective="t5"), "--objective t5 (span corruption) trains an encoder-decoder: use --arch t5"),
-    ("gpt", dict(noise_density=0.3), "--noise-density is a switch of span corruption (--arch t5), not of --arch gpt"),
-    ("gpt", dict(gated_gelu=True), "--gated-gelu is a switch of the bert and t5 families, not of --arch gpt")])
+    ("bert", dict(objective="t5"), "not --objective t5 (which trains --arch t5)"),
+    ("gpt", dict(noise_density=0.3), "--noise-density 0.3 is an option of the t5 objective, not of clm"),
+    ("gpt", dict(gated_gelu=True), "--gated-gelu is a switch of --arch bert or t5, not of --arch gpt")])
 def test_t5_flags_belong_to_t5(tmp_path, arch, flags, message):
     corpus = tmp_path / "c.txt"
     corpus.write_text("One sentence.\n")
@@ -512,7 +576,7 @@ def test_t5_needs_a_tokenizer_with_enough_sentinels(corpus, tmp_path, capsys):
     assert status == 2 and "has no sentinel tokens <extra_id_N>" in err and "--model unigram --sentinels 100" in err
     train_tokenizer([corpus / "wiki.txt"], vocab_size=500, model="unigram", sentinels=3, out_dir=tmp_path / "few")
     status = main(["pretrain", "--arch", "t5", "--corpus", str(corpus / "wiki.txt"), "--tokenizer",
-                   str(tmp_path / "few"), "--out", str(tmp_path / "b"), "--max-steps", "1", "--seq-len", "128"])
+                   str(tmp_path / "few"), "--out", str(tmp_path / "b"), "--max-steps", "1", "--max-seq-len", "128"])
     err = capsys.readouterr().err.strip()
     assert status == 2 and "drops 6 spans per text: more than the tokenizer's 3 sentinels allow" in err
     assert len(err.splitlines()) == 1
@@ -554,5 +618,5 @@ def test_position_relative_pretrains_a_bert_with_t5s_bias(corpus, tmp_path):
     assert config["position_embedding_type"] == "relative" and config["relative_attention_num_buckets"] == 32
     encoder = BertModel.from_pretrained(tmp_path)  # what fine-tuning opens
     assert encoder.embeddings.position_embeddings is None and encoder.relative_attention_bias.weight.shape == (32, 2)
-    with pytest.raises(UserError, match="--position relative is a switch of the bert family, not of --arch gpt"):
+    with pytest.raises(UserError, match="--position relative is a switch of --arch bert, not of --arch gpt"):
         PretrainConfig(corpus=cfg.corpus, out=str(tmp_path / "o"), arch="gpt", position="relative", max_steps=1).validate()

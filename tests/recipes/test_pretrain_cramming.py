@@ -10,14 +10,15 @@ import torch
 
 from bertology import BertConfig, BertForMaskedLM, UserError
 from bertology.data.tokenizer import Tokenizer, train_tokenizer
+from bertology.models import family_named
 from bertology.recipes.pretrain import (
     RECIPE_PRESETS,
     RECIPES,
     PretrainConfig,
     padded_tokenizer,
+    recipe_refusal,
     run_pretraining,
-    saved_model_config,
-    training_model_config,
+    saved_config,
 )
 
 
@@ -33,7 +34,7 @@ def corpus(data_dir, tmp_path_factory):
 
 def settings(root, out, **overrides) -> PretrainConfig:
     values = dict(corpus=[str(root / "wiki.txt")], tokenizer=str(root / "tokenizer"), out=str(out),
-                  cache_dir=str(root / "cache"), preset="tiny", objective="roberta", seq_len=32, batch_size=8,
+                  cache_dir=str(root / "cache"), preset="tiny", objective="roberta", max_seq_len=32, batch_size=8,
                   lr=2e-3, eval_fraction=0.1, eval_batches=4, eval_every=0, log_every=5, save_every=0,
                   precision="fp32", progress=False, seed=0)
     return PretrainConfig(**{**values, **overrides})
@@ -60,14 +61,21 @@ def test_every_switch_reaches_the_model_and_the_saved_model_is_for_fine_tuning(c
 
 
 def test_dropout_is_the_pre_trainings_and_the_saved_config_keeps_the_models(tmp_path):
-    model_config = BertConfig.from_preset("tiny", vocab_size=100)
-    cfg = PretrainConfig(corpus=[], out=str(tmp_path), max_steps=1, dropout=0.0)
-    trained = training_model_config(cfg, model_config)
-    assert (trained.hidden_dropout_prob, trained.attention_probs_dropout_prob) == (0.0, 0.0)
-    saved = saved_model_config(cfg, trained, model_config)
-    assert (saved.hidden_dropout_prob, saved.attention_probs_dropout_prob) == (0.1, 0.1)
-    unchanged = PretrainConfig(corpus=[], out=str(tmp_path), max_steps=1)
-    assert training_model_config(unchanged, model_config) is model_config
+    spec = family_named("bert").spec
+    cfg = PretrainConfig(corpus=[], out=str(tmp_path), max_steps=1, dropout=0.0, pre_layer_norm=True)
+    assert cfg.model_overrides(spec) == {"pre_layer_norm": True}  # the saved model's fields: no dropout among them
+    assert cfg.training_overrides(spec) == {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    model_config = BertConfig.from_preset("tiny", vocab_size=100, **cfg.model_overrides(spec))
+    training = BertConfig.from_preset("tiny", vocab_size=100, pre_layer_norm=True, hidden_dropout_prob=0.0,
+                                      attention_probs_dropout_prob=0.0)
+    # what the objective's model holds (here with a head's fields of its own) gets the model's dropout back
+    trained_with = BertConfig.from_preset("tiny", vocab_size=100, pre_layer_norm=True, hidden_dropout_prob=0.0,
+                                          attention_probs_dropout_prob=0.0, num_labels=3)
+    saved = saved_config(trained_with, model_config, training)
+    assert (saved.hidden_dropout_prob, saved.attention_probs_dropout_prob, saved.num_labels) == (0.1, 0.1, 3)
+    assert saved.pre_layer_norm
+    assert saved_config(model_config, model_config, model_config) is model_config
+    assert PretrainConfig(corpus=[], out=str(tmp_path), max_steps=1).training_overrides(spec) == {}
 
 
 def test_padded_vocabulary_keeps_every_id_and_adds_unused_tokens(corpus):
@@ -94,8 +102,10 @@ def test_recipe_fills_defaults_only_and_picks_the_size_for_the_time(tmp_path):
     steps = bare(tmp_path, max_steps=10, recipe="cramming")
     steps.validate()
     assert steps.preset == "mini"  # no time budget: the size is the preset's
-    with pytest.raises(UserError, match="--recipe cramming pre-trains the bert family, not --arch gpt"):
+    with pytest.raises(UserError, match="--recipe cramming sets --no-bias, --gated-gelu, --dropout 0.0, which --arch gpt "
+                                        "does not take"):
         bare(tmp_path, max_steps=1, recipe="cramming", arch="gpt").validate()
+    assert recipe_refusal("cramming", "bert") is None
 
 
 def bare(tmp_path, **flags) -> PretrainConfig:
@@ -105,11 +115,16 @@ def bare(tmp_path, **flags) -> PretrainConfig:
 
 
 @pytest.mark.parametrize("flags, message", [
-    (dict(arch="gpt", bias=False), "--no-bias is a switch of the bert family, not of --arch gpt"),
-    (dict(arch="t5", dropout=0.0), "--dropout is a switch of the bert family, not of --arch t5"),
-    (dict(arch="gpt", vocab_multiple=64), "--vocab-multiple is a switch of the bert family"),
+    (dict(arch="gpt", bias=False), "--no-bias is a switch of --arch bert, not of --arch gpt"),
+    (dict(arch="t5", dropout=0.0), "--dropout 0.0 is a switch of --arch bert, not of --arch t5"),
     (dict(dropout=1.0), "--dropout must be below 1"),
     (dict(batch_ramp=0.5), "--batch-ramp grows the micro-batches per step up to --grad-accum")])
 def test_cramming_flags_are_checked(tmp_path, flags, message):
     with pytest.raises(UserError, match=re.escape(message)):
         bare(tmp_path, max_steps=1, **flags).validate()
+
+
+def test_vocab_multiple_pads_only_a_wordpiece_vocabulary(corpus, tmp_path):
+    train_tokenizer([corpus / "wiki.txt"], vocab_size=300, out_dir=tmp_path / "unigram", model="unigram")
+    with pytest.raises(UserError, match="--vocab-multiple pads a WordPiece vocabulary; this tokenizer is a unigram one"):
+        padded_tokenizer(Tokenizer.from_pretrained(tmp_path / "unigram"), 64)

@@ -93,7 +93,7 @@ def test_static_vectors_only_train_a_head(vectors_dir, topic_task, tmp_path, cap
     base = ["finetune", "--model", vectors_dir, "--task", "classification", "--train-file",
             topic_task / "train.jsonl", "--dev-file", topic_task / "dev.jsonl", "--no-progress"]
     status, _, err = run_cli(capsys, *base, "--out", tmp_path / "a")
-    assert status == 2 and "static word vectors have no encoder to fine-tune; use --mode features" in err
+    assert status == 2 and "is a fixed feature source: use --mode features" in err
     status, _, err = run_cli(capsys, *base, "--out", tmp_path / "b", "--mode", "features", "--feature-pooling", "cls")
     assert status == 2 and err.count("\n") == 1 and "mean or max" in err
     with pytest.raises(UserError, match="not span"):

@@ -14,11 +14,11 @@ import torch
 from helpers import WORDS, keyword_sentence, run_cli, save_tiny_vectors
 
 from bertology.errors import UserError
-from bertology.inference.modeldir import load_finetuned
 from bertology.inference.predict import score
+from bertology.inference.runners import load_finetuned
+from bertology.inference.static_heads import load_static_head
 from bertology.models.cove import SOURCE_SPECIALS, TARGET_SPECIALS, CoVeConfig, CoVeForTranslation
 from bertology.models.static import StaticConfig, StaticVectors
-from bertology.inference.static_heads import load_static_head
 from bertology.tasks.readers import read_examples
 
 KEYWORD_WORDS = [*WORDS, "excellent"]

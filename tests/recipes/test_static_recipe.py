@@ -1,9 +1,15 @@
-"""`bertology static` (recipes/static.py): training each method on a small made-up corpus, importing
+"""`bertology static` (recipes/static_vectors.py): training each method on a small made-up corpus, importing
 vectors, evaluation on hand-made vectors with known answers, neighbours, and bad input."""
 
 import json
 import math
+import os
 import random
+import re
+import struct
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,10 +21,11 @@ from gensim.models import FastText
 from gensim.models.fasttext import save_facebook_model
 from gensim.models.keyedvectors import KeyedVectors
 
+import bertology
 from bertology.data.shards import TokenizedCorpus
 from bertology.errors import UserError
 from bertology.models.static import GloVe, StaticConfig, StaticVectors, tokenize_words
-from bertology.recipes.static import (
+from bertology.recipes.static_vectors import (
     StaticEvalConfig,
     StaticNeighborsConfig,
     StaticTrainConfig,
@@ -63,7 +70,7 @@ def corpus(tmp_path_factory) -> Path:
 
 def settings(corpus: Path, out: Path, method: str, **changes) -> StaticTrainConfig:
     base = {"corpus": [str(corpus)], "out": str(out), "method": method, "vector_size": 16, "window": 3,
-            "min_count": 2, "epochs": 15, "bucket": 2000, "workers": 1, "eval_fraction": 0.1, "progress": False}
+            "min_count": 2, "epochs": 15, "bucket": 2000, "threads": 1, "eval_fraction": 0.1, "progress": False}
     return StaticTrainConfig(**{**base, **changes})
 
 
@@ -174,6 +181,17 @@ def test_max_time_stops_training(tmp_path, corpus, method):
     assert load(tmp_path / "out").vectors.shape[1] == 16
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["word2vec", "glove"])
+def test_training_says_up_front_how_long_it_takes(tmp_path, corpus, method, monkeypatch, capsys):
+    import bertology.recipes.static_vectors
+
+    monkeypatch.setattr(bertology.recipes.static_vectors, "ESTIMATE_AFTER_SECONDS", 0.0)  # glove: after its first batch
+    train(settings(corpus, tmp_path / "out", method, epochs=3, batch_size=64))
+    err = capsys.readouterr().err
+    assert err.count("training at ") == 1 and re.search(r"epochs/s.*: 3 epochs take about \d+ s", err), err
+
+
 def test_glove_threads_train_every_batch_once():
     """Two Hogwild threads run each batch of the order once (counted by entries and batches)."""
     glove = GloVe(5, 3, seed=0)
@@ -229,6 +247,38 @@ def test_unknown_method_and_bad_settings(tmp_path, corpus):
     check_fails(StaticTrainConfig(out=str(tmp_path / "out")), r"--corpus is required \(or --import-vectors\)")
 
 
+def test_glove_that_diverges_writes_no_vectors(tmp_path, corpus):
+    """--lr 1e30 (finite, so within its bounds): the vectors overflow; 634 of 634 NaN vectors were written."""
+    check_fails(settings(corpus, tmp_path / "out", "glove", lr=1e30, epochs=2),
+                r"the trained vectors hold NaN or infinite values: training diverged \(the learning rate --lr 1e\+30")
+
+
+@pytest.mark.parametrize("method, changes, message", [
+    ("glove", {"window": 10**9}, r"--window must be at most 10000, got 1000000000"),
+    ("word2vec", {"negative": 10**6}, r"--negative must be at most 100, got 1000000"),
+    ("word2vec", {"threads": 10**5}, r"--threads must be at most 256, got 100000"),
+    # found by the fuzz tier: gensim's own ValueError, a SIGSEGV, an OverflowError of its and one of ours
+    ("word2vec", {"negative": 0}, r"--negative must be positive, got 0"),
+    ("fasttext", {"lr": 100.0}, r"--lr must be at most 1 for fasttext, got 100 \(above it gensim's"),
+    ("word2vec", {"lr": 1e308}, r"--lr must be at most 1 for word2vec"),
+    ("word2vec", {"sample": 1e308}, r"--sample must be at most 1e\+09, got 1e\+308"),
+    ("glove", {"window": 10_000, "chunk_tokens": 2**30}, r"--chunk-tokens 1,073,741,824 x --window 10,000 needs about"),
+    ("fasttext", {"bucket": 2**40}, r"--bucket 1,099,511,627,776 x --vector-size 16 needs about [\d,.]+ GiB"),
+    ("glove", {"vector_size": 2**40}, r"--vector-size 1,099,511,627,776 over \d+ words needs about"),
+])
+def test_sizes_and_loops_are_bounded_before_they_start(tmp_path, corpus, method, changes, message):
+    """GloVe's --window 1e9, word2vec's --negative 1000000 and --workers 100000 hung; the sizes
+    below would have allocated terabytes."""
+    check_fails(settings(corpus, tmp_path / "out", method, **changes), message)
+
+
+@pytest.mark.slow
+def test_a_time_budget_of_1e308_seconds_trains_the_planned_epochs(tmp_path, corpus):
+    """Found by the fuzz tier: the epochs that fit 1e308 s, inf, were made an int (OverflowError)."""
+    summary = train(settings(corpus, tmp_path / "out", "word2vec", max_time=1e308, epochs=2))
+    assert summary["epochs"] == 2 and not summary["stopped_by_max_time"]
+
+
 def test_existing_output_is_refused(tmp_path, corpus):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("mine")
@@ -274,6 +324,110 @@ def test_import_a_facebook_fasttext_bin(tmp_path):
     model = load(tmp_path / "out")
     assert model.has_subwords() and model.config.bucket == 300
     assert np.allclose(model.vector("walkable").numpy(), ft.wv["walkable"], atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def fasttext_bin(tmp_path_factory) -> Path:
+    sentences = [["walking", "walked", "walks", "slowly"], ["talking", "talked", "talks", "loudly"]] * 20
+    ft = FastText(sentences, vector_size=8, min_count=1, epochs=3, bucket=300, workers=1, seed=1)
+    path = tmp_path_factory.mktemp("fasttext") / "ft.bin"
+    save_facebook_model(ft, str(path))
+    return path
+
+
+def damaged(data: bytes, where: int, value: bytes) -> bytes:
+    return data[:where] + value + data[where + len(value):]
+
+
+DICTIONARY = 8 + 48 + 8  # magic, version, 12 int32 arguments, a float64: the vocabulary's sizes follow
+FASTTEXT_DAMAGE = {
+    "vocabulary size": (lambda d: damaged(d, DICTIONARY, struct.pack("<i", 1_000_000)), "its dictionary claims"),
+    "vocabulary size, one byte": (lambda d: damaged(d, DICTIONARY + 2, b"\x01"), "its dictionary claims"),
+    "word count": (lambda d: damaged(d, DICTIONARY + 4, struct.pack("<i", -3)), "its dictionary claims"),
+    "labels": (lambda d: damaged(d, DICTIONARY + 8, struct.pack("<i", 2)), "a supervised model"),
+    "dimension": (lambda d: damaged(d, 8, struct.pack("<i", 9)), "matrix claims"),
+    "buckets": (lambda d: damaged(d, 8 + 32, struct.pack("<i", 10**9)), "matrix claims"),
+    "truncated": (lambda d: d[: len(d) // 2], "matrix claims"),
+    "cut in the vocabulary": (lambda d: d[: DICTIONARY + 24 + 100], "the file ends inside word"),
+    "trailing bytes": (lambda d: d + b"\0" * 12, "12 bytes after the last matrix"),
+    "header only": (lambda d: d[:30], "shorter than its header"),
+}
+
+
+@pytest.mark.parametrize("damage", list(FASTTEXT_DAMAGE))
+def test_a_damaged_fasttext_bin_is_one_line_at_once(tmp_path, fasttext_bin, damage):
+    """One changed byte in the vocabulary's size hung gensim's reader for over 600 s (it reads words
+    past the end of the file); other damage escaped as AssertionError, NotImplementedError, OverflowError."""
+    change, message = FASTTEXT_DAMAGE[damage]
+    (tmp_path / "ft.bin").write_bytes(change(fasttext_bin.read_bytes()))
+    start = time.perf_counter()
+    check_fails(StaticTrainConfig(import_vectors=str(tmp_path / "ft.bin"), out=str(tmp_path / "out")),
+                f"ft.bin: not a readable fastText .bin file \\(.*{message}")
+    assert time.perf_counter() - start < 5
+
+
+def test_a_binary_header_bigger_than_its_file_is_refused_before_allocating(tmp_path):
+    """A header of 100,000,000 x 100 in a small file allocated 37 GiB before reading any data."""
+    (tmp_path / "big.bin").write_bytes(b"100000000 100\nthe " + np.ones(100, dtype="<f4").tobytes())
+    check_fails(StaticTrainConfig(import_vectors=str(tmp_path / "big.bin"), out=str(tmp_path / "out")),
+                r"big.bin:1: the header says 100,000,000 words of 100 dimensions, more than the file's 418 bytes")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("the 1 2\ncat 3 nan\n".encode(), r"vectors.txt:2: the vector of 'cat' holds inf or nan"),
+    (b"the 1 2\ncaf\xe9 3 4\n", r"vectors.txt:2: not UTF-8 text"),  # a Latin-1 word, no header: GloVe's text
+    (b"2 2\nthe 1 2\ncaf\xe9 3 4\n", r"vectors.txt:3: not UTF-8 text"),  # with word2vec's header
+])
+def test_a_bad_vectors_file_names_its_line_and_word(tmp_path, content, message):
+    (tmp_path / "vectors.txt").write_bytes(content)
+    check_fails(StaticTrainConfig(import_vectors=str(tmp_path / "vectors.txt"), out=str(tmp_path / "out")), message)
+
+
+def test_a_byte_order_mark_is_no_part_of_the_first_word(tmp_path):
+    for encoding, text in (("utf-8-sig", "the 1 2\ncat 3 4\n"), ("utf-16", "the 1 2\ncat 3 4\n")):
+        (tmp_path / "glove.txt").write_bytes(text.encode(encoding))
+        train(StaticTrainConfig(import_vectors=str(tmp_path / "glove.txt"), out=str(tmp_path / encoding)))
+        assert load(tmp_path / encoding).words == ["the", "cat"]
+
+
+@pytest.fixture(scope="module")
+def fasttext_dir(tmp_path_factory, fasttext_bin) -> Path:
+    out = tmp_path_factory.mktemp("ftdir") / "vectors"
+    train(StaticTrainConfig(import_vectors=str(fasttext_bin), out=str(out)))
+    return out
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("truncated", r"subwords.safetensors: cannot read safetensors file"),
+    ("renamed", r"subwords.safetensors: no tensor named ngram_vectors \(it holds ngrams, vocab_vectors\)"),
+    ("nan", r"subwords.safetensors: ngram_vectors: the vector of bucket 7 holds inf or nan"),
+    ("nan word", r"subwords.safetensors: vocab_vectors: the vector of the word '\w+' \(row 2\) holds inf or nan"),
+    ("vocab", r"vocab.txt: not UTF-8 text"),
+])
+def test_a_damaged_vectors_directory_is_one_line(tmp_path, fasttext_dir, damage, message):
+    """A truncated subwords.safetensors, wrong tensor names or a non-UTF-8 vocab.txt gave tracebacks,
+    and NaN sub-word vectors were served (`neighbors` printed nan)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "vectors"
+    shutil.copytree(fasttext_dir, folder)
+    subwords = folder / "subwords.safetensors"
+    tensors = load_file(str(subwords))
+    if damage == "truncated":
+        subwords.write_bytes(subwords.read_bytes()[:100])
+    elif damage == "renamed":
+        save_file({"vocab_vectors": tensors["vocab_vectors"], "ngrams": tensors["ngram_vectors"]}, str(subwords))
+    elif damage.startswith("nan"):
+        name, row = ("vocab_vectors", 1) if damage == "nan word" else ("ngram_vectors", 7)
+        tensors[name][row, 3] = float("nan")
+        save_file(tensors, str(subwords))
+    else:
+        (folder / "vocab.txt").write_bytes(b"\xff" + (folder / "vocab.txt").read_bytes())
+    with pytest.raises(UserError, match=message) as error:
+        neighbors(StaticNeighborsConfig(vectors=str(folder), words=["walking"]))
+    assert "\n" not in str(error.value)
 
 
 # --- evaluation ---
@@ -362,7 +516,7 @@ def test_cli_trains_evaluates_and_lists_neighbours(tmp_path, corpus, capsys):
     out = tmp_path / "vectors"
     status, stdout, err = run_cli(capsys, "static", "train", "--corpus", corpus, "--out", out, "--method", "fasttext",
                                   "--vector-size", "16", "--window", "3", "--min-count", "2", "--epochs", "15",
-                                  "--bucket", "2000", "--workers", "1", "--no-progress")
+                                  "--bucket", "2000", "--threads", "1", "--no-progress")
     assert status == 0, err
     assert "fasttext:" in stdout and "wordsim353" in stdout and str(out) in stdout
     status, stdout, err = run_cli(capsys, "static", "evaluate", "--vectors", out, "--benchmarks", "simlex999")
@@ -384,3 +538,76 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
     status, _, err = run_cli(capsys, "static", "train", "--corpus", tmp_path, "--out", tmp_path / "v",
                              "--method", "bow")
     assert status == 2 and "bow" in err and "word2vec" in err
+
+
+# --- kill, SIGTERM, two runs at once: each one a process, as a user's would be ---
+
+
+def start_training(corpus: Path, out: Path, *flags: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(Path(bertology.__file__).parents[1]), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "bertology", "static", "train", "--corpus", str(corpus), "--out",
+                             str(out), "--method", "glove", "--vector-size", "16", "--min-count", "1", "--workers", "1",
+                             "--no-progress", *flags], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def wait_for_staging(out: Path, process: subprocess.Popen) -> None:
+    """Until the run writes into its hidden folder beside `out` (a file there newer than the
+    process: a killed run's folder may be there already), and a second more."""
+    started, deadline = time.time() - 1, time.monotonic() + 60
+
+    def writing() -> bool:
+        for folder in (p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.partial")):
+            try:
+                if any(f.stat().st_mtime >= started for f in folder.iterdir()):
+                    return True
+            except FileNotFoundError:  # being emptied
+                pass
+        return False
+
+    while not writing():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    time.sleep(1.0)  # reading and counting done: GloVe's epochs are running
+
+
+@pytest.fixture(scope="module")
+def long_corpus(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("long") / "verbs.txt", documents=60)
+
+
+@pytest.mark.slow
+def test_killed_and_terminated_runs_leave_nothing_and_the_next_run_succeeds(tmp_path, long_corpus):
+    """A killed static train left a hidden .NAME.partial-* folder each time."""
+    out = tmp_path / "vectors"
+    for _ in range(2):  # killed twice: nothing piles up
+        run = start_training(long_corpus, out, "--epochs", "500")
+        wait_for_staging(out, run)
+        run.kill()
+        run.wait()
+    run = start_training(long_corpus, out, "--epochs", "500")
+    wait_for_staging(out, run)
+    run.terminate()  # SIGTERM: cleaned up on the way out, as Ctrl-C
+    assert run.wait(30) == 130 and "interrupted" in run.communicate()[1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    train(settings(long_corpus, out, "glove", epochs=1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vectors"] and (out / "config.json").is_file()
+
+
+RACE_LOST = ("is being written by another run (its .vectors.partial is locked); wait for it to finish, or choose "
+             "another --out", "already exists and is not empty; choose another --out")
+
+
+@pytest.mark.slow
+def test_two_runs_into_one_out_one_wins_the_other_is_refused_in_one_line(tmp_path, long_corpus):
+    """Two static train into one --out ended in OSError: [Errno 39] Directory not empty. Started
+    together, whichever locks the folder first wins; the other is refused while it writes (or, if
+    it comes late, because the folder is there)."""
+    out = tmp_path / "vectors"
+    runs = [start_training(long_corpus, out, "--epochs", "100000", "--max-time", "4") for _ in range(2)]
+    errors = [run.communicate(timeout=300)[1] for run in runs]
+    results = sorted(zip((run.returncode for run in runs), errors))
+    assert [status for status, _ in results] == [0, 2], results
+    lost = results[1][1].strip()
+    assert lost.startswith(f"bertology: error: {out} ") and lost.endswith(RACE_LOST) and "\n" not in lost, lost
+    assert load(out).words and sorted(p.name for p in tmp_path.iterdir()) == ["vectors"]

@@ -67,7 +67,7 @@ def test_with_a_biLM_and_static_vectors_then_evaluate_predict_and_serve(capsys, 
     StaticVectors(StaticConfig("imported", 8, lowercase=True), words,
                   np.random.default_rng(0).normal(size=(3, 8)).astype(np.float32)).save_pretrained(vectors)
     run = tmp_path / "run"
-    status, out, err = train(capsys, names_task, run, "--lm", tiny_elmo, "--word-vectors", vectors)
+    status, out, err = train(capsys, names_task, run, "--lm", tiny_elmo, "--vectors", vectors)
     assert status == 0, err
     assert "reading the biLM" in out
     config = json.loads((run / "config.json").read_text())
@@ -110,7 +110,7 @@ def test_one_line_errors(capsys, names_task, tiny_model, tmp_path):
 
 
 def test_biLM_states_stay_with_their_sentences_when_one_has_no_words(tiny_elmo):
-    from bertology.recipes.taglm import prepare_tagger_data
+    from bertology.recipes.tagger import prepare_tagger_data
     from bertology.tasks.readers import TASKS, TokenExample
 
     train = [TokenExample("0", [], [], "t:1"), TokenExample("1", ["John", "ran"], ["B-PER", "O"], "t:3"),

@@ -1,4 +1,4 @@
-"""A T5 text to text on CoNLL-2003 and SQuAD (recipes/text_to_text.py): the casts and their
+"""A T5 text to text on CoNLL-2003 and SQuAD (recipes/text_to_text_finetuning.py): the casts and their
 round trips on real files, the cut inputs and the answers they lose, and finetune, evaluate and
 predict end to end on a tiny random T5, whose reported scores must be the ones recomputed here
 from its decoded outputs."""
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from bertology.cli import main
-from bertology.errors import UserError
 from bertology.data.tokenizer import Tokenizer, train_tokenizer
-from bertology.models.t5 import T5Config, T5ForConditionalGeneration
+from bertology.errors import UserError
+from bertology.inference import runners, text_to_text
 from bertology.inference.text_to_text import (
     EntityCasting,
     casting_for,
@@ -19,7 +19,7 @@ from bertology.inference.text_to_text import (
     entity_spans,
     predict_text,
 )
-from bertology.recipes import text_to_text
+from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.tasks.inputs import InputSettings
 from bertology.tasks.metrics import conll_metrics, squad_metrics
 from bertology.tasks.readers import TASKS, SpanExample, TokenExample, read_conll, read_squad
@@ -218,7 +218,8 @@ def gold_then_wrong(casting, tokenizer, examples, wrong: str) -> list[str]:
 
 def generating(monkeypatch, texts: list[str]) -> None:
     """Make the T5's generation return `texts` (in the order of the examples), to score known outputs."""
-    monkeypatch.setattr(text_to_text, "predict_text", lambda model, tokenizer, inputs, *args: texts[:len(inputs)])
+    for module in (text_to_text, runners):  # decoding for evaluate and predict; serve's answers
+        monkeypatch.setattr(module, "predict_text", lambda model, tokenizer, inputs, *args: texts[:len(inputs)])
 
 
 @pytest.mark.slow
@@ -321,4 +322,4 @@ def test_a_t5_refuses_windows_in_one_line(task_files, tmp_path, capsys):
     status = main(["finetune", "--task", "conll2003", "--data", str(task_files / "conll"), "--model",
                    str(task_files / "vocab/model"), "--out", str(tmp_path / "o"), "--long-inputs", "window"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert status == 2 and len(err) == 1 and "a T5's inputs are cut at --max-seq-len" in err[0]
+    assert status == 2 and len(err) == 1 and "a text-to-text model's inputs are cut at --max-seq-len" in err[0]

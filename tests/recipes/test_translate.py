@@ -10,6 +10,7 @@ import pytest
 from helpers import TOY_LEXICON, WORDS, keyword_sentence, run_cli, save_tiny_vectors, write_toy_parallel
 
 from bertology.cli import main
+from bertology.inference.modeldir import open_model_dir
 from bertology.models.cove import CoVeModel
 from bertology.models.static import StaticVectors
 from bertology.uses.wic import WicConfig, run_wic, target_views
@@ -114,7 +115,7 @@ def test_finetune_features_trains_a_head_over_glove_and_cove(trained, keyword_ss
     assert json.loads((tmp_path / "e.json").read_text())["accuracy"] == results["accuracy"]
     status, _, err = run_cli(capsys, "finetune", "--model", trained, "--task", "sst2", "--data", keyword_sst2,
                              "--out", tmp_path / "whole", "--no-progress")
-    assert status == 2 and err.count("\n") == 1 and "CoVe is a fixed feature source" in err
+    assert status == 2 and err.count("\n") == 1 and "is a fixed feature source: use --mode features" in err
 
 
 def test_wic_probe_reads_cove_and_its_glove_half(trained, tmp_path):
@@ -131,8 +132,37 @@ def test_wic_probe_reads_cove_and_its_glove_half(trained, tmp_path):
     assert results["family"] == "cove" and results["train_pairs"] == 10
     # the views are the model's own features at the target word
     model = CoVeModel.from_pretrained(trained)
-    views, _ = target_views(trained, "cove", [(sentences[2].split(), 0)], WicConfig(data="", model=""), "dev")
+    views, _ = target_views(open_model_dir(trained), [(sentences[2].split(), 0)], WicConfig(data="", model=""), "dev")
     features, _ = model([sentences[2].split()])
     np.testing.assert_allclose(views["[GloVe; CoVe]"][0], features[0, 0].numpy(), rtol=1e-6)
     width = model.config.input_size
     np.testing.assert_allclose(views["CoVe"][0], features[0, 0, width:].numpy(), rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_validation_perplexity_that_is_not_finite_stops_the_run_and_keeps_no_model(toy, tmp_path, capsys,
+                                                                                   monkeypatch):
+    import bertology.recipes.translate
+
+    monkeypatch.setattr(bertology.recipes.translate, "perplexity", lambda *args: {"loss": float("nan"),
+                                                                                  "perplexity": float("nan")})
+    status, _, err = run_cli(capsys, "translate", "train", "--data", toy["data"], "--vectors", toy["vectors"],
+                             "--out", tmp_path / "m", "--preset", "tiny", "--epochs", "0.1", "--no-progress")
+    assert status == 2 and err.strip().splitlines()[-1].startswith("bertology: error: the held-out loss became nan at")
+    assert not (tmp_path / "m" / "model.safetensors").exists() and not (tmp_path / "m" / "eval_results.json").exists()
+
+
+def test_beams_and_lengths_are_bounded_before_decoding(tmp_path, capsys):
+    """translate text --beam-size 100000 and --max-length 1e9 hung."""
+    from bertology.errors import UserError
+    from bertology.models.cove import CoVeConfig, CoVeForTranslation
+
+    config = CoVeConfig(input_size=8, hidden_size=8, num_layers=1, target_embedding_size=8, source_vocab_size=4,
+                        decoder_vocab_size=6)
+    model = CoVeForTranslation(config, ["<pad>", "<unk>", "a", "man"], ["<pad>", "<s>", "</s>", "<unk>", "ein", "Mann"])
+    with pytest.raises(UserError, match="--beam-size 100000 is more than the model's 6 German words"):
+        model.translate(["a man"], beam_size=100_000)
+    (tmp_path / "in.txt").write_text("a man\n")
+    status, _, err = run_cli(capsys, "translate", "text", "--model", tmp_path, "--input", tmp_path / "in.txt",
+                             "--max-length", str(10**9))
+    assert status == 2 and "--max-length: must be at most 1024, got 1000000000" in err

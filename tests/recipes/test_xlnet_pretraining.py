@@ -16,8 +16,8 @@ from helpers import assert_resumed_run_matches
 from bertology.cli import main
 from bertology.errors import UserError
 from bertology.recipes.pretrain import PretrainConfig, run_pretraining
+from bertology.recipes.task_training import layer_depth, load_task_model, num_layers_of
 from bertology.tasks.readers import TASKS
-from bertology.training.tasks import layer_depth, load_task_model, num_layers_of
 
 SUBJECTS = ["the cat", "a dog", "my friend", "the old man", "her sister", "the teacher", "a small bird", "the river"]
 VERBS = ["sees", "likes", "follows", "paints", "finds", "remembers", "watches", "carries"]
@@ -68,7 +68,7 @@ def pretrained(files):
     """A tiny XLNet pre-trained for 20 steps: (its directory, the command's stdout)."""
     out = files / "xlnet"
     status, stdout = run("pretrain", "--arch", "xlnet", "--corpus", files / "corpus.txt", "--out", out,
-                         "--preset", "tiny", "--max-steps", 20, "--seq-len", 32, "--batch-size", 8, "--vocab-size", 200,
+                         "--preset", "tiny", "--max-steps", 20, "--max-seq-len", 32, "--batch-size", 8, "--vocab-size", 200,
                          "--cache-dir", files / "cache", "--doc-format", "lines", "--eval-fraction", 0.2,
                          "--eval-every", 10, "--lr", 1e-3, "--precision", "fp32", "--no-progress")
     assert status == 0
@@ -77,7 +77,7 @@ def pretrained(files):
 
 def test_pretrain_arch_xlnet_writes_a_transformers_model_and_held_out_plm_metrics(pretrained):
     out, stdout = pretrained
-    assert "XLNet (two-stream) (plm objective; 2 layers, 128 wide" in stdout
+    assert "XLNet (two-stream; 2 layers, 128 wide" in stdout
     assert "permutation_lm_accuracy" in stdout
     evals = [row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
              if row.get("split") == "eval"]
@@ -132,7 +132,7 @@ def test_xlnet_task_heads_and_its_layers_have_depths(pretrained):
         load_task_model(str(model_dir), TASKS["wic"])
     model = load_task_model(str(model_dir), TASKS["sst2"])
     assert num_layers_of(model) == 2
-    depths = {name: layer_depth(name, 2) for name, _ in model.named_parameters()}
+    depths = {name: layer_depth(model, name) for name, _ in model.named_parameters()}
     assert depths["transformer.word_embedding.weight"] == depths["transformer.mask_emb"] == 0
     assert depths["transformer.layer.1.rel_attn.r_w_bias"] == 2 and depths["logits_proj.weight"] == 3
 
@@ -140,7 +140,7 @@ def test_xlnet_task_heads_and_its_layers_have_depths(pretrained):
 def settings(files, out, **overrides) -> PretrainConfig:
     """A tiny XLNet with memory on the generated corpus: 8 rows x 32 tokens, remembering 32 positions."""
     values = dict(arch="xlnet", corpus=[str(files / "corpus.txt")], out=str(out), cache_dir=str(files / "cache"),
-                  doc_format="lines", preset="tiny", vocab_size=200, seq_len=32, batch_size=8, mem_len=32, lr=1e-3,
+                  doc_format="lines", preset="tiny", vocab_size=200, max_seq_len=32, batch_size=8, mem_len=32, lr=1e-3,
                   eval_fraction=0.2, eval_every=0, log_every=1, save_every=0, precision="fp32", progress=False, seed=0)
     return PretrainConfig(**{**values, **overrides})
 
@@ -148,7 +148,7 @@ def settings(files, out, **overrides) -> PretrainConfig:
 def test_pretrain_xlnet_with_memory_reads_the_stream_and_evaluates_with_memory(files):
     out = files / "xlnet-memory"
     status, stdout = run("pretrain", "--arch", "xlnet", "--mem-len", 48, "--corpus", files / "corpus.txt", "--out",
-                         out, "--preset", "tiny", "--max-steps", 12, "--seq-len", 32, "--batch-size", 8,
+                         out, "--preset", "tiny", "--max-steps", 12, "--max-seq-len", 32, "--batch-size", 8,
                          "--vocab-size", 200, "--cache-dir", files / "cache", "--doc-format", "lines",
                          "--eval-fraction", 0.2, "--eval-every", 6, "--lr", 1e-3, "--precision", "fp32",
                          "--no-progress")
@@ -173,7 +173,7 @@ def test_an_interrupted_and_resumed_run_with_memory_matches_an_uninterrupted_one
 
 def test_a_bad_mem_len_is_a_one_line_error(files, tmp_path, capsys):
     for flags, message in ((["--arch", "xlnet", "--mem-len", "-1"], "--mem-len: must be at least 0, got -1"),
-                           (["--arch", "bert", "--mem-len", "8"], "--mem-len is XLNet's segment recurrence")):
+                           (["--arch", "bert", "--mem-len", "8"], "--mem-len 8 is a switch of --arch xlnet, not of --arch bert")):
         code = main(["pretrain", *flags, "--corpus", str(files / "corpus.txt"), "--out", str(tmp_path / "o"),
                      "--max-steps", "1", "--no-progress"])
         err = capsys.readouterr().err.strip().splitlines()
@@ -181,10 +181,9 @@ def test_a_bad_mem_len_is_a_one_line_error(files, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (dict(objective="bert"), "--arch xlnet is trained by permutation language modelling: its objective is plm, "
-                             "not bert"),
-    (dict(pre_layer_norm=True), "--pre-layer-norm is a switch of the bert family, not of --arch xlnet"),
-    (dict(arch="bert", objective="plm"), "--objective plm .* use --arch xlnet"),
+    (dict(objective="bert"), r"--arch xlnet trains with plm, not --objective bert \(which trains --arch bert\)"),
+    (dict(pre_layer_norm=True), "--pre-layer-norm is a switch of --arch bert or gpt, not of --arch xlnet"),
+    (dict(arch="bert", objective="plm"), r"not --objective plm \(which trains --arch xlnet\)"),
 ])
 def test_settings_xlnet_refuses(files, tmp_path, flags, message):
     with pytest.raises(UserError, match=message):

@@ -1,9 +1,11 @@
 """The shared training loop: schedules, budgets, parameter groups, checkpoints, metrics and TensorBoard."""
 
 import json
+import re
 import shutil
 import sys
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -13,7 +15,9 @@ from bertology.training.loop import (
     StepOutput,
     TrainConfig,
     Trainer,
+    check_no_earlier_run,
     lr_factor,
+    metrics_from_counts,
     parameter_groups,
     parse_duration,
     run_summary,
@@ -32,6 +36,13 @@ class Regression(nn.Module):
         error = self.linear(self.norm(batch["x"])).squeeze(-1) - batch["y"]
         return StepOutput(error.square().mean(), {"fit_correct": (error.abs() < 0.5).sum(),
                                                    "fit_total": torch.tensor(error.numel())})
+
+
+def test_each_language_model_loss_gets_its_own_perplexity_name():
+    counts = {f"{name}_loss_sum": 2.0 for name in ("mlm", "lm", "forward_lm", "permutation_lm")}
+    counts.update({f"{name}_total": 1.0 for name in ("mlm", "lm", "forward_lm", "permutation_lm")})
+    names = {name for name in metrics_from_counts(counts) if name.endswith("perplexity")}
+    assert names == {"mlm_perplexity", "perplexity", "forward_perplexity", "permutation_perplexity"}
 
 
 def batches(step):
@@ -83,6 +94,25 @@ def test_step_budget_logs_and_keeps_the_last_checkpoints(tmp_path):
     assert rows[-1]["loss"] < rows[0]["loss"] / 2 and rows[-1]["fit_accuracy"] > rows[0]["fit_accuracy"]
     assert rows[-1]["lr"] < rows[1]["lr"]  # decaying
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000020", "step-00000030"]
+
+
+def test_a_run_says_up_front_how_fast_it_trains_and_how_long_it_takes(tmp_path, monkeypatch, capsys):
+    """After its first timed steps (not the first, whose allocations are slow), every training
+    command's loop prints its speed and the whole run's time once, and tells the recipe's hook."""
+    import bertology.training.loop
+
+    monkeypatch.setattr(bertology.training.loop, "ESTIMATE_AFTER_SECONDS", 0.0)
+    speeds = []
+    config = TrainConfig(max_steps=30, save_every=15, progress=False, precision="fp32")
+    Trainer(Regression(), config, tmp_path / "run", batches, on_speed=speeds.append).fit()
+    err = capsys.readouterr().err
+    assert err.count("training at ") == 1 and len(speeds) == 1 and speeds[0] > 0
+    assert re.search(r"training at [\d.]+ steps/s: 30 steps take about \d+ s \(evaluations aside\)", err), err
+    (tmp_path / "run" / "checkpoints" / "step-00000030").rename(tmp_path / "run" / "kept")  # as if stopped at 15
+    config = TrainConfig(max_steps=30, progress=False, precision="fp32", resume=True, max_time=3600)
+    Trainer(Regression(), config, tmp_path / "run", batches).fit()
+    err = capsys.readouterr().err
+    assert "steps/s: 15 steps take about" in err and "(resumed at step 15; evaluations aside)" in err, err
 
 
 @pytest.mark.slow
@@ -190,6 +220,99 @@ def test_run_summary_weighs_each_rows_rate_by_its_seconds():
     assert summary["steps"] == 20 and summary["seconds"] == 6.0
     assert summary["tokens"] == 100 * 2 + 50 * 4 and summary["tokens_per_second"] == pytest.approx(400 / 6)
     assert summary["eval"] == {"accuracy": 0.6, "loss": 0.9}
+
+
+def test_a_fresh_run_refuses_a_folder_holding_the_users_files(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"the user's export")
+    with pytest.raises(UserError, match=r"is not empty \(model.safetensors\): a training run writes only into a new"):
+        check_no_earlier_run(tmp_path)
+    assert (tmp_path / "model.safetensors").read_bytes() == b"the user's export"
+
+
+def interrupted_run(out, **overrides):
+    """A 4-step run whose checkpoint at step 2 is the last: what a resume starts from."""
+    config = TrainConfig(max_steps=4, save_every=2, keep_last=2, progress=False, precision="fp32", **overrides)
+    Trainer(Regression(), config, out, batches).fit()
+    shutil.rmtree(out / "checkpoints" / "step-00000004")
+    return out / "checkpoints" / "step-00000002"
+
+
+@pytest.mark.parametrize("damage, message", [
+    ({"step": -5}, r"step -5 is not the step of this checkpoint \(step-00000002, of a run of 4 steps\)"),
+    ({"step": 10**12}, "step 1000000000000 is not the step of this checkpoint"),
+    ({"step": 3}, "step 3 is not the step of this checkpoint"),
+    ({"elapsed": float("nan")}, "elapsed time nan is not a number of seconds"),
+    ({"elapsed": -1.0}, "elapsed time -1.0 is not a number of seconds"),
+])
+def test_a_checkpoint_with_an_impossible_step_or_time_is_refused(tmp_path, damage, message):
+    checkpoint = interrupted_run(tmp_path)
+    state = json.loads((checkpoint / "state.json").read_text())
+    (checkpoint / "state.json").write_text(json.dumps({**state, **damage}))
+    config = TrainConfig(max_steps=4, save_every=2, keep_last=2, progress=False, precision="fp32", resume=True)
+    with pytest.raises(UserError, match=message) as error:
+        Trainer(Regression(), config, tmp_path, batches).fit()
+    assert "\n" not in str(error.value)
+
+
+def test_a_resume_with_other_settings_is_refused_listing_them(tmp_path):
+    interrupted_run(tmp_path, lr=1e-3)
+    config = TrainConfig(max_steps=6, save_every=3, keep_last=2, progress=False, precision="fp32", resume=True,
+                         lr=2e-3, seed=3)
+    with pytest.raises(UserError, match=r"--resume with other settings than the run was started with "
+                                        r"\(--lr 0.001 -> 0.002; --seed 0 -> 3\)"):
+        Trainer(Regression(), config, tmp_path, batches).fit()
+
+
+class Wider(Regression):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 2)
+
+
+def test_a_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
+    interrupted_run(tmp_path)
+    config = TrainConfig(max_steps=4, save_every=2, keep_last=2, progress=False, precision="fp32", resume=True)
+    with pytest.raises(UserError, match="cannot resume from this checkpoint: it does not fit this model") as error:
+        Trainer(Wider(), config, tmp_path, batches).fit()
+    assert "\n" not in str(error.value) and "weights_only" not in str(error.value)
+
+
+def test_a_diverging_run_stops_at_that_step_keeping_its_last_good_checkpoint(tmp_path):
+    config = TrainConfig(lr=1e30, warmup=0, schedule="constant", max_steps=20, save_every=1, log_every=1, keep_last=2,
+                         progress=False, precision="fp32", max_grad_norm=0)
+    trainer = Trainer(Regression(), config, tmp_path, batches)
+    with pytest.raises(UserError, match=r"^the loss became (inf|nan) at step (\d+) \(learning rate 1e\+30\): the "
+                                        r"learning rate is most likely too high") as error:
+        trainer.fit()
+    message = str(error.value)
+    assert "\n" not in message and f"its last good checkpoint is {trainer.checkpoint_dir(trainer.step)}" in message
+    kept = torch.load(trainer.checkpoint_dir(trainer.step) / "optimizer.pt", weights_only=True)  # readable
+    assert kept["state"] and all(torch.isfinite(p).all() for p in trainer.module.parameters())
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(np.isfinite(row["loss"]) for row in rows)
+
+
+def test_a_nan_evaluation_is_refused_and_nothing_reports_it(tmp_path):
+    saved = []
+    trainer = Trainer(Regression(), TrainConfig(max_steps=2, progress=False, precision="fp32"), tmp_path, batches,
+                      evaluate=lambda module: {"loss": float("nan"), "fit_accuracy": 0.5},
+                      save_model=lambda module: saved.append(True))
+    with pytest.raises(UserError, match="^the held-out loss became nan at step 2: the model's weights have diverged"):
+        trainer.fit()
+    assert not saved and "nan" not in (tmp_path / "metrics.jsonl").read_text().lower()
+
+
+def test_run_problems_flag_a_run_whose_last_metrics_are_not_finite(tmp_path):
+    from bertology.training.loop import run_problems
+
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"step": 10, "loss": 2.5}\n{"step": 10, "split": "eval", "loss": 2.4}\n')
+    assert run_problems(tmp_path) == []
+    log.write_text(log.read_text() + '{"step": 20, "loss": 2.1}\n{"step": 20, "split": "eval", "loss": NaN, '
+                                     '"perplexity": NaN}\n')
+    assert run_problems(tmp_path) == [f"{log}: the last evaluation (step 20) has loss nan: the run diverged"]
+    log.write_text("{not json\n")
+    assert run_problems(tmp_path)[0].startswith(f"{log}: cannot read the run's metrics")
 
 
 # --- Cramming's schedule and batch ramp ----------------------------------------------------------

@@ -100,7 +100,7 @@ def test_electra_options_the_paper_studies():
 
     # near-zero temperature: every sample is the generator's most likely token
     torch.manual_seed(0)
-    objective = build_objective("electra", config(), mask_token_id=4, temperature=1e-4).eval()
+    objective = build_objective("electra", config(), mask_token_id=4, generator_temperature=1e-4).eval()
     prepared = objective.prepare(batch(), torch.Generator().manual_seed(3))
     seen = {}
     objective.discriminator.register_forward_hook(lambda module, args, out: seen.update(inputs=args[0]))

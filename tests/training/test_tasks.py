@@ -5,7 +5,7 @@ import pytest
 from bertology.config import TaskConfig
 from bertology.errors import UserError
 from bertology.tasks.readers import generic_task
-from bertology.training.tasks import DEV_FRACTION, hold_out_dev, read_split
+from bertology.tasks.splits import DEV_FRACTION, hold_out_dev, read_split
 
 
 def write_csv(path, rows: int):
@@ -40,3 +40,13 @@ def test_a_file_too_small_to_split_is_refused(tmp_path):
     spec = generic_task("classification", ["0", "1"], "text", None, "label", name="classification")
     with pytest.raises(UserError, match="one.csv: 1 example\\(s\\), too few to hold out a dev set"):
         hold_out_dev(cfg, spec, read_split(cfg, spec, "train"), seed=0)
+
+
+def test_the_seeds_summary_lists_the_seeds_not_a_median_seed():
+    from bertology.tasks.readers import TASKS
+    from bertology.recipes.task_training import summarize
+
+    summary = summarize(TASKS["sst2"], [{"seed": 0, "accuracy": 0.5}, {"seed": 1, "accuracy": 0.7}])
+    assert summary["accuracy"] == pytest.approx(0.6) and summary["seeds"] == 2
+    assert not {"seed", "seed_min", "seed_max", "seed_std"} & set(summary)  # a seed is not a metric
+    assert [run["seed"] for run in summary["runs"]] == [0, 1]

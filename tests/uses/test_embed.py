@@ -77,8 +77,8 @@ def test_minilm_matches_sentence_transformers(capsys, tmp_path, minilm_dir, data
 def test_load_encoder_drops_the_head(tiny_dir, tiny):
     model, tokenizer = tiny
     classifier = BertForSequenceClassification.from_pretrained(tiny_dir)
-    assert type(model).__name__ == "BertModel" and not model.training
-    assert torch.equal(model.layers[3].ffn_out.weight, classifier.bert.layers[3].ffn_out.weight)
+    assert type(model.stack).__name__ == "BertModel" and not model.training
+    assert torch.equal(model.stack.layers[3].ffn_out.weight, classifier.bert.layers[3].ffn_out.weight)
     assert tokenizer.tokenize("unaffable") == ["un", "##aff", "##able"]
 
 
@@ -188,10 +188,10 @@ def test_sentence_jsonl_and_blank_lines(capsys, tiny_dir, tmp_path):
     (b"", [], "in.txt: no text to embed"),
     (b"the cat\n\na dog\n", [], "in.txt:2: empty line"),
     (b"the cat\n\xff dog\n", [], "in.txt:2: not valid UTF-8"),
-    (b'{"text": "the cat"}\n{"text": "a dog"\n', ["--field", "text"], "in.txt:2: not valid JSON"),
-    (b'{"text": "the cat"}\n{"body": "a dog"}\n', ["--field", "text"], "in.txt:2: no field 'text' (fields: body"),
-    (b'{"text": 3}\n', ["--field", "text"], "in.txt:1: field 'text' must be a string"),
-    (b'{"text": " "}\n', ["--field", "text"], "in.txt:1: empty text in field 'text'"),
+    (b'{"text": "the cat"}\n{"text": "a dog"\n', ["--text-field", "text"], "in.txt:2: not valid JSON"),
+    (b'{"text": "the cat"}\n{"body": "a dog"}\n', ["--text-field", "text"], "in.txt:2: no field 'text' (fields: body"),
+    (b'{"text": 3}\n', ["--text-field", "text"], "in.txt:1: field 'text' must be a string"),
+    (b'{"text": " "}\n', ["--text-field", "text"], "in.txt:1: empty text in field 'text'"),
     (b"the cat\n", ["--layers", "mix"], "layers: 'mix' is learned"),
     (b"the cat\n", ["--layers", "9"], "out of range"),
 ])
@@ -207,7 +207,7 @@ def test_user_errors_are_one_line(capsys, tiny_dir, tmp_path, content, flags, me
 def test_bad_paths_are_one_line(capsys, tiny_dir, tmp_path):
     (tmp_path / "in.txt").write_text("the cat\n", encoding="utf-8")
     cases = [(tmp_path / "nope", tmp_path / "in.txt", "out.npy", "nope: no such model directory"),
-             (tmp_path, tmp_path / "in.txt", "out.npy", "no tokenizer here"),
+             (tmp_path, tmp_path / "in.txt", "out.npy", "a model directory needs a config.json"),
              (tiny_dir, tmp_path / "missing.txt", "out.npy", "missing.txt: no such input file"),
              (tiny_dir, tmp_path / "in.txt", "out.csv", "must end in .npy or .jsonl")]
     for model, source, out_name, message in cases:

@@ -44,7 +44,7 @@ def test_attention_weights_are_softmax_rows_and_do_not_change_the_output(tiny_mo
     # Asking for the weights takes the explicit attention path; the encoding must be the same.
     ids = tokenizer("The bank raised its rates.", "Why?")
     plain = model(ids["input_ids"], token_type_ids=ids["token_type_ids"]).last_hidden_state
-    weighed = model(ids["input_ids"], token_type_ids=ids["token_type_ids"], output_attentions=True).last_hidden_state
+    weighed = model.stack(ids["input_ids"], token_type_ids=ids["token_type_ids"], output_attentions=True).last_hidden_state
     torch.testing.assert_close(weighed, plain, atol=1e-5, rtol=1e-5)
 
 
@@ -155,12 +155,12 @@ def test_senses_with_static_vectors_take_the_static_view_from_them(capsys, tmp_p
     assert report.static.within == pytest.approx(1.0) and report.static.across == pytest.approx(1.0)
     assert report.contextual.within > report.contextual.across
     status, stdout, err = run_cli(capsys, "explain", "senses", "--model", minilm_dir, "--word", "bank", "--out",
-                                  tmp_path / "cli.png", "--static", vectors)
+                                  tmp_path / "cli.png", "--vectors", vectors)
     assert status == 0, err
     missing = tmp_path / "no-bank"
     StaticVectors(StaticConfig("imported", 8, lowercase=True), ["river"], np.ones((1, 8), np.float32)).save_pretrained(missing)
     status, _, err = run_cli(capsys, "explain", "senses", "--model", minilm_dir, "--word", "bank", "--out",
-                             tmp_path / "x.png", "--static", missing)
+                             tmp_path / "x.png", "--vectors", missing)
     assert status == 2 and "'bank' has no vector in the static vectors" in err
     # the other words of the sentences keep their places only where the static vectors have them
     from bertology.uses.explain import sense_vectors, with_static_vectors

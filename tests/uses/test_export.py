@@ -9,9 +9,10 @@ from helpers import save_task_model
 
 from bertology import BertConfig, BertModel, Tokenizer, UserError
 from bertology.cli import main
-from bertology.inference.modeldir import load_finetuned, load_model
+from bertology.inference.modeldir import load_model
 from bertology.inference.onnx import OnnxModel
 from bertology.inference.predict import predict
+from bertology.inference.runners import load_finetuned
 from bertology.models.quantized import load_quantized, quantize
 from bertology.tasks.readers import TASKS, SpanExample, read_examples
 from bertology.uses.export import export_model
@@ -219,7 +220,8 @@ def test_user_mistakes_are_one_line_errors(tmp_path, models, sst2_data, monkeypa
         assert err.startswith("bertology: error:") and err.count("\n") == 1
         return err
 
-    assert "unknown export format" in fails("--model", source, "--format", "tflite", "--out", str(tmp_path / "a"))
+    assert "--format must be one of hf, int8, onnx, got 'tflite'" in fails("--model", source, "--format", "tflite",
+                                                                           "--out", str(tmp_path / "a"))
     assert "no such model directory" in fails("--model", str(tmp_path / "nope"), "--format", "hf", "--out",
                                               str(tmp_path / "b"))
     busy = tmp_path / "busy"
@@ -248,7 +250,7 @@ def test_user_mistakes_are_one_line_errors(tmp_path, models, sst2_data, monkeypa
 def test_a_failed_export_leaves_nothing_behind(tmp_path, models, monkeypatch):
     import bertology.uses.export as export
 
-    def broken(model, path):
+    def broken(model, path, context):
         path.write_bytes(b"half a graph")
         raise RuntimeError("exporter crashed")
 

@@ -5,10 +5,10 @@ import json
 
 import pytest
 import torch
-
 from helpers import save_tiny_gpt, save_tiny_t5
 
 from bertology.cli import main
+from bertology.errors import UserError
 from bertology.inference.generation import GenerationConfig, generate
 from bertology.models.bert import BertConfig, BertModel
 from bertology.uses.generate import generate_text, load_generator
@@ -145,3 +145,40 @@ def test_t5_bad_input_is_one_line(t5_dir, capsys, args, message):
     status, out, err = run(capsys, "--model", str(t5_dir), *args)
     assert status == 2 and not out
     assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"do_sample": True, "temperature": float("inf")}, "temperature (--temperature) must be positive and finite"),
+    ({"do_sample": True, "temperature": float("nan")}, "temperature (--temperature) must be positive and finite"),
+    ({"num_beams": 3, "length_penalty": -1e9}, "length_penalty must be a number from -10.0 to 10.0, got -1000000000.0"),
+    ({"num_beams": 3, "length_penalty": float("nan")}, "length_penalty must be a number from -10.0 to 10.0"),
+    ({"num_beams": 1000}, "num_beams (--num-beams) 1000 is more than the model's"),
+    ({"max_new_tokens": 10**9}, "max_new_tokens (--max-new-tokens) 1000000000 after a prompt of 2 tokens goes beyond"),
+])
+def test_generation_settings_the_model_cannot_run_are_one_line_errors(gpt_dir, settings, message):
+    """Through the Python API (the command line checks its context itself): uniform sampling at
+    temperature inf, a division by zero at length_penalty -1e9, more beams than the vocabulary has
+    tokens, and positions beyond the model's all ran (or crashed) before."""
+    model, tokenizer = load_generator(gpt_dir)
+    with pytest.raises(UserError) as error:
+        generate(model, torch.tensor([[1, 5]]), config=GenerationConfig(**{"max_new_tokens": 3, **settings}))
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_lone_surrogate_or_a_control_in_a_prompt_is_normalised(gpt_dir, capsys, tmp_path):
+    """A lone surrogate (from a JSON escape, or a non-UTF-8 byte in argv) gave TypeError: TextEncodeInput."""
+    model, tokenizer = load_generator(gpt_dir)
+    odd, clean = generate_text(model, tokenizer, ["the cat\ud800 sat\x00", "the cat\ufffd sat "],
+                               GenerationConfig(max_new_tokens=4))
+    assert odd == clean
+    status, out, err = run(capsys, "--model", str(gpt_dir), "--prompt", "the cat\udcff sat", "--max-new-tokens", "2",
+                           "--out", str(tmp_path / "out.jsonl"))
+    assert status == 0 and out.startswith("the cat\ufffd sat"), err
+    assert json.loads((tmp_path / "out.jsonl").read_text())["prompt"] == "the cat\ufffd sat"
+
+
+def test_a_seed_outside_the_generators_range_is_one_line(gpt_dir):
+    model, tokenizer = load_generator(gpt_dir)
+    for seed in (-1, 2**64):
+        with pytest.raises(UserError, match="seed \\(--seed\\) must be an integer from 0 to 4,294,967,295"):
+            generate_text(model, tokenizer, ["the cat"], GenerationConfig(do_sample=True), seed=seed)

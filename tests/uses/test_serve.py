@@ -17,13 +17,13 @@ from fastapi.testclient import TestClient
 from helpers import free_port, save_task_model, save_tiny_gpt, save_tiny_t5
 
 from bertology.cli import main
+from bertology.errors import UserError
 from bertology.inference.embedding import embed_texts
+from bertology.inference.generation import GenerationConfig
 from bertology.inference.predict import predict
 from bertology.inference.predictor import Predictor
 from bertology.tasks.inputs import encode
 from bertology.tasks.readers import SequenceExample, SpanExample, TokenExample
-from bertology.errors import UserError
-from bertology.inference.generation import GenerationConfig
 from bertology.uses.generate import generate_text, load_generator
 from bertology.uses.serve import ServeConfig, bind, create_app, load_served
 
@@ -369,6 +369,8 @@ def test_generate_gives_what_bertology_generate_gives(gpt):
     ({"prompts": [" ".join(["cat"] * 40)]}, 422, "prompts: prompt 1 has 41 tokens"),
     ({"prompts": ["the cat"], "max_new_tokens": "8"}, 422, "max_new_tokens: Input should be a valid integer"),
     ({"prompts": ["the cat"], "beams": 2}, 422, "beams: Extra inputs are not permitted"),
+    ({"prompts": ["the cat"], "seed": 2**70}, 422, "seed: Input should be less than or equal to 4294967295"),
+    ({"prompts": ["the cat"], "seed": -1}, 422, "seed: Input should be greater than or equal to 0"),
 ])
 def test_generate_rejects_bad_requests_with_4xx_and_keeps_serving(gpt, body, status, message):
     client, _ = gpt
@@ -385,7 +387,7 @@ def test_each_model_answers_only_the_routes_it_can(gpt, sst2):
         assert response.status_code == 400 and "generates text (openai-gpt): it serves /generate only" in response.json()["detail"]
     response = sst2.post("/generate", json={"prompts": ["good"]})
     assert response.status_code == 400 and "(classification) does not generate text" in response.json()["detail"]
-    with pytest.raises(UserError, match="a GPT or T5 is served in fp32"):
+    with pytest.raises(UserError, match="computes in fp32 only"):
         load_served(str(client.get("/info").json()["model_dir"]), "bf16")
 
 
@@ -402,3 +404,17 @@ def test_generate_serves_a_t5s_outputs(tmp_path):
         assert info["model_type"] == "t5" and info["encoder_decoder"] is True
         response = client.post("/generate", json={"prompts": ["x"], "max_new_tokens": 64})
         assert response.status_code == 422 and "decoder limit of 63 tokens" in response.json()["detail"]
+
+
+def test_a_lone_surrogate_in_any_text_is_answered_not_a_500(gpt, sst2):
+    """JSON's "\\ud800" escape decodes to a lone surrogate, which the tokenizers refuse (a TypeError: 500)."""
+    client, _ = gpt
+    for route, field, answer in (("/generate", "prompts", "continuations"),):
+        response = client.post(route, content='{"%s": ["the cat \\ud800"], "max_new_tokens": 2}' % field,
+                               headers={"content-type": "application/json"})
+        assert response.status_code == 200 and len(response.json()[answer]) == 1, response.text
+    for route, answer in (("/predict", "predictions"), ("/embed", "embeddings")):
+        response = sst2.post(route, content='{"texts": ["good \\udc80 film"]}',
+                             headers={"content-type": "application/json"})
+        assert response.status_code == 200 and response.json()[answer] == sst2.post(route, json={"texts": [
+            "good \ufffd film"]}).json()[answer], response.text

@@ -10,16 +10,16 @@ from helpers import GPT_TEXT, run_cli, save_tiny_vectors, tiny_t5_config
 
 from bertology.data.tokenizer import train_tokenizer
 from bertology.errors import UserError
-from bertology.inference import predictor as predictor_module
+from bertology.inference import runners as runners_module
+from bertology.inference import text_to_text as text_to_text_module
 from bertology.inference.modeldir import describe_task
 from bertology.inference.predictor import Predictor
+from bertology.inference.runners import open_runner
 from bertology.inference.static_heads import load_static_head, open_word_features, predict_examples
 from bertology.inference.text_to_text import casting_for, predict_text
 from bertology.models.features import FeatureHead, HeadConfig
 from bertology.models.t5 import T5ForConditionalGeneration
-from bertology.recipes import text_to_text as text_to_text_recipe
 from bertology.recipes.static_features import save_head
-from bertology.recipes.text_to_text import predict_directory
 from bertology.tasks.inputs import InputSettings
 from bertology.tasks.readers import TASKS, SequenceExample, SpanExample, TokenExample
 from bertology.uses.serve import ServeConfig, create_app, load_served
@@ -104,7 +104,7 @@ def conll_tags(written: str) -> list[list[str]]:
 # ----- a T5 fine-tuned text to text ----------------------------------------------------------------
 
 def recording(monkeypatch) -> list[str]:
-    """A list that receives every output `bertology predict` generates for a T5 (recipes/text_to_text.py)."""
+    """A list that receives every output `bertology predict` generates for a T5 (inference/text_to_text.py)."""
     written = []
 
     def record(*args, **kwargs) -> list[str]:
@@ -112,7 +112,7 @@ def recording(monkeypatch) -> list[str]:
         written.extend(texts)
         return texts
 
-    monkeypatch.setattr(text_to_text_recipe, "predict_text", record)
+    monkeypatch.setattr(text_to_text_module, "predict_text", record)
     return written
 
 
@@ -146,12 +146,12 @@ def test_t5_question_answering_and_tagging_answer_what_bertology_predict_gives(t
         assert response.status_code == 200, response.text
         answers = response.json()["predictions"]
     examples = [SpanExample(str(i), q, CONTEXT, [], False, "x") for i, q in enumerate(QUESTIONS)]
-    expected = predict_directory(str(model_dir), predictor.spec, predictor.settings, examples, batch_size=64)
+    expected = open_runner(str(model_dir), "fp32").predict(examples, batch_size=64)  # what `bertology predict` writes
     assert [a["answer"] for a in answers] == [expected[str(i)] for i in range(len(QUESTIONS))]
     assert len({a["answer"] for a in answers}) == len(QUESTIONS)
     for example, a in zip(examples, answers):
         assert set(a) == {"answer", "start", "end", "output", "valid"}
-        parsed, valid = predictor.casting.parse(a["output"], example)
+        parsed, valid = predictor.runner.casting.parse(a["output"], example)
         assert (parsed or "", valid) == (a["answer"], a["valid"])
 
     model_dir = t5_dirs["conll2003"]
@@ -170,7 +170,7 @@ def test_t5_outputs_are_read_as_labels_answers_and_tags_or_marked_invalid(t5_dir
     """Known outputs in place of generation (a random T5 writes no label): each is read back as
     `bertology predict` reads it, and one that is no answer is marked invalid."""
     def generating(texts: list[str]) -> None:
-        monkeypatch.setattr(predictor_module, "predict_text",
+        monkeypatch.setattr(runners_module, "predict_text",
                             lambda model, tokenizer, inputs, *args: texts[:len(inputs)])
 
     generating(["positive", "negative", "rather good"])
@@ -296,7 +296,7 @@ def test_malformed_json_and_the_routes_these_models_do_not_serve_are_4xx(clients
         broken = client.post("/predict", content=b'{"texts": ["good",', headers={"content-type": "application/json"})
         assert broken.status_code == 400 and "malformed JSON" in broken.json()["detail"]
         embed = client.post("/embed", json={"texts": ["good"]})
-        assert embed.status_code == 400 and "has no BERT encoder to embed with" in embed.json()["detail"]
+        assert embed.status_code == 400 and "has no layers to embed with" in embed.json()["detail"]
         generate = client.post("/generate", json={"prompts": ["good"]})
         assert generate.status_code == 400 and "(classification) does not generate text" in generate.json()["detail"]
         assert client.post("/predict", json={"texts": ["good"]}).status_code == 200
@@ -304,7 +304,7 @@ def test_malformed_json_and_the_routes_these_models_do_not_serve_are_4xx(clients
 
 def test_precision_bf16_is_refused_in_one_line_for_both(t5_dirs, static_dirs):
     for model_dir in (t5_dirs["sst2"], static_dirs["sst2"]):
-        with pytest.raises(UserError, match="runs in fp32 only"):
+        with pytest.raises(UserError, match="computes in fp32 only"):
             load_served(str(model_dir), "bf16")
 
 

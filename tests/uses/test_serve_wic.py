@@ -10,8 +10,8 @@ from helpers import run_cli, save_task_model
 
 from bertology.cli import main
 from bertology.errors import UserError
-from bertology.inference.modeldir import load_finetuned
 from bertology.inference.predictor import Predictor
+from bertology.inference.runners import load_finetuned
 from bertology.tasks.inputs import collate, encode
 from bertology.tasks.readers import read_wic
 from bertology.uses.serve import ServeConfig, create_app, load_served

@@ -14,14 +14,13 @@ from bertology import Tokenizer, UserError
 from bertology.cli import main
 from bertology.data.tokenizer import train_tokenizer
 from bertology.inference.embedding import load_encoder
-from bertology.inference.modeldir import load_model
-from bertology.models import family_of
-from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMForSequenceClassification, AWDLSTMLanguageModel
+from bertology.inference.modeldir import load_model, open_model_dir
+from bertology.models.awd_lstm import AWDLSTMConfig, AWDLSTMForSequenceClassification, AWDLSTMLMHeadModel
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration
 from bertology.models.xlnet import XLNetConfig, XLNetLMHeadModel
 from bertology.tasks.readers import read_wic
-from bertology.uses.wic import WicConfig, contextual_vectors, load_layers, pair_features, run_wic, word_spans
+from bertology.uses.wic import WicConfig, contextual_vectors, pair_features, run_wic, word_spans
 
 PAIRS = [  # word, pos, i1-i2, sentence 1, sentence 2, same sense
     ("bank", "N", "4-1", "He sat by the bank of the river .", "The bank raised its rates .", "F"),
@@ -82,7 +81,7 @@ def test_the_command_probes_every_layer(tmp_path, tiny_model, capsys):
     results = json.loads((tmp_path / "r.json").read_text())
     assert [row["layer"] for row in results["layers"]] == ["embeddings", "layer 1", "layer 2", "mean of all layers"]
     assert results["train_pairs"] == 20 and results["dev_pairs"] == 4 and results["majority"] == 0.5
-    assert main(["wic", "--data", str(folder), "--model", str(tiny_model), "--max-train-pairs", "8",
+    assert main(["wic", "--data", str(folder), "--model", str(tiny_model), "--max-train-examples", "8",
                  "--out", str(tmp_path / "s.json")]) == 0
     subset = json.loads((tmp_path / "s.json").read_text())
     assert subset["train_pairs"] == 8 and subset["dev_pairs"] == 4
@@ -131,9 +130,9 @@ def save_family(root, name):
             decoder_start_token_id=tokenizer.pad_token_id))
     else:
         config = AWDLSTMConfig(vocab_size=vocab, emb_sz=16, n_hid=24, n_layers=3, pad_token_id=tokenizer.pad_token_id)
-        model = AWDLSTMLanguageModel(config)
+        model = AWDLSTMLMHeadModel(config)
         if name == "awd-lstm-classifier":  # ULMFiT's classifier: the same encoder under a pooling head
-            classifier = AWDLSTMForSequenceClassification(config.for_classification(2, None))
+            classifier = AWDLSTMForSequenceClassification(config.for_task(2, None))
             classifier.awd_lstm.load_state_dict(model.awd_lstm.state_dict())
             model = classifier
     model.eval().save_pretrained(out)
@@ -148,17 +147,17 @@ def family_dirs(tmp_path_factory):
 
 def probe_vectors(model_dir, sentences):
     """The probe's target vectors, (N, H) per layer, read on the CPU in one padded batch."""
-    family = family_of(model_dir).name
-    model, tokenizer = load_layers(model_dir, family, device="cpu")
+    opened = open_model_dir(model_dir)
+    model, tokenizer = opened.feature_encoder(device="cpu")
     return contextual_vectors(model, tokenizer, sentences, batch_size=len(sentences), precision="fp32",
-                              leading_cls=family != "t5")
+                              leading_cls=opened.spec.leading_summary_token)
 
 
 def reference_states(model_dir, ids):
     """Every layer's states (T, H) of one unpadded row of ids, computed by transformers' own
     classes from the saved directory (an AWD-LSTM: its language model's LSTM outputs under its
     embedding rows), independently of the probe and of bertology's output_hidden_states."""
-    transformers = pytest.importorskip("transformers", reason="transformers is the reference (a dev dependency)")
+    transformers = pytest.importorskip("transformers")  # the reference (tests/test_references.py)
     name = model_dir.name
     batch = torch.tensor([ids])
     with torch.no_grad():
@@ -234,14 +233,14 @@ def test_context_reaches_the_target_only_from_where_the_model_reads(family_dirs,
 def test_run_wic_and_the_command_probe_every_layer_of_each_family(family_dirs, name, tmp_path, capsys):
     folder = write_wic(tmp_path / "wic", PAIRS * 5)
     write_wic(folder, PAIRS, split="dev")
-    summary = run_wic(WicConfig(data=str(folder), model=str(family_dirs[name]), max_train_pairs=8,
+    summary = run_wic(WicConfig(data=str(folder), model=str(family_dirs[name]), max_train_examples=8,
                                 precision="fp32"))
     # An AWD-LSTM's LSTMs (24 wide) are wider than its embedding and last LSTM (16): no mean of them.
     names = LAYER_NAMES[name] + ([] if name.startswith("awd-lstm") else ["mean of all layers"])
     assert [row["layer"] for row in summary["layers"]] == names
     assert summary["train_pairs"] == 8 and summary["dev_pairs"] == 4
     assert all(0.0 <= row["dev_accuracy"] <= 1.0 for row in summary["layers"])
-    assert main(["wic", "--data", str(folder), "--model", str(family_dirs[name]), "--max-train-pairs", "8",
+    assert main(["wic", "--data", str(folder), "--model", str(family_dirs[name]), "--max-train-examples", "8",
                  "--out", str(tmp_path / "r.json")]) == 0
     assert names[-1] in capsys.readouterr().out
     assert json.loads((tmp_path / "r.json").read_text())["layers"] == summary["layers"]

@@ -12,8 +12,10 @@ whole documents (the rule of `pretrain`'s split), and keeps the words seen at le
 - GloVe (Pennington et al. 2014): co-occurrences counted by data/cooccurrence.py, then
   models/static.py's `GloVe` (AdaGrad on the weighted least-squares loss).
 
-The output directory is built in a hidden folder beside it and renamed into place at the end,
-so a failed or interrupted run leaves nothing that looks like a finished model. It holds the
+The output directory is built in a hidden folder beside it and renamed into place at the end
+(files.py's `staging_directory`), so a failed or interrupted run leaves nothing that looks like a
+finished model, a second run into the same --out is refused while the first writes, and a
+killed run's folder is reused by the next. It holds the
 vectors directory of models/static.py plus `metrics.jsonl` (one row per epoch),
 `training_curves.png` and `results.json` (held-out OOV rates, timings, the evaluation).
 
@@ -25,17 +27,15 @@ to b - a + c, the three question words excluded; Mikolov et al. 2013).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
+import mmap
 import os
-import shutil
 import struct
 import sys
+import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,11 +47,12 @@ from gensim.models.fasttext import load_facebook_vectors
 from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
-from ..config import check_settings, setting
+from ..config import Threads, check_settings, override, resolve_threads, setting
 from ..data.cooccurrence import CooccurrenceCounter
-from ..data.corpus import DOC_FORMATS, ReadStats, read_documents, reading_notes
+from ..data.corpus import DOC_FORMATS, ReadStats, corpus_notes, read_documents, reading_notes
 from ..errors import UserError
-from ..files import write_json_atomic
+from ..files import staging_directory, write_json_atomic
+from ..memory import FP32_BYTES, check_fits
 from ..models.static import (
     IMPORTED,
     METHODS,
@@ -62,14 +63,17 @@ from ..models.static import (
     tokenize_words,
 )
 from ..plots import plot_epoch_metrics
-from ..training.loop import MetricsLog, parse_duration
+from ..training.loop import ESTIMATE_AFTER_SECONDS, MetricsLog, estimate_text, parse_duration
 
 BENCHMARK_FILES = {"wordsim353": "wordsim353.tsv", "simlex999": "simlex999.txt", "analogy": "questions-words.txt"}
 _FASTTEXT_MAGIC = 793712314  # the first int32 of a file written by Facebook's fastText
+# word2vec's and fastText's rates are 0.025-0.05; gensim's fastText crashed (SIGSEGV) from --lr 100
+# on a small corpus, its word2vec at 1e308 (its float32 arithmetic overflows)
+GENSIM_MAX_LR = 1.0
 
 
 @dataclass
-class StaticTrainConfig:
+class StaticTrainConfig(Threads):
     """`bertology static train`: each field is a flag and a config-file key."""
 
     corpus: list[str] = setting([], metavar="PATH", help="text files, or folders of them (every format bertology "
@@ -88,11 +92,13 @@ class StaticTrainConfig:
                                    "file: one document per file; auto: decide per file")
     text_field: str = setting("text", help="JSONL / Parquet corpus files: the field that holds the text")
     skip_bad_lines: bool = setting(False, help="skip (and count) lines that are not UTF-8 instead of stopping")
-    lowercase: bool = setting(True, help="lower-case the words before training (imported vectors: lower-case when "
-                                         "no word has a capital)")
+    cased: bool = setting(False, formerly=("no_lowercase",),
+                          help="keep case instead of lower-casing the words before training (imported vectors: "
+                               "cased when a word has a capital)")
     vector_size: int = setting(100, positive=True, help="the vectors' dimension")
-    window: int = setting(5, positive=True, help="the largest distance between a word and a context word "
-                                                 "(on both sides)")
+    window: int = setting(5, positive=True, maximum=10_000,
+                          help="the largest distance between a word and a context word (on both sides; gensim cuts "
+                               "sentences at 10,000 words)")
     min_count: int = setting(5, positive=True, help="words seen fewer times in the training documents get no vector")
     epochs: int | None = setting(None, positive=True, help="passes over the corpus (default: 5 for word2vec and "
                                                            "fasttext, 25 for glove, as their reference tools)")
@@ -100,8 +106,11 @@ class StaticTrainConfig:
                                                          "fasttext, 0.05 for glove's AdaGrad)")
     min_lr: float = setting(0.0001, minimum=0, help="word2vec, fasttext: the learning rate decays linearly to this")
     skip_gram: bool = setting(False, help="word2vec, fasttext: skip-gram instead of CBOW")
-    negative: int = setting(5, minimum=0, help="word2vec, fasttext: negative samples per context word")
-    sample: float = setting(1e-3, minimum=0, help="word2vec, fasttext: down-sampling threshold of frequent words")
+    negative: int = setting(5, positive=True, maximum=100, help="word2vec, fasttext: negative samples per context word "
+                                                           "(the papers: 5-20; each one costs as much as the word)")
+    sample: float = setting(1e-3, minimum=0, maximum=1e9,
+                            help="word2vec, fasttext: down-sampling threshold of frequent words (a share; gensim reads "
+                                 "1 and above as a count)")
     min_n: int = setting(3, positive=True, help="fasttext: the shortest character n-gram")
     max_n: int = setting(6, positive=True, help="fasttext: the longest character n-gram")
     bucket: int = setting(2_000_000, positive=True,
@@ -113,12 +122,13 @@ class StaticTrainConfig:
     chunk_tokens: int = setting(1 << 20, positive=True,
                                 help="glove: tokens counted per chunk (counting memory: about 12 bytes x this "
                                      "x window)")
-    workers: int = setting(2, positive=True, help="training threads")
+    threads: int | None = override(Threads, "threads", None, formerly=("workers",))  # gensim's and GloVe's workers
     max_time: float | str | None = setting(None, metavar="DURATION",
                                            help="training budget, e.g. 90s, 20m, 1.5h or seconds: word2vec and "
                                                 "fasttext stop after the last epoch that fits, glove after the "
                                                 "last batch (reading and counting not included; default: none)")
-    eval_fraction: float = setting(0.01, positive=True, help="share of the documents held out (pretrain's rule)")
+    eval_fraction: float = setting(0.01, positive=True, below=1,
+                                   help="share of the documents held out (pretrain's rule)")
     seed: int = setting(0, help="random seed (vectors' initial values, held-out documents, shuffling)")
     text_format: bool = setting(False, help="also write vectors.txt in word2vec's text format (about 3x the "
                                             "binary's size)")
@@ -138,10 +148,20 @@ class StaticTrainConfig:
                 raise UserError(f"{path}: no such file or directory")
         if self.max_n < self.min_n:
             raise UserError(f"--max-n ({self.max_n}) must be at least --min-n ({self.min_n})")
-        if self.eval_fraction >= 1:
-            raise UserError(f"--eval-fraction must be below 1, got {self.eval_fraction}")
+        if self.method != "glove" and self.method_defaults()["lr"] > GENSIM_MAX_LR:
+            raise UserError(f"--lr must be at most {GENSIM_MAX_LR:g} for {self.method}, got {self.lr:g} (above it "
+                            "gensim's training diverges, and its fastText crashes)")
+        if self.method != "glove" and self.min_lr > self.method_defaults()["lr"]:
+            raise UserError(f"--min-lr ({self.min_lr:g}) must be at most --lr ({self.method_defaults()['lr']:g}): "
+                            "the learning rate decays to it")
         if self.max_time is not None and parse_duration(self.max_time) <= 0:
             raise UserError(f"--max-time must be positive, got {self.max_time!r}")
+        if self.method == "fasttext":  # the n-gram matrix and its gradient's
+            check_fits(2 * FP32_BYTES * self.bucket * self.vector_size, f"--bucket {self.bucket:,} x --vector-size "
+                                                                        f"{self.vector_size:,}")
+        if self.method == "glove":  # a chunk's pairs: 12 bytes each, a chunk's tokens x the window of them
+            check_fits(12 * self.chunk_tokens * self.window, f"--chunk-tokens {self.chunk_tokens:,} x --window "
+                                                               f"{self.window:,}")
 
     def settings(self) -> dict:
         """The training settings that config.json records, with the method's defaults filled in."""
@@ -158,7 +178,7 @@ class StaticTrainConfig:
 
 
 @dataclass
-class StaticEvalConfig:
+class StaticEvalConfig(Threads):
     """`bertology static evaluate`."""
 
     vectors: str = setting("", required=True, metavar="DIR", help="a vectors directory")
@@ -170,7 +190,7 @@ class StaticEvalConfig:
 
 
 @dataclass
-class StaticNeighborsConfig:
+class StaticNeighborsConfig(Threads):
     """`bertology static neighbors`."""
 
     vectors: str = setting("", required=True, metavar="DIR", help="a vectors directory")
@@ -244,28 +264,6 @@ def neighbors(cfg: StaticNeighborsConfig) -> list[dict]:
 # --- the output directory ---
 
 
-@contextlib.contextmanager
-def staging_directory(out: Path) -> Iterator[Path]:
-    """Yield a new hidden folder beside `out`, renamed to `out` when the body succeeds.
-
-    On an error (or Ctrl-C) the folder is removed, so no half-written directory is left.
-    `out` must not exist, or be an empty directory.
-    """
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out} already exists and is not empty; choose another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
-    work.mkdir()
-    try:
-        yield work
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    if out.exists():
-        out.rmdir()
-    os.replace(work, out)
-
-
 # --- importing ---
 
 
@@ -281,15 +279,70 @@ def import_vectors(path: str | os.PathLike, binary: bool | None = None) -> Stati
         head = file.read(4)
     settings = {"source": str(path.resolve())}
     if len(head) == 4 and struct.unpack("<i", head)[0] == _FASTTEXT_MAGIC:
+        check_fasttext_bin(path)
         try:
             kv = load_facebook_vectors(str(path))
-        except (ValueError, struct.error, OSError, UnicodeDecodeError) as err:
-            raise UserError(f"{path}: not a readable fastText .bin file ({err})") from None
+        except Exception as err:  # gensim's parser of an untrusted file: AssertionError, NotImplementedError, ...
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UserError(f"{path}: not a readable fastText .bin file ({reason})") from None
+        if not np.isfinite(kv.vectors_vocab).all() or not np.isfinite(kv.vectors_ngrams).all():
+            raise UserError(f"{path}: the fastText vectors hold inf or nan")
         config = StaticConfig(IMPORTED, kv.vector_size, _all_lower(kv.index_to_key), settings=settings)
         counts = np.array([kv.get_vecattr(w, "count") for w in kv.index_to_key], dtype=np.int64)
         return StaticVectors.from_gensim(kv, config, counts)
     words, vectors = read_word2vec_format(path, binary)
     return StaticVectors(StaticConfig(IMPORTED, vectors.shape[1], _all_lower(words), settings=settings), words, vectors)
+
+
+# Facebook fastText's .bin (fasttext.cc's saveModel; gensim's models/_fasttext_bin.py reads it):
+# magic and version, the arguments (12 int32, one float64), the dictionary (its sizes, then each
+# word NUL-terminated with an int64 count and an int8 type), then two matrices (a quantisation
+# flag, rows and columns as int64, float32 values).
+_FASTTEXT_HEADER = struct.Struct("<2i12id")
+_FASTTEXT_DICTIONARY = struct.Struct("<3i2q")  # words + labels, words, labels, tokens, prune index size
+_FASTTEXT_ENTRY_TAIL = 9  # int64 count, int8 type
+_FASTTEXT_MATRIX = struct.Struct("<?2q")
+
+
+def check_fasttext_bin(path: Path) -> None:
+    """Check a fastText .bin's structure against the file's size before gensim reads it: every size
+    it states (words, pruned index, matrix rows and columns) must fit in the bytes there are, and
+    every word must end. gensim's reader trusts them: one changed byte in the vocabulary's size sent
+    it reading words past the end of the file for ever. A one-line error names what is wrong."""
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        def fail(what: str) -> None:
+            raise UserError(f"{path}: not a readable fastText .bin file ({what})")
+
+        if len(data) < _FASTTEXT_HEADER.size + _FASTTEXT_DICTIONARY.size:
+            fail("shorter than its header")
+        fields = _FASTTEXT_HEADER.unpack_from(data, 0)
+        dim, bucket = fields[2], fields[10]
+        entries, words, labels, _, pruned = _FASTTEXT_DICTIONARY.unpack_from(data, _FASTTEXT_HEADER.size)
+        position = _FASTTEXT_HEADER.size + _FASTTEXT_DICTIONARY.size
+        if labels:
+            fail("a supervised model (labels), which has no word vectors to import")
+        if not 0 < words <= entries or entries * (1 + _FASTTEXT_ENTRY_TAIL) > len(data) - position:
+            fail(f"its dictionary claims {entries:,} entries and {words:,} words, more than its {len(data):,} bytes "
+                 "hold")
+        for number in range(entries):
+            end = data.find(b"\0", position)
+            if end < 0 or end + 1 + _FASTTEXT_ENTRY_TAIL > len(data):
+                fail(f"the file ends inside word {number + 1} of {entries:,}")
+            position = end + 1 + _FASTTEXT_ENTRY_TAIL
+        if pruned > 0:
+            position += 8 * pruned
+        for name, rows in (("input", words + bucket), ("output", None)):
+            if position + _FASTTEXT_MATRIX.size > len(data):
+                fail(f"the file ends before its {name} matrix")
+            _, count, columns = _FASTTEXT_MATRIX.unpack_from(data, position)
+            position += _FASTTEXT_MATRIX.size
+            if columns != dim or (rows is not None and count != rows) or count < 0 \
+                    or count * columns * 4 > len(data) - position:
+                fail(f"its {name} matrix claims {count:,} x {columns:,} values, which do not fit its header "
+                     f"({dim} dimensions, {words:,} words, {bucket:,} buckets) or its {len(data):,} bytes")
+            position += count * columns * 4
+        if position != len(data):
+            fail(f"{len(data) - position:,} bytes after the last matrix")
 
 
 def _all_lower(words: list[str]) -> bool:
@@ -334,12 +387,13 @@ def tokenize_corpus(cfg: StaticTrainConfig, work: Path) -> WordCorpus:
         for document in tqdm(documents, desc="reading", unit=" documents", disable=not cfg.progress):
             first_lines.append(lines)
             for sentence in document:
-                words = tokenize_words(sentence, cfg.lowercase)
+                words = tokenize_words(sentence, not cfg.cased)
                 if words:
                     file.write(" ".join(words) + "\n")
                     lines += 1
-    if notes := reading_notes(stats.skipped_lines, stats.control_characters):
-        print(notes, file=sys.stderr)
+    for notes in (corpus_notes(stats.formats), reading_notes(stats.skipped_lines, stats.control_characters)):
+        if notes:
+            print(notes, file=sys.stderr)
     held_out = split_documents(len(first_lines), cfg.eval_fraction, cfg.seed)
     document_of_line = np.repeat(np.arange(len(first_lines)), np.diff([*first_lines, lines]))  # (lines,)
     corpus = WordCorpus(work / "train.tmp", Counter(), Counter(), len(first_lines), int(held_out.sum()), 0)
@@ -382,14 +436,21 @@ def _train_method(cfg: StaticTrainConfig, work: Path) -> tuple[StaticVectors, di
     started = time.perf_counter()
     corpus = tokenize_corpus(cfg, work)
     words = vocabulary(cfg, corpus.train_counts)
+    # Each method keeps about four V x D matrices: word2vec's input and output vectors and their
+    # copies, GloVe's W and W~ and their AdaGrad sums.
+    check_fits(4 * FP32_BYTES * len(words) * cfg.vector_size, f"--vector-size {cfg.vector_size:,} over "
+                                                               f"{len(words):,} words")
     counts = np.array([corpus.train_counts[w] for w in words], dtype=np.int64)
     seconds = {"reading": round(time.perf_counter() - started, 2)}
     budget = math.inf if cfg.max_time is None else parse_duration(cfg.max_time)
-    config = StaticConfig(cfg.method, cfg.vector_size, cfg.lowercase, settings=cfg.settings())
+    config = StaticConfig(cfg.method, cfg.vector_size, not cfg.cased, settings=cfg.settings())
     log = MetricsLog(work / "metrics.jsonl", enabled=True)
     pairs = read_word_pairs(benchmark_path("wordsim353"))  # for the curve: WordSim-353 after each epoch
     trainer = _train_glove if cfg.method == "glove" else _train_gensim
     model, report = trainer(cfg, corpus, words, counts, config, budget, log, pairs)
+    if not bool(torch.isfinite(model.vectors).all()):
+        raise UserError(f"the trained vectors hold NaN or infinite values: training diverged (the learning rate "
+                        f"--lr {cfg.method_defaults()['lr']:g} is most likely too high); lower --lr and start again")
     seconds.update(report.pop("seconds"))
     seconds["total"] = round(time.perf_counter() - started, 2)
     corpus.train_file.unlink()
@@ -397,7 +458,7 @@ def _train_method(cfg: StaticTrainConfig, work: Path) -> tuple[StaticVectors, di
     plot_epoch_metrics(log.rows(), {"loss": loss_label, "wordsim353": "WordSim-353 Spearman"},
                        work / "training_curves.png", f"{cfg.method}, {cfg.vector_size} dimensions, window {cfg.window}")
     summary = {"method": cfg.method, "vector_size": cfg.vector_size, "window": cfg.window, "min_count": cfg.min_count,
-               "lowercase": cfg.lowercase, "vocab_size": len(words),
+               "lowercase": not cfg.cased, "vocab_size": len(words),
                "corpus": {"documents": corpus.documents, "held_out_documents": corpus.held_out_documents,
                           "train_sentences": corpus.train_sentences, "train_tokens": sum(corpus.train_counts.values()),
                           "held_out_tokens": sum(corpus.held_out_counts.values())},
@@ -423,6 +484,12 @@ def _epoch_row(log: MetricsLog, epoch: float, elapsed: float, loss: float | None
     return row
 
 
+def _announce_speed(epochs_per_second: float, epochs: int, budget: float) -> None:
+    """The up-front estimate of the training commands (training/loop.py's), in epochs."""
+    time_budget = None if budget == math.inf else budget
+    tqdm.write(f"training at {estimate_text(epochs_per_second, epochs, 'epoch', time_budget)}", file=sys.stderr)
+
+
 def _train_gensim(cfg, corpus, words, counts, config, budget, log, pairs) -> tuple[StaticVectors, dict]:
     """word2vec or fastText with gensim, one epoch per `train` call (see the module docstring).
 
@@ -431,7 +498,8 @@ def _train_gensim(cfg, corpus, words, counts, config, budget, log, pairs) -> tup
     time so far, and the decay is re-spread over it; an epoch is never cut short.
     """
     options = {"vector_size": cfg.vector_size, "window": cfg.window, "min_count": cfg.min_count,
-               "sg": int(cfg.skip_gram), "negative": cfg.negative, "sample": cfg.sample, "workers": cfg.workers,
+               "sg": int(cfg.skip_gram), "negative": cfg.negative, "sample": cfg.sample,
+               "workers": resolve_threads(cfg.threads),
                "seed": cfg.seed}
     if cfg.method == "fasttext":
         options.update(min_n=cfg.min_n, max_n=cfg.max_n, bucket=cfg.bucket)
@@ -447,11 +515,13 @@ def _train_gensim(cfg, corpus, words, counts, config, budget, log, pairs) -> tup
                            end_alpha=end_rate, compute_loss=cfg.method == "word2vec")
         rate, done = end_rate, done + 1
         elapsed = time.perf_counter() - started
+        if done == 1 and planned > 1:  # gensim's epoch is the step it times
+            _announce_speed(1 / elapsed, planned, budget)
         loss = gensim_model.get_latest_training_loss() / total_words if cfg.method == "word2vec" else None
         in_vocabulary = StaticVectors(config, gensim_model.wv.index_to_key, gensim_model.wv.vectors)
         row = _epoch_row(log, done, elapsed, loss, in_vocabulary, pairs)
         if budget < math.inf:
-            planned = min(planned, max(done, int(budget / (elapsed / done))))
+            planned = min(planned, max(done, int(min(budget / (elapsed / done), planned))))  # min: inf fits no int
         bar.total = planned
         bar.update(1)
         bar.set_postfix(wordsim353=row["wordsim353"])
@@ -492,10 +562,22 @@ def _train_glove(cfg, corpus, words, counts, config, budget, log, pairs) -> tupl
     num_batches = math.ceil(len(values) / cfg.batch_size)
     trained, out_of_time, started = 0, False, time.perf_counter()
     bar = tqdm(total=epochs * num_batches, desc="glove", unit=" batches", disable=not cfg.progress)
+    timed, lock = {"batches": 0, "announced": False}, threading.Lock()
+
+    def on_batch() -> None:  # called by every worker thread
+        bar.update(1)
+        with lock:
+            timed["batches"] += 1
+            seconds = time.perf_counter() - started
+            if seconds >= ESTIMATE_AFTER_SECONDS and not timed["announced"]:
+                timed["announced"] = True
+                _announce_speed(timed["batches"] / num_batches / seconds, epochs, budget)
+
     for _ in range(epochs):
         order = torch.randperm(num_batches, generator=generator).tolist()
-        loss, entries, done = glove.train_batches(rows, cols, values, order, cfg.batch_size, cfg.workers,
-                                                  deadline=started + budget, on_batch=lambda: bar.update(1))
+        loss, entries, done = glove.train_batches(rows, cols, values, order, cfg.batch_size,
+                                                  resolve_threads(cfg.threads), deadline=started + budget,
+                                                  on_batch=on_batch)
         trained += done
         out_of_time = done < num_batches
         if done:

@@ -1,11 +1,11 @@
-"""Training TagLM's tagger: `bertology finetune --task conll2003 --arch taglm [--lm ELMO_DIR] [--word-vectors DIR]`.
+"""Training TagLM's tagger: `bertology finetune --task conll2003 --arch taglm [--lm ELMO_DIR] [--vectors DIR]`.
 
 Peters et al. 2017 (models/taglm.py): a BiLSTM-CRF over word embeddings and a character CNN,
 with a frozen biLM's top states joined after the first BiLSTM. Without `--lm` it is the
 paper's baseline, the same tagger without the biLM; the claim is the difference.
 
 The vocabulary is the training words seen at least twice (a word seen once stays unknown, so
-the unknown-word row trains on real rare words), plus, with `--word-vectors`, every word of
+the unknown-word row trains on real rare words), plus, with `--vectors`, every word of
 those static vectors, whose rows start from their vectors (the paper starts from Senna's).
 The biLM runs once over every sentence (it is frozen, as in the paper) and its states are
 kept for all epochs and seeds. The loop, the per-epoch dev evaluation (entity F1 by seqeval,
@@ -22,17 +22,16 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
-from ..inference.modeldir import describe_task
+from ..inference.modeldir import describe_task, open_static_vectors
 from ..inference.predict import score
 from ..inference.tagging import BiLMStates, Tagger, tagger_inputs, viterbi_tags
-from ..models import family_of
 from ..models.static import StaticVectors, normalize_word
 from ..models.taglm import PAD_WORD, UNKNOWN_WORD, TagLMConfig, TagLMForTokenClassification
 from ..ops import IGNORE_INDEX
 from ..tasks.inputs import InputSettings
 from ..tasks.readers import TaskSpec
 from ..training.loop import Trainer
-from ..training.tasks import BestModel, EpochBatches, TaskModule, epoch_train_config, fit_and_finish
+from .task_training import BestModel, EpochBatches, TaskModule, epoch_train_config, fit_and_finish
 
 MIN_WORD_COUNT = 2  # training words seen fewer times are [UNK], which so learns a vector
 
@@ -70,16 +69,26 @@ def vocabulary(train: list, lowercase: bool, vectors: StaticVectors | None) -> l
     return words
 
 
+OPTIONS = "--lm DIR gives it a biLM, --vectors DIR its starting word vectors"  # for finetune's messages
+
+
+def prepare_run(cfg, spec: TaskSpec, train: list, dev: dict[str, list]) -> TaggerData:
+    """`finetune --arch taglm`'s data: `prepare_tagger_data` with the run's --lm and --vectors."""
+    return prepare_tagger_data(spec, train, dev, cfg.lm, cfg.vectors)
+
+
+def describe_run(cfg) -> str:
+    """What a `finetune --arch taglm` run trained, for its summary line."""
+    return "trained TagLM's tagger " + (f"reading the biLM {cfg.lm}" if cfg.lm else "without a biLM")
+
+
 def prepare_tagger_data(spec: TaskSpec, train: list, dev: dict[str, list], lm_dir: str | None,
                         vectors_dir: str | None) -> TaggerData:
     """Read the biLM and static vectors once, build the vocabulary and run the biLM over every sentence."""
     check_tagging_task(spec)
     vectors = None
     if vectors_dir:
-        if family_of(vectors_dir).name != "static":
-            raise UserError(f"{vectors_dir}: --word-vectors takes a static-vectors directory (`bertology static "
-                            f"train`), not a {family_of(vectors_dir).name} model")
-        vectors = StaticVectors.from_pretrained(vectors_dir)
+        vectors = open_static_vectors(vectors_dir, "--vectors")
     lm = BiLMStates(lm_dir) if lm_dir else None
     train = [e for e in train if e.words]  # a sentence without words has nothing to tag or learn from
     lowercase = vectors.config.lowercase if vectors is not None else True
@@ -124,7 +133,7 @@ def training_batch(model: TagLMForTokenClassification, examples: list, states: l
     return batch
 
 
-def train_tagger(cfg, data: TaggerData, seed: int, out: Path) -> dict:
+def train_run(cfg, data: TaggerData, seed: int, out: Path) -> dict:
     """Train one seed of the tagger into `out`; returns the best dev results."""
     if cfg.lr < 1e-4:
         print(f"--lr {cfg.lr:g} is a fine-tuning rate; TagLM's tagger trains from scratch (the paper: Adam at "

@@ -29,23 +29,20 @@ from torch import nn
 from ..data.padding import pad_rows
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
-from ..inference.modeldir import describe_task
-from ..inference.predict import score
+from ..inference.modeldir import describe_task, open_model_dir
 from ..inference.text_to_text import (
-    Inputs,
     casting_for,
     content_ids,
+    decode_examples,
     encode_inputs,
     generation_inputs,
-    open_directory,
-    predict_text,
+    split_metrics,
 )
-from ..models.t5 import T5Config, T5ForConditionalGeneration
 from ..ops import IGNORE_INDEX
 from ..tasks.inputs import InputSettings
 from ..tasks.readers import TaskSpec
 from ..training.loop import StepOutput, Trainer
-from ..training.tasks import BestModel, EpochBatches, RunData, epoch_train_config, fit_and_finish
+from .task_training import BestModel, EpochBatches, RunData, epoch_train_config, fit_and_finish
 
 
 def encode_targets(casting, tokenizer: Tokenizer, examples: list, max_target: int) -> list[list[int]]:
@@ -72,7 +69,7 @@ class TextPairs:
 class TextToTextModule(nn.Module):
     """The loop's view of a T5 being fine-tuned: the targets' cross-entropy."""
 
-    def __init__(self, model: T5ForConditionalGeneration):
+    def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
 
@@ -81,63 +78,21 @@ class TextToTextModule(nn.Module):
         return StepOutput(self.model(batch["input_ids"], batch["attention_mask"], labels=batch["labels"]).loss, {})
 
 
-def decode_examples(model: T5ForConditionalGeneration, tokenizer: Tokenizer, casting, examples: list,
-                    prepared: tuple[Inputs, list[int]], batch_size: int) -> list[tuple]:
-    """Generate for every example from its `generation_inputs` and read each output back:
-    [(prediction, valid)]."""
-    inputs, limits = prepared
-    texts = predict_text(model, tokenizer, inputs.ids, limits, batch_size)
-    return [casting.parse(text, example) for text, example in zip(texts, examples)]
-
-
-def dev_generation_inputs(model: T5ForConditionalGeneration, data: RunData, casting) -> dict[str, tuple]:
+def dev_generation_inputs(model: nn.Module, data: RunData, casting) -> dict[str, tuple]:
     """`generation_inputs` of every dev split."""
     return {split: generation_inputs(data.tokenizer, casting, examples, data.settings.max_seq_len,
                                      model.config.n_positions) for split, examples in data.dev.items()}
 
 
-def evaluate_text_to_text(model: T5ForConditionalGeneration, data: RunData, casting, batch_size: int,
+def evaluate_text_to_text(model: nn.Module, data: RunData, casting, batch_size: int,
                           prepared: dict[str, tuple]) -> dict[str, float]:
     """The task's metrics on every dev split from the decoded outputs (inputs from
-    `dev_generation_inputs`), the share of invalid ones, and for SQuAD and CoNLL the shares of
-    inputs cut and of answers cut with them."""
+    `dev_generation_inputs`; see inference/text_to_text.py's `split_metrics`)."""
     results = {}
     for split, examples in data.dev.items():
         parsed = decode_examples(model, data.tokenizer, casting, examples, prepared[split], batch_size)
-        inputs = prepared[split][0]
-        results.update(score(data.spec, examples, casting.collect(examples, [p for p, _ in parsed]), split))
-        suffix = "" if split == "dev" else f"_{split.removeprefix('dev_')}"
-        results[f"invalid{suffix}"] = sum(not valid for _, valid in parsed) / len(parsed)
-        if casting.answers_in_input:
-            results[f"inputs_cut{suffix}"] = sum(inputs.cut) / len(examples)
-            results[f"answers_cut{suffix}"] = sum(inputs.answer_cut) / len(examples)
+        results.update(split_metrics(data.spec, casting, examples, prepared[split], parsed, split))
     return results
-
-
-def evaluate_directory(model_dir: str, spec: TaskSpec, settings: InputSettings, split: str, examples: list,
-                       batch_size: int) -> dict[str, float]:
-    """`bertology evaluate` for a T5 fine-tuned here: the split's metrics from decoded answers."""
-    model, tokenizer, casting = open_directory(model_dir, spec, settings)
-    data = RunData(spec, tokenizer, settings, [], {split: examples}, None)
-    return evaluate_text_to_text(model, data, casting, batch_size, dev_generation_inputs(model, data, casting))
-
-
-def predict_directory(model_dir: str, spec: TaskSpec, settings: InputSettings, examples: list,
-                      batch_size: int) -> list | dict[str, str]:
-    """`bertology predict` for a T5 fine-tuned here: the predictions as `predict` gives them (labels or
-    scores, tag sequences, or {question id: answer}); how many outputs were invalid, and what
-    stands in for them, goes to stderr."""
-    model, tokenizer, casting = open_directory(model_dir, spec, settings)
-    prepared = generation_inputs(tokenizer, casting, examples, settings.max_seq_len, model.config.n_positions)
-    parsed = decode_examples(model, tokenizer, casting, examples, prepared, batch_size)
-    predictions = casting.collect(examples, [prediction for prediction, _ in parsed])
-    if spec.kind == "span":
-        predictions = {example.qid: predictions.get(example.qid, "") for example in examples}
-    invalid = sum(not valid for _, valid in parsed)
-    if invalid:
-        print(f"{invalid:,} of {len(examples):,} outputs could not be read as answers; in their place: "
-              f"{casting.stand_in}", file=sys.stderr)
-    return predictions
 
 
 def prepare_text_to_text(model_dir: str, spec: TaskSpec, train: list, dev: dict[str, list],
@@ -145,8 +100,9 @@ def prepare_text_to_text(model_dir: str, spec: TaskSpec, train: list, dev: dict[
     """A T5's task data: the training examples cast and encoded once for every seed, those whose
     answer a cut input lost dropped (a target longer than the decoder is a one-line error before
     any work), the dev examples as they are."""
-    tokenizer = Tokenizer.from_pretrained(model_dir)
-    decoder_limit = T5Config.load(model_dir).n_positions
+    opened = open_model_dir(model_dir)
+    tokenizer = opened.tokenizer()
+    decoder_limit = opened.spec.context_length(opened.config)
     casting = casting_for(spec, tokenizer, settings)
     inputs = encode_inputs(casting, tokenizer, train, settings.max_seq_len, training=True)
     kept = [i for i, lost in enumerate(inputs.answer_cut) if not lost]
@@ -171,7 +127,7 @@ def finetune_text_to_text(cfg, data: RunData, seed: int, out: Path) -> dict:
     """Fine-tune the T5 in cfg.model text to text for one seed into `out` (`data` from
     prepare_text_to_text); returns the best dev results."""
     torch.manual_seed(seed)
-    model = T5ForConditionalGeneration.from_pretrained(cfg.model)
+    model = open_model_dir(cfg.model).load_model()
     casting = casting_for(data.spec, data.tokenizer, data.settings)
     inputs, targets = data.train_encoded.inputs, data.train_encoded.targets
     describe_task(model.config, data.spec, data.settings)
