@@ -52,6 +52,7 @@ OBJECTIVE_HELP = ("pre-training objective: " + ", ".join(f"{name} ({objective.de
 # options (OBJECTIVES[name].options): each is refused, at any value but its default, where it does not apply.
 FAMILY_SWITCHES = ("pre_layer_norm", "embedding_size", "share_layers", "segment_embeddings", "position", "gated_gelu",
                    "bias", "dropout", "mem_len")
+OBJECTIVE_OPTIONS = tuple(dict.fromkeys(option for objective in OBJECTIVES.values() for option in objective.options))
 # Family switches that hold while pre-training only: the saved config gets the fields they set back as the
 # preset or config file had them (Cramming pre-trains without dropout and fine-tunes with it).
 TRAINING_ONLY_SWITCHES = ("dropout",)
@@ -68,7 +69,6 @@ RECIPES: dict[str, dict[str, Any]] = {
 # --recipe with --max-time and no --preset: the model size for the time (the first whose limit the budget is
 # within), so that a short budget trains a model small enough to learn in it.
 RECIPE_PRESETS: list[tuple[float, str]] = [(20 * 60, "tiny"), (float("inf"), "mini")]
-OBJECTIVE_OPTIONS = tuple(dict.fromkeys(option for objective in OBJECTIVES.values() for option in objective.options))
 
 
 @dataclass
@@ -154,10 +154,10 @@ class PretrainConfig(TrainConfig):
                                        "for the matrix units); the saved tokenizer gets them too, as [unusedK]. "
                                        "A WordPiece vocabulary only")
     recipe: str | None = setting(None, choices=tuple(RECIPES),
-                                 help="cramming: the Cramming changes that paid on this project's 2-core CPU (see "
-                                      "docs/results/pretraining-recipe.md), set wherever a setting is left at its "
-                                      "default; with --max-time and no --preset, also the model size that fits "
-                                      "the time (default: none)")
+                                 help="cramming: Cramming's changes (all of them until the study in "
+                                      "docs/results/pretraining-recipe.md has chosen those that pay on a 2-core CPU), "
+                                      "set wherever a setting is left at its default; with --max-time and no "
+                                      "--preset, also the model size that fits the time (default: none)")
     # Off by default: memory changes the data (a stream, not shuffled sequences) and the held-out
     # regime, so earlier runs stay comparable; on, --max-seq-len is a sensible N at the small presets.
     mem_len: int = setting(0, minimum=0, metavar="N",
