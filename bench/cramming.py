@@ -23,6 +23,7 @@ the random-weights twin and word2vec trained for the same 30 minutes.
     python bench/cramming.py time --runs DIR      # each variant's step time (2 threads), then the plan
     python bench/cramming.py run --runs DIR       # run the plan's jobs (several workers may share DIR)
     python bench/cramming.py evaluate --runs DIR  # the demo-track models' MLM accuracy on the dev docstrings
+    python bench/cramming.py diagnose --runs DIR  # why pre-training barely pays: fine-tuning budgets, frozen features
     python bench/cramming.py report --runs DIR    # docs/results/pretraining-recipe.md from DIR's results
 
 `--smoke` runs every kind of job at a toy scale (seconds of pre-training, a few examples, one seed)
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import platform
@@ -468,19 +470,60 @@ def pretraining_record(model: Path) -> dict:
                            for r in train[:: max(len(train) // 50, 1)]]}
 
 
-def demo_finetuned(runs: Runs, model: Path, name: str, seed: int) -> float:
-    """The demo's fine-tuning of `model` (its settings, seed `seed`): dev accuracy after the last epoch."""
+def demo_finetuned(runs: Runs, model: Path, name: str, seed: int, folder: str = "results/runs",
+                   **overrides: Any) -> float:
+    """The demo's fine-tuning of `model` (its settings, seed `seed`; `overrides`: other FinetuneConfig settings,
+    for the diagnosis) into `folder`/`name`: dev accuracy after the last epoch."""
     data = runs.demo_data()
-    out = runs.root / "results" / "runs" / name
+    out = runs.root / folder / name
     if not (out / "eval_results.json").exists():
         shutil.rmtree(out, ignore_errors=True)
+        settings = {"epochs": 1 if runs.smoke else DEMO.finetune_epochs, "lr": DEMO.finetune_lr, "batch_size": 32,
+                    "max_seq_len": DEMO.finetune_max_seq_len, **overrides}
         run_finetuning(FinetuneConfig(task="classification", train_file=str(data["train"]), dev_file=str(data["dev"]),
-                                      model=str(model), out=str(out), epochs=1 if runs.smoke else DEMO.finetune_epochs,
-                                      lr=DEMO.finetune_lr,
-                                      batch_size=32, max_seq_len=DEMO.finetune_max_seq_len, seed=seed, progress=False,
-                                      learning_curve=False))
+                                      model=str(model), out=str(out), seed=seed, progress=False, learning_curve=False,
+                                      **settings))
     evals = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r.get("split") == "eval"]
     return evals[-1]["accuracy"]
+
+
+# ----- a diagnosis of the demo track (after the runs; changes nothing of the plan) ------------------------
+
+
+DIAGNOSIS_EPOCHS = (5, 10, 30)  # the demo's fine-tuning for fewer epochs (its schedule fitted to each)
+DIAGNOSIS_SEEDS = (0, 1, 2)  # fine-tuning seeds over pre-training seed 0
+FEATURE_PROBE = {"mode": "features", "feature_layers": "-1", "feature_head": "linear", "lr": 1e-3}
+
+
+def diagnose(runs: Runs) -> None:
+    """Why pre-training barely pays in the demo track: seed 0's baseline model and its random-weights twin
+    (both from the finished job) fine-tuned by the demo's recipe for 5, 10 and 30 epochs with fine-tuning seeds
+    0-2, and under a linear head over frozen last-layer features (mean-pooled, 30 epochs, lr 1e-3, claim 1's
+    head rate), the same three seeds. Written to results/extra/diagnosis.json; the page shows it. The runs'
+    own fine-tuning (30 epochs, seed 0) is among them, so the page shows whether today's code reproduces it."""
+    record = runs.result(f"demo-{slug(BASELINE)}-seed0")
+    if record is None or "random_finetuned" not in record:
+        sys.exit("the demo baseline's seed 0 is not finished yet")
+    models = {"pre-trained": Path(record["model"]), "random weights": runs.root / "results" / "models" /
+              f"random-{slug(BASELINE)}-0"}
+    settings = {f"{epochs} epochs": {"epochs": 1 if runs.smoke else epochs} for epochs in DIAGNOSIS_EPOCHS}
+    settings["frozen features, linear head"] = {**FEATURE_PROBE, "epochs": 1 if runs.smoke else 30,
+                                                "cache_dir": str(runs.root / "diagnostics" / "features-cache")}
+    torch.set_num_threads(1)
+    start = time.process_time()
+    out: dict[str, Any] = {"model": record["model"], "job": {"finetuned": record["finetuned"],
+                                                           "random_finetuned": record["random_finetuned"]},
+                           "rows": {}}
+    for row, overrides in settings.items():
+        out["rows"][row] = {kind: [demo_finetuned(runs, model, f"{slug(row)}-{slug(kind)}-seed{seed}", seed,
+                                                  folder="diagnostics/finetuning", **overrides)
+                                   for seed in DIAGNOSIS_SEEDS]
+                            for kind, model in models.items()}
+        log(f"diagnosis {row}: {out['rows'][row]}")
+    out["cpu_seconds"] = round(time.process_time() - start, 1)
+    out["written"] = time.strftime("%Y-%m-%d %H:%M")
+    out["commit"] = commit()
+    write_json_atomic(runs.root / "results" / "extra" / "diagnosis.json", out)
 
 
 def sst2(runs: Runs, model: Path, name: str) -> list[float]:
@@ -666,40 +709,28 @@ def dev_docstrings_mlm(runs: Runs) -> None:
 # ----- the worker ---------------------------------------------------------------------------------------
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
 @contextlib.contextmanager
 def claimed(runs: Runs, name: str):
-    """A lock on job `name` (a file holding the owner's pid), or None when another live process holds it."""
+    """A lock on job `name`, or None when another process holds it: an exclusive flock on
+    locks/<name>.lock (which holds the owner's pid, for people). The kernel drops the lock when its
+    process dies, so a crashed worker's job is free at once, and two workers can never both take it
+    (a pid file taken over from a dead owner could be taken by two workers started together)."""
     locks = runs.root / "locks"
     locks.mkdir(exist_ok=True)
-    lock = locks / f"{name}.lock"
-    try:
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
+    with open(locks / f"{name}.lock", "a+", encoding="utf-8") as handle:
         try:
-            owner = int(lock.read_text() or 0)
-        except (OSError, ValueError):
-            owner = 0
-        if owner and alive(owner):
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             yield None
             return
-        lock.unlink(missing_ok=True)  # its owner died: take it over
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    os.write(fd, str(os.getpid()).encode())
-    os.close(fd)
-    try:
-        yield lock
-    finally:
-        lock.unlink(missing_ok=True)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        try:
+            yield handle.name
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def work(runs: Runs) -> None:
@@ -791,6 +822,22 @@ def plot_curves(track: str, by: dict, row_specs: dict, path: Path) -> Path | Non
     return path
 
 
+SETTINGS_TEXT = """Cramming's changes (Geiping and Goldstein 2022, "Cramming: Training a Language Model on a Single GPU
+in One Day") are settings of `bertology pretrain`, each one alone: `--pre-layer-norm`; `--no-bias` (no biases in the
+attention and feed-forward linears; zeros are written in their place, so transformers' `BertModel` still loads the
+model); `--gated-gelu` (a gated-GELU feed-forward whose output matrix reads half the intermediate width, as
+Cramming's: transformers cannot load that one); `--dropout 0` (no dropout while pre-training; the saved config keeps
+the model's own 0.1 for fine-tuning); `--objective roberta` (no NSP); `--schedule linear --warmup 0.5` (the one-cycle
+triangle: up to the peak rate at half the budget, down to exactly 0 at its end, in steps or, with `--max-time`, in
+seconds); `--batch-ramp 0.6 --grad-accum 4` (the micro-batches per step grow from 1 to 4 over the first 60% of the
+budget); `--vocab-multiple 64` (a WordPiece vocabulary padded with `[unusedK]` tokens to a multiple of 64); and
+`--max-seq-len 128`. The masked-LM head already scores only the masked positions. The model switches are the BERT
+family's (its spec's `pretrain_switches`); `--recipe cramming` sets them all wherever a setting is left at its
+default (until the rule below has chosen the ones that paid here), and with `--max-time` and no `--preset` also the
+model size for the time; `bertology demo --recipe cramming` and `bertology reproduce --recipe cramming` pre-train by
+it.""".replace("\n", " ")
+
+
 def report(runs: Runs, page: Path) -> None:
     """The results page (and its curves beside it) from the runs' results: the ablation tables of both tracks,
     the recipe the rule chose, the acceptance runs, and how many jobs are done."""
@@ -808,12 +855,14 @@ def report(runs: Runs, page: Path) -> None:
     done = sum(1 for job in all_jobs if runs.result_file(job.name).exists())
     machine_ = plan.get("machine", {})
     lines = ["# Pre-training that pays on a laptop: Cramming's changes, measured", "",
-             f"Written by `python bench/cramming.py report` on {time.strftime('%Y-%m-%d %H:%M')} from the runs of "
-             f"the plan fixed on {plan.get('created')} (code at commit {str(plan.get('commit'))[:10]}; "
+             f"Written by `python bench/cramming.py report` (commit {commit()}) on {time.strftime('%Y-%m-%d %H:%M')} "
+             f"from the runs of the plan fixed on {plan.get('created')} (every run imports a frozen copy of the code "
+             f"at commit {str(plan.get('commit'))[:10]}; "
              f"{machine_.get('cpus')} CPU cores, {machine_.get('processor')}, torch {machine_.get('torch')}, Python "
              f"{machine_.get('python')}): {done} of {len(all_jobs)} jobs done. The plan, written before any run, "
              "with its step budgets and the rule that makes the recipe: "
-             "[pretraining-recipe-plan.md](pretraining-recipe-plan.md). Cells: median over seeds (min-max).", ""]
+             "[pretraining-recipe-plan.md](pretraining-recipe-plan.md). Cells: median over seeds (min-max).", "",
+             SETTINGS_TEXT, ""]
     for track, title, metric in (("demo", "Demo track: the standard library's docs, then the demo's task",
                                   "demo task, dev accuracy after the last epoch"),
                                  ("shared", "Shared track: WikiText-2 + Gutenberg, then SST-2 with 2,000 labels",
@@ -887,7 +936,9 @@ def report(runs: Runs, page: Path) -> None:
                              f"{cell(random_['CoNLL-2003'])} | |")
         lines.append("")
     lines += epoch_lines(runs, by)
+    lines += diagnosis_lines(runs, by)
     lines += verdict_lines(by, baselines)
+    lines += pending_lines(runs, all_jobs)
     write_text_atomic(page, "\n".join(lines))
     print(f"wrote {page}")
 
@@ -916,6 +967,75 @@ def epoch_lines(runs: Runs, by: dict) -> list[str]:
                 lines.append(f"| {row}, {kind} ({len(curves)} seed{'s' if len(curves) > 1 else ''}) | "
                              + " | ".join(f"{m:.3f}" for m in medians) + " |")
     return lines + [""]
+
+
+def diagnosis_lines(runs: Runs, by: dict) -> list[str]:
+    """The diagnosis (`diagnose`) of why pre-training barely pays in the demo track, when it has run."""
+    path = runs.root / "results" / "extra" / "diagnosis.json"
+    if not path.exists():
+        return []
+    found = loads_json(path.read_text(encoding="utf-8"))
+    curve = sorted(by.get(("demo", BASELINE), []), key=lambda r: r["seed"])[0]["curve"]
+    lines = ["## Diagnosis: why pre-training barely pays in the demo track", "",
+             f"Measured after the runs by `python bench/cramming.py diagnose` (code at {found['commit']}, "
+             f"{found['written']}, {found['cpu_seconds'] / 60:.0f} minutes of one-thread CPU); it changes nothing of "
+             "the plan. Seed 0's baseline model and its random-weights twin, fine-tuned with seeds 0-2; cells: median "
+             "(min-max) of the demo task's dev accuracy after the last epoch.", "",
+             "| fine-tuning | pre-trained | random weights | pre-trained minus random, per seed |",
+             "|---|---:|---:|---|"]
+    for row, kinds in found["rows"].items():
+        gaps = ", ".join(f"{a - b:+.3f}" for a, b in zip(kinds["pre-trained"], kinds["random weights"]))
+        lines.append(f"| {row} | {cell(kinds['pre-trained'])} | {cell(kinds['random weights'])} | {gaps} |")
+    held_out = ", ".join(f"{point['mlm_accuracy']:.3f}" for point in curve)
+    lines += ["", f"The study's own job (30 epochs, seed 0, the frozen code): {found['job']['finetuned']:.3f} against "
+                  f"{found['job']['random_finetuned']:.3f}. The baseline's held-out masked-LM accuracy at its "
+                  f"{len(curve)} evaluations: {held_out}.", ""]
+
+    def gap(row: str) -> float:
+        kinds = found["rows"][row]
+        return statistics.median(kinds["pre-trained"]) - statistics.median(kinds["random weights"])
+
+    epochs = [row for row in found["rows"] if row.endswith(" epochs")]
+    shortest, longest = epochs[0], epochs[-1]
+    half = curve[len(curve) // 2]
+    reading = [f"What it shows: the pre-trained model's lead over its random twin is {gap(shortest):+.3f} after "
+               f"{shortest} of fine-tuning and {gap(longest):+.3f} after {longest} (medians)."]
+    if gap(shortest) - gap(longest) >= 0.05:
+        labels = loads_json(runs.demo_data()["baselines"].read_text(encoding="utf-8"))["train_examples"]
+        reading.append(f"The demo's fine-tuning ({longest} on {labels} labelled docstrings, lr "
+                       f"{DEMO.finetune_lr:g}) is long enough for the random-weights twin to learn the task from the "
+                       "labels alone, so it hides most of what the pre-training gave; a shorter fine-tuning shows "
+                       "it, but ends lower for both models.")
+    probe = found["rows"].get("frozen features, linear head")
+    if probe:
+        reading.append(f"Without fine-tuning the encoder, a linear head over its frozen features reads "
+                       f"{statistics.median(probe['pre-trained']):.3f} from the pre-trained model against "
+                       f"{statistics.median(probe['random weights']):.3f} from random weights: the pre-training "
+                       "learned features the task can use.")
+    reading.append(f"The masked-LM accuracy was still rising when the budget ended ({half['mlm_accuracy']:.3f} at step "
+                   f"{half['step']:,}, {curve[-1]['mlm_accuracy']:.3f} at step {curve[-1]['step']:,}): 3.5 minutes stop "
+                   "the tiny model well before it has learned what this corpus can teach it.")
+    return lines + [" ".join(reading), ""]
+
+
+def pending_lines(runs: Runs, all_jobs: list[Job]) -> list[str]:
+    """The jobs not finished yet, in the order the workers take them."""
+    pending = [job.name for job in all_jobs if not runs.result_file(job.name).exists()]
+    if not pending:
+        return []
+    done = [record for path in sorted((runs.root / "results").glob("demo-*.json"))
+            if "job_seconds" in (record := loads_json(path.read_text(encoding="utf-8")))]
+    estimate = ""
+    if done:
+        minutes = statistics.mean(record["job_seconds"] for record in done) / 60
+        demo_left = sum(1 for name in pending if name.startswith("demo-"))
+        estimate = (f" The finished demo jobs took {minutes:.0f} minutes each on average (one worker, one thread), so "
+                    f"the {demo_left} demo jobs left need about {demo_left * minutes / 2 / 60:.1f} hours of two "
+                    "workers at that pace; the shared, phase-2 and acceptance jobs (30-minute pre-trainings, three "
+                    "tasks) are not timed yet.")
+    return ["## Still to run", "",
+            f"{len(pending)} job(s), in the order the workers take them (phase 2's jobs are listed once "
+            "`plan-phase2` has chosen the recipe): " + ", ".join(f"`{name}`" for name in pending) + "." + estimate, ""]
 
 
 def verdict_lines(by: dict, baselines: dict) -> list[str]:
@@ -959,7 +1079,7 @@ def verdict_lines(by: dict, baselines: dict) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["prepare", "time", "run", "evaluate", "report"])
+    parser.add_argument("command", choices=["prepare", "time", "run", "evaluate", "diagnose", "report"])
     parser.add_argument("--runs", type=Path, default=Path("/work/cram_runs"))
     parser.add_argument("--page", type=Path, default=REPO / "docs" / "results" / "pretraining-recipe.md")
     parser.add_argument("--smoke", action="store_true", help="every kind of job at a toy scale, to check the code")
@@ -972,7 +1092,8 @@ def main() -> None:
         args.page = args.runs / "smoke-page.md"
     runs = Runs(args.runs.resolve(), smoke=args.smoke)
     {"prepare": lambda: prepare(runs), "time": lambda: time_phase_one(runs), "run": lambda: work(runs),
-     "evaluate": lambda: dev_docstrings_mlm(runs), "report": lambda: report(runs, args.page)}[args.command]()
+     "evaluate": lambda: dev_docstrings_mlm(runs), "diagnose": lambda: diagnose(runs),
+     "report": lambda: report(runs, args.page)}[args.command]()
 
 
 if __name__ == "__main__":
