@@ -939,6 +939,9 @@ def report(runs: Runs, page: Path) -> None:
     lines += diagnosis_lines(runs, by)
     lines += verdict_lines(by, baselines)
     lines += pending_lines(runs, all_jobs)
+    notes = runs.root / "NOTES.md"  # what happened to the runs, written by whoever watched them
+    if notes.exists():
+        lines += ["## Notes on the runs", "", notes.read_text(encoding="utf-8").strip(), ""]
     write_text_atomic(page, "\n".join(lines))
     print(f"wrote {page}")
 
@@ -983,7 +986,10 @@ def diagnosis_lines(runs: Runs, by: dict) -> list[str]:
              "(min-max) of the demo task's dev accuracy after the last epoch.", "",
              "| fine-tuning | pre-trained | random weights | pre-trained minus random, per seed |",
              "|---|---:|---:|---|"]
-    for row, kinds in found["rows"].items():
+    order = sorted(found["rows"], key=lambda row: (not row.endswith(" epochs"), int(row.split()[0])
+                                                   if row.endswith(" epochs") else 0))
+    for row in order:
+        kinds = found["rows"][row]
         gaps = ", ".join(f"{a - b:+.3f}" for a, b in zip(kinds["pre-trained"], kinds["random weights"]))
         lines.append(f"| {row} | {cell(kinds['pre-trained'])} | {cell(kinds['random weights'])} | {gaps} |")
     held_out = ", ".join(f"{point['mlm_accuracy']:.3f}" for point in curve)
@@ -995,7 +1001,7 @@ def diagnosis_lines(runs: Runs, by: dict) -> list[str]:
         kinds = found["rows"][row]
         return statistics.median(kinds["pre-trained"]) - statistics.median(kinds["random weights"])
 
-    epochs = [row for row in found["rows"] if row.endswith(" epochs")]
+    epochs = sorted((row for row in found["rows"] if row.endswith(" epochs")), key=lambda row: int(row.split()[0]))
     shortest, longest = epochs[0], epochs[-1]
     half = curve[len(curve) // 2]
     reading = [f"What it shows: the pre-trained model's lead over its random twin is {gap(shortest):+.3f} after "
@@ -1006,15 +1012,25 @@ def diagnosis_lines(runs: Runs, by: dict) -> list[str]:
                        f"{DEMO.finetune_lr:g}) is long enough for the random-weights twin to learn the task from the "
                        "labels alone, so it hides most of what the pre-training gave; a shorter fine-tuning shows "
                        "it, but ends lower for both models.")
+    last = found["rows"][longest]
+    reading.append(f"Fine-tuning seeds alone move the random twin's accuracy after {longest} over "
+                   f"{min(last['random weights']):.3f}-{max(last['random weights']):.3f} and the pre-trained model's "
+                   f"over {min(last['pre-trained']):.3f}-{max(last['pre-trained']):.3f}, so one seed's gap (the "
+                   f"study's job: {found['job']['finetuned'] - found['job']['random_finetuned']:+.3f}) says little "
+                   "on its own: the plan's three pre-training seeds, each with its own twin, are what the verdict "
+                   "reads.")
     probe = found["rows"].get("frozen features, linear head")
     if probe:
         reading.append(f"Without fine-tuning the encoder, a linear head over its frozen features reads "
                        f"{statistics.median(probe['pre-trained']):.3f} from the pre-trained model against "
                        f"{statistics.median(probe['random weights']):.3f} from random weights: the pre-training "
                        "learned features the task can use.")
-    reading.append(f"The masked-LM accuracy was still rising when the budget ended ({half['mlm_accuracy']:.3f} at step "
-                   f"{half['step']:,}, {curve[-1]['mlm_accuracy']:.3f} at step {curve[-1]['step']:,}): 3.5 minutes stop "
-                   "the tiny model well before it has learned what this corpus can teach it.")
+    best_row, best = max(((row, record["mlm_accuracy"]) for (track, row), records in by.items() if track == "demo"
+                          for record in records if record.get("seed") == 0), key=lambda pair: pair[1])
+    reading.append(f"The baseline's masked-LM accuracy was still rising when the budget ended "
+                   f"({half['mlm_accuracy']:.3f} at step {half['step']:,}, {curve[-1]['mlm_accuracy']:.3f} at step "
+                   f"{curve[-1]['step']:,}), and the best row so far ({best_row}) reached {best:.3f} in the same time: "
+                   "at this budget the tiny model stops while it is still learning.")
     return lines + [" ".join(reading), ""]
 
 
