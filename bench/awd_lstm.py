@@ -32,10 +32,12 @@ import torch.nn.functional as F
 from fastai.text.models.awdlstm import AWD_LSTM, awd_lstm_lm_config
 from fastai.text.models.core import get_language_model
 
+from bertology import checkpoint
 from bertology.data.shards import build_corpus
 from bertology.data.token_stream import TokenStream
 from bertology.data.tokenizer import train_tokenizer
 from bertology.models.awd_lstm import PRESETS, AWDLSTMConfig, AWDLSTMLMHeadModel, from_fastai
+from results_page import markdown_table, slug, write_section
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -98,8 +100,12 @@ def main() -> None:
         batches, vocab_size = stream_batches(args.text, args.vocab_size, args.batch_size, args.bptt, args.steps,
                                              Path(cache))
     tokens = args.steps * args.batch_size * args.bptt
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.steps} steps of {args.batch_size} x "
-          f"{args.bptt} tokens per round, {args.repeats} rounds, vocabulary {vocab_size:,}")
+    settings_line = (f"the same weights and stream batches, fastai's language-model dropouts, AR/TAR, Adam and clipping; "
+                     f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.steps} steps of "
+                     f"{args.batch_size} x {args.bptt} tokens per round, median of {args.repeats} alternating rounds, "
+                     f"vocabulary {vocab_size:,}")
+    print(settings_line)
+    rows = []
     print(f"{'preset':8} {'emb/hid':>9} {'params':>10} {'fastai tok/s':>13} {'ours tok/s':>11} {'ratio':>6} "
           f"{'first CE fastai / ours':>23}")
     for preset in args.presets:
@@ -115,13 +121,18 @@ def main() -> None:
             reference.load_state_dict(start_state)
             seconds, firsts["fastai"] = train(reference, batches, ours=False)
             timings["fastai"].append(seconds)
-            ours.load_checked(from_fastai(start_state), "fastai")
+            checkpoint.load_checked(ours, from_fastai(start_state), "fastai", "an AWD-LSTM", skip=ours.tied_keys())
             seconds, firsts["ours"] = train(ours, batches, ours=True)
             timings["ours"].append(seconds)
         speed = {name: tokens / statistics.median(values) for name, values in timings.items()}
         params = sum(p.numel() for p in ours.parameters())
         print(f"{preset:8} {f'{emb_sz}/{n_hid}':>9} {params:>10,} {speed['fastai']:>13,.0f} {speed['ours']:>11,.0f} "
               f"{speed['ours'] / speed['fastai']:>5.2f}x {firsts['fastai']:>11.3f} / {firsts['ours']:.3f}")
+        rows.append([preset, f"{emb_sz}/{n_hid}", f"{params / 1e6:.2f}M", f"{speed['fastai']:,.0f}",
+                     f"{speed['ours']:,.0f}", f"{speed['ours'] / speed['fastai']:.2f}x"])
+    table = markdown_table(["preset", "emb/hidden", "parameters", "fastai `AWD_LSTM` tokens/s", "bertology tokens/s",
+                            "ratio"], rows, "llrrrr")
+    write_section("awd-lstm", slug("presets", *args.presets), "bertology's AWD-LSTM against fastai's AWD_LSTM", f"{settings_line}:\n\n{table}")
 
 
 if __name__ == "__main__":

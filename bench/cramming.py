@@ -24,7 +24,7 @@ the random-weights twin and word2vec trained for the same 30 minutes.
     python bench/cramming.py run --runs DIR       # run the plan's jobs (several workers may share DIR)
     python bench/cramming.py evaluate --runs DIR  # the demo-track models' MLM accuracy on the dev docstrings
     python bench/cramming.py diagnose --runs DIR  # why pre-training barely pays: fine-tuning budgets, frozen features
-    python bench/cramming.py report --runs DIR    # docs/results/pretraining-recipe.md from DIR's results
+    python bench/cramming.py report --runs DIR    # docs/results/pretraining-recipe.md and -plan.md from DIR
 
 `--smoke` runs every kind of job at a toy scale (seconds of pre-training, a few examples, one seed)
 into a runs folder of its own, to check the code before hours of runs.
@@ -73,6 +73,7 @@ from bertology.recipes.demo import DemoConfig, tfidf_baseline  # noqa: E402
 from bertology.recipes.finetune import FinetuneConfig, run_finetuning  # noqa: E402
 from bertology.recipes.pretrain import PretrainConfig, run_pretraining  # noqa: E402
 from bertology.training.loop import ramped_accumulation  # noqa: E402
+from results_page import write_section  # noqa: E402  (bench/'s helper; bench/ is this script's folder)
 
 SEEDS = (0, 1, 2)
 BUDGETS = {"demo": 210.0, "shared": 300.0, "accept": 1800.0}  # seconds of pre-training on 2 free cores
@@ -833,12 +834,12 @@ seconds); `--batch-ramp 0.6 --grad-accum 4` (the micro-batches per step grow fro
 budget); `--vocab-multiple 64` (a WordPiece vocabulary padded with `[unusedK]` tokens to a multiple of 64); and
 `--max-seq-len 128`. The masked-LM head already scores only the masked positions. The model switches are the BERT
 family's (its spec's `pretrain_switches`); `--recipe cramming` sets them all wherever a setting is left at its
-default (until the rule below has chosen the ones that paid here), and with `--max-time` and no `--preset` also the
+default (until the plan's rule has chosen the ones that paid here), and with `--max-time` and no `--preset` also the
 model size for the time; `bertology demo --recipe cramming` and `bertology reproduce --recipe cramming` pre-train by
 it.""".replace("\n", " ")
 
 
-def report(runs: Runs, page: Path) -> None:
+def report(runs: Runs, pages: Path) -> None:
     """The results page (and its curves beside it) from the runs' results: the ablation tables of both tracks,
     the recipe the rule chose, the acceptance runs, and how many jobs are done."""
     plan = runs.plan()
@@ -854,9 +855,7 @@ def report(runs: Runs, page: Path) -> None:
     all_jobs = jobs(runs)
     done = sum(1 for job in all_jobs if runs.result_file(job.name).exists())
     machine_ = plan.get("machine", {})
-    lines = ["# Pre-training that pays on a laptop: Cramming's changes, measured", "",
-             f"Written by `python bench/cramming.py report` (commit {commit()}) on {time.strftime('%Y-%m-%d %H:%M')} "
-             f"from the runs of the plan fixed on {plan.get('created')} (every run imports a frozen copy of the code "
+    lines = [f"From the runs of the plan fixed on {plan.get('created')} (every run imports a frozen copy of the code "
              f"at commit {str(plan.get('commit'))[:10]}; "
              f"{machine_.get('cpus')} CPU cores, {machine_.get('processor')}, torch {machine_.get('torch')}, Python "
              f"{machine_.get('python')}): {done} of {len(all_jobs)} jobs done. The plan, written before any run, "
@@ -908,7 +907,7 @@ def report(runs: Runs, page: Path) -> None:
                           f"{baselines['tfidf_chars']:.3f}, TF-IDF words {baselines['tfidf_words']:.3f}, majority "
                           f"class {baselines['majority']:.3f} ({baselines['train_examples']} training and "
                           f"{baselines['dev_examples']} dev docstrings)."]
-        picture = plot_curves(track, by, row_specs, page.parent / f"pretraining-recipe-{track}.png")
+        picture = plot_curves(track, by, row_specs, pages / f"pretraining-recipe-{track}.png")
         if picture:
             lines += ["", f"![held-out masked-LM accuracy over the budget, {track} track]({picture.name})"]
         lines.append("")
@@ -942,8 +941,25 @@ def report(runs: Runs, page: Path) -> None:
     notes = runs.root / "NOTES.md"  # what happened to the runs, written by whoever watched them
     if notes.exists():
         lines += ["## Notes on the runs", "", notes.read_text(encoding="utf-8").strip(), ""]
-    write_text_atomic(page, "\n".join(lines))
-    print(f"wrote {page}")
+    body = "\n".join("####" + line[2:] if line.startswith("## ") else line for line in lines)  # under the section
+    new_page(pages / "pretraining-recipe.md", "Pre-training that pays on a laptop: Cramming's changes, measured")
+    write_section("pretraining-recipe", "study", "The study so far", body, script="bench/cramming.py", directory=pages)
+    if plan:
+        plan_text = (runs.root / "PLAN.md").read_text(encoding="utf-8").split("\n", 1)[1].strip()
+        new_page(pages / "pretraining-recipe-plan.md", "Pre-training that pays on a laptop: the pre-registered plan")
+        write_section("pretraining-recipe-plan", "plan", "The plan, as written before any run",
+                      "\n".join("####" + line[2:] if line.startswith("## ") else line for line in plan_text.splitlines()),
+                      script="bench/cramming.py", directory=pages,
+                      provenance=f"*Copied from the runs' PLAN.md (its headings one level down), which `python "
+                                 f"bench/cramming.py time` wrote on {plan['created']} before any run.*")
+
+
+def new_page(page: Path, title: str) -> None:
+    """A results page's title and the line saying which script writes it, when the page is not there yet
+    (bench/results_page.py's `write_section` then writes the stamped sections)."""
+    if not page.exists():
+        write_text_atomic(page, f"# {title}\n\nWritten by `bench/cramming.py`: each section is replaced when the "
+                                "script that measures it runs again (see [Results](index.md)).\n")
 
 
 EPOCHS_SHOWN = (1, 3, 5, 10, 20, 30)
@@ -1097,7 +1113,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["prepare", "time", "run", "evaluate", "diagnose", "report"])
     parser.add_argument("--runs", type=Path, default=Path("/work/cram_runs"))
-    parser.add_argument("--page", type=Path, default=REPO / "docs" / "results" / "pretraining-recipe.md")
+    parser.add_argument("--pages", type=Path, default=REPO / "docs" / "results",
+                        help="where report writes pretraining-recipe.md, its -plan.md and the curves")
     parser.add_argument("--smoke", action="store_true", help="every kind of job at a toy scale, to check the code")
     args = parser.parse_args()
     if args.smoke:
@@ -1105,11 +1122,11 @@ def main() -> None:
         SEEDS, TIMING_ROUNDS = (0,), 1
         BUDGETS.update(demo=2.0, shared=2.0, accept=3.0)
         TIMING_STEPS.update(demo=14, shared=12, accept=12)
-        args.page = args.runs / "smoke-page.md"
+        args.pages = args.runs
     runs = Runs(args.runs.resolve(), smoke=args.smoke)
     {"prepare": lambda: prepare(runs), "time": lambda: time_phase_one(runs), "run": lambda: work(runs),
      "evaluate": lambda: dev_docstrings_mlm(runs), "diagnose": lambda: diagnose(runs),
-     "report": lambda: report(runs, args.page)}[args.command]()
+     "report": lambda: report(runs, args.pages)}[args.command]()
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("BERTOLOGY_DATA", REPO.parent / "shared" / "data"))
+from results_page import slug, write_section  # noqa: E402
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'“‘])")
 
 
@@ -138,19 +139,21 @@ def main() -> None:
     student_dir = work / "distilled" if (work / "distilled" / "eval_results.json").is_file() else work / "finetuned"
     speeds = sentences_per_second({"teacher": args.teacher, "student": str(student_dir)}, dev, "auto")
 
-    print(f"\nSST-2 dev ({len(dev)} sentences); student init: {args.student}\n")
-    print("| model | dev accuracy | % of teacher | training time |")
-    print("|---|---:|---:|---:|")
+    lines = [f"SST-2 dev ({len(dev)} sentences); teacher {args.teacher}; student init: {args.student}; lr {args.lr:g}, "
+             "batch 32", "", "| model | dev accuracy | % of teacher | training time |", "|---|---:|---:|---:|"]
     if "distill" in args.skip:  # the teacher's own dev score, as fine-tuning recorded it
         teacher_accuracy = json.loads((Path(args.teacher) / "eval_results.json").read_text())["accuracy"]
-    print(f"| teacher ({Path(args.teacher).name}) | {teacher_accuracy:.4f} | 100.0% | |")
+    lines.append(f"| teacher ({Path(args.teacher).name}) | {teacher_accuracy:.4f} | 100.0% | |")
     for name, (accuracy, seconds) in rows.items():
-        print(f"| {name} | {accuracy:.4f} | {100 * accuracy / teacher_accuracy:.1f}% | {seconds / 60:.1f} min |")
-    print(f"\ninference at batch 32 ({student_dir.name} student; median of 10 interleaved rounds):")
+        lines.append(f"| {name} | {accuracy:.4f} | {100 * accuracy / teacher_accuracy:.1f}% | {seconds / 60:.1f} min |")
+    lines += ["", f"Inference at batch 32 ({student_dir.name} student; median of 10 interleaved rounds):", ""]
     for n, what in enumerate(("model forward passes (pre-tokenized)", "end to end (tokenization included)")):
         teacher, student = speeds["teacher"][n], speeds["student"][n]
-        print(f"  {what}: teacher {teacher:,.0f} sentences/s, student {student:,.0f} sentences/s "
-              f"({student / teacher:.2f}x)")
+        lines.append(f"- {what}: teacher {teacher:,.0f} sentences/s, student {student:,.0f} sentences/s "
+                     f"({student / teacher:.2f}x)")
+    print("\n" + "\n".join(lines))
+    write_section("distill", slug("sst2", Path(args.student).name, "books", args.book_sentences, "augment", args.augment),
+                  f"A student ({args.student}) taught by {Path(args.teacher).name} on SST-2", "\n".join(lines))
     (work / "bench_results.json").write_text(json.dumps(
         {"rows": rows, "teacher_accuracy": teacher_accuracy, "speeds": speeds, "args": vars(args)}, indent=2))
     print(f"students and results in {work}")

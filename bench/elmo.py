@@ -31,6 +31,7 @@ from bertology.data.tokenizer import train_tokenizer
 from bertology.models.elmo import PRESETS, ELMoConfig, character_ids
 from bertology.ops import cross_entropy_with_accuracy
 from bertology.training.objectives import build_objective
+from results_page import markdown_table, slug, write_section
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,8 +77,12 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as cache:
         data, tokens = batches(args.text, args.vocab_size, args.batch_size, args.bptt, args.steps + 1, Path(cache))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; batch {args.batch_size} x {args.bptt} "
-          f"tokens, vocabulary {len(tokens):,}, median of {args.steps} steps after one warm-up step")
+    settings_line = (f"both directions' forward and backward passes and an Adam step; torch {torch.__version__}, "
+                     f"{torch.get_num_threads()} threads; batch {args.batch_size} x {args.bptt} tokens of WikiText-2, "
+                     f"vocabulary {len(tokens):,}, median of {args.steps} steps after one warm-up step; the softmax "
+                     f"share is the output layer and its loss timed alone on the step's own states")
+    print(settings_line)
+    rows = []
     print(f"{'preset':8} {'proj/cells':>11} {'params (no softmax)':>20} {'tokens/s':>9} {'s/step':>7} {'softmax share':>14}")
     for preset in args.presets:
         torch.manual_seed(0)
@@ -100,6 +105,12 @@ def main() -> None:
         print(f"{preset:8} {f'{config.projection_dim}/{config.lstm_dim}':>11} "
               f"{objective.model.num_parameters(softmax=False):>20,} {args.batch_size * args.bptt / per_step:>9,.0f} "
               f"{per_step:>7.2f} {statistics.median(shares):>13.0%}")
+        rows.append([preset, f"{config.projection_dim}/{config.lstm_dim}",
+                     f"{objective.model.num_parameters(softmax=False) / 1e6:.2f}M",
+                     f"{args.batch_size * args.bptt / per_step:,.0f}", f"{statistics.median(shares):.0%}"])
+    table = markdown_table(["preset", "projection/cells", "parameters without the softmax", "tokens/s",
+                            "softmax share of a step"], rows, "llrrr")
+    write_section("elmo", slug("presets", *args.presets), "Tokens/s per preset and the softmax's share of a step", f"{settings_line}:\n\n{table}")
 
 
 if __name__ == "__main__":

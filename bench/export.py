@@ -36,6 +36,7 @@ from bertology.recipes.finetune import FinetuneConfig
 from bertology.tasks.inputs import encode
 from bertology.tasks.splits import read_split
 from bertology.uses.export import export_model
+from results_page import markdown_table, write_section
 
 
 def weights_file(directory: Path) -> Path:
@@ -87,16 +88,20 @@ def main() -> None:
     reference = np.stack(outputs["PyTorch fp32"])
     base = next(iter(setups))[0]
     speed = {name: len(encoded.features) / statistics.median(times) for name, times in seconds.items()}
-    print(f"\n{args.model}: SST-2 dev, {len(examples)} sentences, batch {args.batch_size}, {args.threads} threads, "
-          f"median of {args.repeats} rounds; torch {torch.__version__}, onnxruntime {onnxruntime.__version__}\n")
-    print("| setup | dev accuracy | sentences/s | speed vs fp32 | max abs logit diff vs fp32 | weights MiB "
-          "| size vs fp32 |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    settings_line = (f"{args.model}: SST-2 dev, {len(examples)} sentences, batch {args.batch_size}, {args.threads} "
+                     f"threads, median of {args.repeats} rounds; torch {torch.__version__}, onnxruntime "
+                     f"{onnxruntime.__version__}")
+    rows = []
     for name, *_ in setups:
         accuracy = score(spec, examples, decode(spec, encoded, outputs[name], examples, settings))["accuracy"]
         difference = float(np.abs(np.stack(outputs[name]) - reference).max())
-        print(f"| {name} | {accuracy:.4f} | {speed[name]:.1f} | {speed[name] / speed[base]:.2f} | {difference:.2e} "
-              f"| {sizes[name] / 2**20:.1f} | {sizes[name] / sizes[base]:.2f} |")
+        rows.append([name, f"{accuracy:.4f}", f"{speed[name]:.1f}", f"{speed[name] / speed[base]:.2f}",
+                     f"{difference:.2e}", f"{sizes[name] / 2**20:.1f}", f"{sizes[name] / sizes[base]:.2f}"])
+    table = markdown_table(["setup", "dev accuracy", "sentences/s", "speed vs fp32", "max abs logit diff vs fp32",
+                            "weights MiB", "size vs fp32"], rows)
+    print(f"\n{settings_line}\n\n{table}")
+    if args.limit is None:  # a quick check over a few sentences measures nothing worth a page
+        write_section("export", "sst2", "The SST-2 model exported: accuracy, speed and size", f"{settings_line}:\n\n{table}")
 
 
 if __name__ == "__main__":

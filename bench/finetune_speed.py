@@ -28,6 +28,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
+from results_page import markdown_table, slug, write_section  # noqa: E402
 DATA = Path(os.environ.get("BERTOLOGY_DATA", REPO.parent / "shared" / "data"))
 HYPER = dict(lr=1e-4, batch_size=32, warmup=0.1, weight_decay=0.01, max_seq_len=128, seed=42)
 
@@ -135,14 +136,21 @@ def main() -> None:
     setups = ["bertology", *[s for s in args.setups if s != "bertology"]]
     results = {setup: child(setup, args.examples, args.epochs) for setup in setups}
     ours = results["bertology"]["train_seconds"]
-    print(f"\nSST-2, all-MiniLM-L6-v2, {args.examples} training examples, {args.epochs:g} epochs, "
-          f"torch {__import__('torch').__version__}, transformers {__import__('transformers').__version__}, "
-          f"{os.cpu_count()} CPU cores")
+    settings_line = (f"SST-2, all-MiniLM-L6-v2, {args.examples} training examples, {args.epochs:g} epochs, batch 32, "
+                     f"lr 1e-4, each setup in its own process; torch {__import__('torch').__version__}, transformers "
+                     f"{__import__('transformers').__version__}, {os.cpu_count()} CPU cores")
+    print(f"\n{settings_line}")
+    rows = []
     print(f"{'setup':<34}{'train s':>9}{'total s':>9}{'dev acc':>9}{'bertology speed-up':>20}")
     for setup in setups:
         r, label = results[setup], SETUPS[setup]
         print(f"{label:<34}{r['train_seconds']:>9.1f}{r['total_seconds']:>9.1f}{r['accuracy']:>9.4f}"
               f"{r['train_seconds'] / ours:>19.2f}x")
+        rows.append([label, f"{r['train_seconds']:.1f}", f"{r['total_seconds']:.1f}", f"{r['accuracy']:.4f}",
+                     "" if setup == "bertology" else f"{r['train_seconds'] / ours:.2f}x"])
+    table = markdown_table(["setup", "training s", "total s", "dev accuracy", "bertology faster by"], rows)
+    write_section("finetune-speed", slug("sst2", args.examples, *setups), "SST-2: bertology against transformers' Trainer",
+                  f"{settings_line}; training seconds exclude evaluation:\n\n{table}")
     print(json.dumps(results))
 
 

@@ -26,6 +26,7 @@ import transformers  # noqa: E402
 
 from bertology.inference.generation import GenerationConfig, generate  # noqa: E402
 from bertology.models.gpt import GPTConfig, GPTLMHeadModel  # noqa: E402
+from results_page import markdown_table, slug, write_section  # noqa: E402
 
 
 def load_pair(preset: str, vocab_size: int, positions: int):
@@ -54,9 +55,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     config, ours, reference = load_pair(args.preset, args.vocab_size, 16 + args.new_tokens)
-    print(f"GPT-2 layout, preset {args.preset} ({config.n_layer} layers x {config.n_embd}, {ours.num_parameters():,} "
-          f"parameters), greedy, 16-token prompts, {args.new_tokens} new tokens, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, transformers {transformers.__version__}")
+    settings_line = (f"GPT-2 layout, preset {args.preset} ({config.n_layer} layers x {config.n_embd}, "
+                     f"{ours.num_parameters():,} parameters), greedy, 16-token prompts, {args.new_tokens} new tokens, "
+                     f"median of {args.repeats} alternating rounds, outputs checked identical; torch {torch.__version__}, "
+                     f"{torch.get_num_threads()} threads, transformers {transformers.__version__}")
+    print(settings_line)
+    rows = []
     print(f"{'batch':>5} {'contender':<32} {'new tokens/s':>13} {'vs transformers':>16}")
     settings = GenerationConfig(max_new_tokens=args.new_tokens)
     for batch_size in args.batch_sizes:
@@ -84,6 +88,10 @@ def main() -> None:
             median = statistics.median(values)
             print(f"{batch_size:>5} {name:<32} {batch_size * args.new_tokens / median:>13,.0f} "
                   f"{baseline / median:>15.2f}x")
+            rows.append([batch_size, name, f"{batch_size * args.new_tokens / median:,.0f}", f"{baseline / median:.2f}x"])
+    table = markdown_table(["batch", "contender", "new tokens/s", "vs transformers"], rows, "rlrr")
+    write_section("generation", slug("gpt2", args.preset), f"GPT-2 layout, {args.preset}: bertology's generate against "
+                  "transformers'", f"{settings_line}:\n\n{table}")
 
 
 if __name__ == "__main__":

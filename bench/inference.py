@@ -25,6 +25,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 import bertology  # noqa: E402
+from results_page import markdown_table, slug, write_section  # noqa: E402
 
 
 def load_pair(args):
@@ -90,15 +91,15 @@ def main() -> None:
     throughput = measure(ours, reference, 32, 128, calls=3, repeats=args.repeats, precision=args.precision)
     latency = measure(ours, reference, 1, 32, calls=40, repeats=args.repeats, precision=args.precision)
 
-    print(f"\n{name}, {args.precision}, {args.threads} threads, torch {torch.__version__}, "
-          f"transformers {transformers.__version__}, median of {args.repeats} rounds\n")
-    print(f"| {'measure':<36} | {'transformers':>12} | {'bertology':>10} | {'ratio':>6} |")
-    print(f"|{'-' * 38}|{'-' * 13}:|{'-' * 11}:|{'-' * 7}:|")
-    ours_s, ref_s = throughput
-    print(f"| {'throughput, batch 32 x 128 (sent/s)':<36} | {32 / ref_s:12.1f} | {32 / ours_s:10.1f} | {ref_s / ours_s:6.2f} |")
-    ours_s, ref_s = latency
-    print(f"| {'latency, batch 1 x 32 (ms)':<36} | {1000 * ref_s:12.2f} | {1000 * ours_s:10.2f} | {ref_s / ours_s:6.2f} |")
-    print("\nratio = bertology speed / transformers speed (higher is better for bertology)")
+    settings = (f"{name}, {args.precision}, {args.threads} threads, torch {torch.__version__}, "
+                f"transformers {transformers.__version__}, median of {args.repeats} rounds")
+    (ours_t, ref_t), (ours_l, ref_l) = throughput, latency
+    table = markdown_table(["measure", "transformers", "bertology", "ratio"], [
+        ["throughput, batch 32 x 128 (sentences/s)", f"{32 / ref_t:.1f}", f"{32 / ours_t:.1f}", f"{ref_t / ours_t:.2f}"],
+        ["latency, batch 1 x 32 (ms)", f"{1000 * ref_l:.2f}", f"{1000 * ours_l:.2f}", f"{ref_l / ours_l:.2f}"]])
+    body = f"{settings}:\n\n{table}\n\nratio = bertology speed / transformers speed (higher is better for bertology)"
+    print(f"\n{body}\n")
+    write_section("inference", slug(name, args.precision), f"{name}, {args.precision}: bertology's BertModel against transformers'", body)
 
 
 if __name__ == "__main__":

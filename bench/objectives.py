@@ -40,6 +40,7 @@ from bertology.data.tokenizer import Tokenizer, train_tokenizer
 from bertology.recipes.pretrain import PretrainConfig, run_pretraining
 
 REPO = Path(__file__).resolve().parents[1]
+from results_page import slug, write_section  # noqa: E402
 # What guessing scores: the pair tasks, the balanced replaced-token accuracy and its AUC are 0.5
 # (SOP: see the length baseline above); for the language models it is the share of the most
 # frequent token, measured from the run's own data.
@@ -137,10 +138,10 @@ def main() -> None:
         if objective in ("t5", "bert", "plm"):
             chance[objective] = most_frequent_token_share(cfg)
 
-    print(f"\npreset {args.preset}, {args.steps} steps of 32 x 128 tokens, {args.optimizer} at lr {args.lr:g}, "
-          f"vocabulary {args.vocab_size}\n")
-    print("| objective | training loss (first 50 steps -> last 50) | held-out metric: first eval -> last eval |")
-    print("|---|---|---|")
+    lines = [f"preset {args.preset}, {args.steps} steps of 32 x 128 tokens, {args.optimizer} at lr {args.lr:g}, "
+             f"vocabulary {args.vocab_size}, WikiText-2 valid + the Gutenberg books", "",
+             "| objective | training loss (first 50 steps -> last 50) | held-out metric: first eval -> last eval |",
+             "|---|---|---|"]
     for objective, rows in results.items():
         train = [r for r in rows if r.get("split") != "eval"]
         evals = [r for r in rows if r.get("split") == "eval"]
@@ -149,13 +150,18 @@ def main() -> None:
             metrics += f" (length-only guess: {length_baseline:.3f})"
         if objective in chance:
             metrics += f" (the most frequent token's share of the held-out text: {chance[objective]:.3f})"
-        print(f"| {objective} | {train[0]['loss']:.3f} -> {train[-1]['loss']:.3f} | {metrics} |")
-    print("\nChance: 0.5 for nsp/sop accuracy, rtd_balanced_accuracy and rtd_auc (SOP: also the length-only guess); "
-          "for mlm/lm accuracy, the share of the most frequent token.\n")
-    print("| preset | BERT | + embedding_size 128 | + share_layers | both (ALBERT) |")
-    print("|---|---:|---:|---:|---:|")
+        lines.append(f"| {objective} | {train[0]['loss']:.3f} -> {train[-1]['loss']:.3f} | {metrics} |")
+    lines += ["", "Chance: 0.5 for nsp/sop accuracy, rtd_balanced_accuracy and rtd_auc (SOP: also the length-only "
+                  "guess); for mlm/lm accuracy, the share of the most frequent token."]
+    parameters = ["| preset | BERT | + embedding_size 128 | + share_layers | both (ALBERT) |", "|---|---:|---:|---:|---:|"]
     for preset, *counts in albert_parameter_counts():
-        print(f"| {preset} | " + " | ".join(f"{c / 1e6:.2f}M" for c in counts) + " |")
+        parameters.append(f"| {preset} | " + " | ".join(f"{c / 1e6:.2f}M" for c in counts) + " |")
+    print("\n" + "\n".join(lines) + "\n\n" + "\n".join(parameters))
+    write_section("objectives", slug(args.preset, args.steps, "steps", args.optimizer, f"lr{args.lr:g}", *args.objectives),
+                  f"{', '.join(args.objectives)}: {args.preset} preset, {args.steps} steps, {args.optimizer}",
+                  "\n".join(lines))
+    write_section("objectives", "albert-parameters", "ALBERT's switches: encoder parameters",
+                  "\n".join(parameters) + "\n\n(The ALBERT paper gives 12M for ALBERT-base and 18M for ALBERT-large.)")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from bertology.training.loop import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
+from results_page import RESULTS, slug, write_section  # noqa: E402
 
 
 def shared_settings(args, out: Path) -> PretrainConfig:
@@ -166,16 +167,22 @@ def main() -> None:
         runs["bertology" if side == "bertology" else "transformers reference"] = MetricsLog(folder / "metrics.jsonl", False).rows()
     plot = plot_training_curves(runs, args.out / "pretrain_quality.png", x="elapsed", accuracy_keys=("mlm_accuracy",))
 
-    print(f"\n{args.minutes:g} minutes of training each, preset mini, seq 128, batch 32, {torch.get_num_threads()} threads\n")
-    print("| loop | optimizer steps | tokens/s (median) | held-out MLM accuracy | held-out NSP accuracy |")
-    print("|---|---:|---:|---:|---:|")
+    lines = [f"{args.minutes:g} minutes of training each, preset mini, seq 128, batch 32, the same corpus, batches, "
+             f"masking, held-out documents and schedule, {torch.get_num_threads()} threads", "",
+             "| loop | optimizer steps | tokens/s (median) | held-out MLM accuracy | held-out NSP accuracy |",
+             "|---|---:|---:|---:|---:|"]
     for name, rows in runs.items():
         train = [r for r in rows if r.get("split") != "eval"]
         final = [r for r in rows if r.get("split") == "eval"][-1]
         speeds = sorted(r["tokens_per_second"] for r in train)
-        print(f"| {name} | {final['step']:,} | {speeds[len(speeds) // 2]:,.0f} | {final['mlm_accuracy']:.4f} | "
-              f"{final.get('nsp_accuracy', float('nan')):.4f} |")
-    print(f"\ncurves: {plot}")
+        lines.append(f"| {name} | {final['step']:,} | {speeds[len(speeds) // 2]:,.0f} | {final['mlm_accuracy']:.4f} | "
+                     f"{final.get('nsp_accuracy', float('nan')):.4f} |")
+    section = slug("mini", f"{args.minutes:g}", "minutes")
+    shutil.copyfile(plot, RESULTS / f"pretrain-quality-{section}.png")  # the page's own copy of the curves
+    lines += ["", f"![held-out MLM accuracy over {args.minutes:g} minutes](pretrain-quality-{section}.png)"]
+    print("\n" + "\n".join(lines) + f"\n\ncurves: {plot}")
+    write_section("pretrain-quality", section, f"The mini BERT for {args.minutes:g} minutes: bertology against a "
+                  "transformers loop", "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -41,35 +41,39 @@ from bertology.ops import (
 )
 from bertology.training.loop import TrainConfig, Trainer
 from bertology.training.objectives import build_objective
+from results_page import slug, write_section
 
 SEQ_LEN, BATCH, VOCAB, MASK_ID = 128, 32, 30522, 103
 
 
-def make_batches(count: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
-    """Batches as the pre-training pipeline prepares them: masked ids, MLM labels, NSP labels."""
+def make_batches(count: int, seed: int = 0, batch: int = BATCH, seq_len: int = SEQ_LEN,
+                 vocab: int = VOCAB) -> list[dict[str, torch.Tensor]]:
+    """Batches as the pre-training pipeline prepares them: masked ids, MLM labels, NSP labels,
+    each (batch, seq_len) (pair_labels (batch,)); the second segment starts at seq_len // 2."""
     g = torch.Generator().manual_seed(seed)
+    middle = seq_len // 2
     batches = []
     for _ in range(count):
-        ids = torch.randint(1000, VOCAB, (BATCH, SEQ_LEN), generator=g)
-        ids[:, 0], ids[:, 64], ids[:, -1] = 101, 102, 102
-        chosen = torch.rand(BATCH, SEQ_LEN, generator=g) < 0.15
-        chosen[:, [0, 64, -1]] = False
+        ids = torch.randint(min(1000, vocab // 2), vocab, (batch, seq_len), generator=g)
+        ids[:, 0], ids[:, middle], ids[:, -1] = 101, 102, 102
+        chosen = torch.rand(batch, seq_len, generator=g) < 0.15
+        chosen[:, [0, middle, -1]] = False
         labels = torch.where(chosen, ids, torch.full_like(ids, -100))
         batches.append({
             "input_ids": ids.masked_fill(chosen, MASK_ID),
             "attention_mask": torch.ones_like(ids),
-            "token_type_ids": (torch.arange(SEQ_LEN) > 64).long().expand(BATCH, -1).contiguous(),
+            "token_type_ids": (torch.arange(seq_len) > middle).long().expand(batch, -1).contiguous(),
             "labels": labels,
-            "pair_labels": torch.randint(0, 2, (BATCH,), generator=g),
+            "pair_labels": torch.randint(0, 2, (batch,), generator=g),
         })
     return batches
 
 
-def model_flops_per_token(config: BertConfig, masked_fraction: float = 0.15) -> float:
+def model_flops_per_token(config: BertConfig, masked_fraction: float = 0.15, seq_len: int = SEQ_LEN) -> float:
     """Useful training FLOPs per token (forward + backward = 3x forward): the layers'
     products, attention scores and mixing, and the masked-LM head at the masked positions only."""
     H, I, L, V = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
-    per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * SEQ_LEN * H
+    per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * seq_len * H
     head = masked_fraction * 2 * (H * H + H * V)
     return 3 * (L * per_layer + head)
 
@@ -176,11 +180,11 @@ def main() -> None:
                     for lib, t in setups), flush=True)
     speed = {key: statistics.median(values) for key, values in samples.items()}
 
-    print(f"\nseq {SEQ_LEN}, batch {BATCH}, vocab {VOCAB}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-          f"transformers {transformers.__version__}, median of {args.rounds} rounds")
-    print("matmul peak measured now: " + ", ".join(f"{p} {v / 1e9:,.0f} GFLOP/s" for p, v in peaks.items()) + "\n")
-    print("| preset | precision | transformers tok/s | transformers + tuned malloc | bertology tok/s | ratio | bertology MFU |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    lines = [f"seq {SEQ_LEN}, batch {BATCH}, vocab {VOCAB}, MLM + NSP, {torch.get_num_threads()} threads, torch "
+             f"{torch.__version__}, transformers {transformers.__version__}, median of {args.rounds} rounds; "
+             "matmul peak measured now: " + ", ".join(f"{p} {v / 1e9:,.0f} GFLOP/s" for p, v in peaks.items()), "",
+             "| preset | precision | transformers tok/s | transformers + tuned malloc | bertology tok/s | ratio | bertology MFU |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for preset in args.presets:
         config = BertConfig.from_preset(preset, vocab_size=VOCAB)
         for precision in precisions:
@@ -188,16 +192,20 @@ def main() -> None:
             tuned = speed[(preset, precision, "transformers", True)]
             ours = speed[(preset, precision, "bertology", True)]
             mfu = ours * model_flops_per_token(config) / peaks[precision]
-            print(f"| {preset} | {precision} | {theirs:,.0f} | {tuned:,.0f} | {ours:,.0f} | {ours / theirs:.2f} | {mfu:.0%} |")
+            lines.append(f"| {preset} | {precision} | {theirs:,.0f} | {tuned:,.0f} | {ours:,.0f} | {ours / theirs:.2f} "
+                         f"| {mfu:.0%} |")
     default = "bf16" if "bf16" in precisions else "fp32"
-    print(f"\nratio = bertology / transformers, each as it runs by default. bertology's default precision here is "
-          f"{default}; its speed against transformers' default setups:")
+    lines += ["", f"ratio = bertology / transformers, each as it runs by default. bertology's default precision here "
+                  f"is {default}; its speed against transformers' default setups:", ""]
     for preset in args.presets:
         ours = speed[(preset, default, "bertology", True)]
         line = f"- {preset}: {ours / speed[(preset, 'fp32', 'transformers', False)]:.2f}x transformers fp32"
         if "bf16" in precisions:
             line += f", {ours / speed[(preset, 'bf16', 'transformers', False)]:.2f}x transformers with bf16 autocast"
-        print(line)
+        lines.append(line)
+    print("\n" + "\n".join(lines))
+    write_section("pretrain-throughput", slug("presets", *args.presets), "Training tokens/s per preset, bertology "
+                  "against transformers' BertForPreTraining", "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import httpx
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+from results_page import slug, write_section  # noqa: E402
 SETTINGS = {"micro-batching": [], "max-batch 1": ["--max-batch", "1"]}
 
 
@@ -181,19 +182,25 @@ def main() -> int:
         if status != 0:
             problems.append(f"{setting}: the server exited with {status} after SIGTERM (expected 0)")
 
-    print(f"\nmodel {args.model} ({info['kind']}), {os.cpu_count()} CPUs, server threads {args.threads or 'default'}\n")
-    print("| setting | concurrency | requests | errors | throughput (req/s) | p50 (ms) | p99 (ms) | mean batch |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    lines = [f"model {args.model} ({info['kind']}), {os.cpu_count()} CPUs shared with the load generator, server "
+             f"threads {args.threads or 'default'}", "",
+             "| setting | concurrency | requests | errors | throughput (req/s) | p50 (ms) | p99 (ms) | mean batch |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for setting, concurrency, count, errors, rate, p50, p99, batch in rows:
-        print(f"| {setting} | {concurrency} | {count:,} | {errors} | {rate:.1f} | {p50:.1f} | {p99:.1f} | {batch:.1f} |")
+        lines.append(f"| {setting} | {concurrency} | {count:,} | {errors} | {rate:.1f} | {p50:.1f} | {p99:.1f} "
+                     f"| {batch:.1f} |")
     if args.malformed:
         kinds = ", ".join(kind for kind, *_ in malformed_requests(info, route))
-        print(f"\n{args.malformed} malformed requests ({kinds}): status counts "
-              f"{dict(sorted(statuses.items(), key=str))}; /health afterwards: {health}")
+        lines += ["", f"{args.malformed} malformed requests ({kinds}): status counts "
+                      f"{dict(sorted(statuses.items(), key=str))}; /health afterwards: {health}"]
         if failures:
             problems.append(f"malformed requests answered with a non-4xx: {dict(failures)}")
         if health.get("status") != "ok":
             problems.append(f"/health after the malformed requests: {health}")
+    print("\n" + "\n".join(lines))
+    if not problems:  # a failed run is reported on stderr, not published
+        write_section("serve-load", slug(Path(args.model).name, *args.concurrency), f"{Path(args.model).name} behind "
+                      "`bertology serve`", "\n".join(lines))
     for problem in problems:
         print(f"FAILED: {problem}", file=sys.stderr)
     return 1 if problems else 0

@@ -27,6 +27,7 @@ from pathlib import Path
 from bertology.recipes.finetune import FinetuneConfig, run_finetuning
 
 REPO = Path(__file__).resolve().parents[1]
+from results_page import slug, write_section  # noqa: E402
 DATA = Path(os.environ.get("BERTOLOGY_DATA", REPO.parent / "shared" / "data"))
 TASKS = {"sst2": {"data": DATA / "glue" / "SST-2", "feature_head": "linear", "epochs": 10, "metric": "accuracy"},
          "conll2003": {"data": DATA / "conll2003", "feature_head": "bilstm", "epochs": 3, "metric": "f1"}}
@@ -62,12 +63,15 @@ def main() -> None:
                    "minutes": round((time.perf_counter() - started) / 60, 1)}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    print(f"\n{args.train_examples} training examples, full dev sets, {args.seeds} seeds, lr {args.lr:g}\n")
-    print("| task | features | head | dev metric | median | min-max | minutes |")
-    print("|---|---|---|---|---:|---|---:|")
+    lines = [f"{args.train_examples} training examples, full dev sets, {args.seeds} seeds, lr {args.lr:g}; "
+             "feature sources: " + ", ".join(f"{name} ({model})" for name, model in sources.items()), "",
+             "| task | features | head | dev metric | median | min-max | minutes |", "|---|---|---|---|---:|---|---:|"]
     for r in rows:
-        print(f"| {r['task']} | {r['features']} | {r['head']} | {r['metric']} | {r['median']:.3f} | "
-              f"{r['min']:.3f}-{r['max']:.3f} | {r['minutes']} |")
+        lines.append(f"| {r['task']} | {r['features']} | {r['head']} | {r['metric']} | {r['median']:.3f} | "
+                     f"{r['min']:.3f}-{r['max']:.3f} | {r['minutes']} |")
+    print("\n" + "\n".join(lines))
+    write_section("static-features", slug(*sources, *args.tasks, args.train_examples), "Frozen features under the same "
+                  f"heads: {', '.join(sources)}", "\n".join(lines))
     (Path(args.out) / f"results-{int(time.time())}.json").write_text(json.dumps(rows, indent=2))
 
 

@@ -42,6 +42,7 @@ from bertology.recipes.static_vectors import (StaticTrainConfig, evaluate_vector
                                       vocabulary)
 
 REPO = Path(__file__).resolve().parents[1]
+from results_page import markdown_table, slug, write_section  # noqa: E402
 DATA = Path(os.environ.get("BERTOLOGY_DATA", REPO.parent / "shared" / "data"))
 CORPUS = [DATA / "wikitext-2-raw" / "wiki.valid.raw", DATA / "wikitext-2-raw" / "wiki.test.raw", DATA / "gutenberg"]
 
@@ -63,7 +64,7 @@ def train_methods(args, out: Path) -> list[dict]:
 
 
 def table(summaries: list[dict]) -> str:
-    """The README's table (markdown)."""
+    """The methods' table (Markdown), as docs/results/static-vectors.md shows it."""
     lines = ["| method | dim | window | epochs | training time | total time | WordSim-353 | SimLex-999 | analogy (3CosAdd) "
              "| OOV pairs / questions | held-out OOV tokens |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -194,17 +195,37 @@ def main() -> None:
     report = {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
     if not args.skip_training:
         report["methods"] = train_methods(args, out)
-        print("\n" + table(report["methods"]))
+        body = table(report["methods"])
+        print("\n" + body)
         ours = next((m for m in report["methods"] if m["method"] == "glove"), None)
         if args.glove_c and ours:
             report["glove_c"] = glove_c_reference(args, out, args.glove_c, ours)
             e = report["glove_c"]["evaluation"]
-            print(f"\nglove.c, same text and settings: WordSim-353 {e['wordsim353']['spearman']:.3f}, SimLex-999 "
-                  f"{e['simlex999']['spearman']:.3f}, analogies {e['analogy']['accuracy']:.3f}; seconds "
-                  f"{report['glove_c']['seconds']}; bertology / glove.c time "
-                  f"{report['glove_c']['time_ratio_bertology_over_glove_c']}", flush=True)
+            line = (f"glove.c, same text and settings: WordSim-353 {e['wordsim353']['spearman']:.3f}, SimLex-999 "
+                    f"{e['simlex999']['spearman']:.3f}, analogies {e['analogy']['accuracy']:.3f}; seconds "
+                    f"{report['glove_c']['seconds']}; bertology / glove.c time "
+                    f"{report['glove_c']['time_ratio_bertology_over_glove_c']}")
+            print("\n" + line, flush=True)
+            body += "\n\n" + line
+        write_section("static-vectors", slug("methods", *args.methods, f"{args.dim}d", "window", args.window,
+                                             args.max_time, "glove-c" if args.glove_c else ""),
+                      f"{', '.join(args.methods)} on the shared corpus ({args.dim}-d, window {args.window}, "
+                      f"{args.max_time} each)", f"WikiText-2 valid + test and the Gutenberg books, {report['cpus']} "
+                      f"CPUs, {report['torch_threads']} threads:\n\n{body}")
     if not args.skip_scaling:
         report["counting"], report["glove_training"] = counting_scaling(args, out)
+        counting = markdown_table(["corpus read", "tokens", "distinct pairs", "seconds", "tokens/s", "peak memory MB"],
+                                  [[f"{c['repeats']}x", f"{c['tokens']:,}", f"{c['nonzero']:,}", c["seconds"],
+                                    f"{c['tokens_per_second']:,}", c["peak_rss_mb"]] for c in report["counting"]])
+        training = markdown_table(["threads, batch", "entries/s", "epochs/s"],
+                                  [[key.replace("workers=", "").replace(" batch=", ", "), f"{v['entries_per_second']:,}",
+                                    v["epochs_per_second"]] for key, v in report["glove_training"].items() if key != "nonzero"])
+        write_section("static-vectors", slug("glove-speed", "window", args.window, f"{args.dim}d"),
+                      "GloVe's counting and training speed",
+                      f"Counting co-occurrences (window {args.window}) over the tokenized training text read 1, 3 and "
+                      f"10 times, each in a fresh process:\n\n{counting}\n\nAdaGrad over the "
+                      f"{report['glove_training']['nonzero']:,} co-occurrence entries of the 1x text ({args.dim}-d):"
+                      f"\n\n{training}")
     path = out / f"results-{int(time.time())}.json"
     path.write_text(json.dumps(report, indent=2))
     print(f"\nwrote {path}")

@@ -30,6 +30,7 @@ import transformers  # noqa: E402
 from bertology.data.tokenizer import train_tokenizer  # noqa: E402
 from bertology.models.t5 import T5Config, T5ForConditionalGeneration  # noqa: E402
 from bertology.training.objectives import build_objective  # noqa: E402
+from results_page import markdown_table, slug, write_section  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,9 +88,13 @@ def main() -> None:
                                          args.batch_size, args.steps)
     tokens = sum(int(b["attention_mask"].sum() + (b["labels"] != -100).sum()) for b in batches)
     v1_1 = {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False} if args.gated_gelu else {}
-    print(f"T5{' v1.1' if args.gated_gelu else ''} span corruption, batch {args.batch_size} x {args.max_seq_len} tokens "
-          f"before corruption, {args.steps} steps per round, median of {args.repeats} rounds; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, transformers {transformers.__version__}, dropout 0.1, fp32")
+    settings_line = (f"T5{' v1.1' if args.gated_gelu else ''} span corruption, batch {args.batch_size} x "
+                     f"{args.max_seq_len} tokens before corruption, {args.vocab_size:,}-piece unigram vocabulary, "
+                     f"{args.steps} steps per round, median of {args.repeats} rounds; tokens counted in inputs and "
+                     f"targets; torch {torch.__version__}, {torch.get_num_threads()} threads, transformers "
+                     f"{transformers.__version__}, dropout 0.1, fp32")
+    print(settings_line)
+    rows = []
     print(f"{'preset':<7} {'parameters':>11} {'transformers tok/s':>19} {'bertology tok/s':>16} {'ratio':>6}")
     for preset in args.presets:
         torch.manual_seed(0)
@@ -108,6 +113,12 @@ def main() -> None:
         parameters = sum(p.numel() for p in model.parameters())
         print(f"{preset:<7} {parameters:>11,} {tokens / reference:>19,.0f} {tokens / ours:>16,.0f} "
               f"{reference / ours:>5.2f}x   (first losses {losses['transformers']:.3f} / {losses['bertology']:.3f})")
+        rows.append([preset, f"{parameters / 1e6:.1f}M", f"{tokens / reference:,.0f}", f"{tokens / ours:,.0f}",
+                     f"{reference / ours:.2f}x"])
+    table = markdown_table(["preset", "parameters", "transformers tokens/s", "bertology tokens/s", "vs transformers"], rows)
+    write_section("t5-pretraining", slug("presets", *args.presets, "v1.1" if args.gated_gelu else ""),
+                  f"Span-corruption training tokens/s against transformers' T5ForConditionalGeneration"
+                  f"{' (v1.1)' if args.gated_gelu else ''}", f"{settings_line}:\n\n{table}")
 
 
 if __name__ == "__main__":

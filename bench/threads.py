@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from results_page import slug, write_section
+
 
 def child(setting: str, seconds: float) -> None:
     """Time the demo's pre-training step under `setting`; print {"steps_per_second", "threads"}."""
@@ -75,6 +77,8 @@ def main() -> None:
     env = {key: value for key, value in os.environ.items()
            if key not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "BERTOLOGY_THREADS")}
     print(f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f} before")
+    lines = [f"The demo's pre-training step (a tiny BERT, RoBERTa's masked LM, batches of 32 x 64 tokens) in a child "
+             f"process per measurement, interleaved rounds, {os.cpu_count()} CPUs; steps/s, median (min-max):"]
     for competitors in args.competitors:
         processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(competitors)]
         try:
@@ -93,9 +97,15 @@ def main() -> None:
             for process in processes:
                 process.kill()
         print(f"\n{competitors} competing process(es); load average {min(loads):.1f}-{max(loads):.1f} while measuring")
+        lines += ["", f"{competitors} competing process(es) (`python -c \"while True: pass\"`); load average "
+                      f"{min(loads):.1f}-{max(loads):.1f} while measuring:", ""]
         for setting, values in rates.items():
             print(f"  {setting:<8} ({threads[setting]} threads) {statistics.median(values):6.2f} steps/s "
                   f"({min(values):.2f}-{max(values):.2f}) over {len(values)} rounds")
+            lines.append(f"- {setting} ({threads[setting]} threads): {statistics.median(values):.2f} steps/s "
+                         f"({min(values):.2f}-{max(values):.2f}) over {len(values)} rounds")
+    write_section("threads", slug("demo-step", *args.settings, "competitors", *args.competitors),
+                  "The demo's pre-training step beside competing processes", "\n".join(lines))
 
 
 if __name__ == "__main__":

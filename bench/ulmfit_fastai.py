@@ -53,6 +53,7 @@ from bertology.tasks.readers import TASKS, read_examples
 from bertology.tasks.splits import subset
 
 REPO = Path(__file__).resolve().parents[1]
+from results_page import write_section  # noqa: E402
 DATA = REPO.parent / "shared/data"
 BATCH, BPTT = 32, 70
 
@@ -171,6 +172,15 @@ def main() -> None:
               "seconds": time.perf_counter() - started, "torch_threads": torch.get_num_threads()}
     (args.work / "ulmfit_fastai.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))
+    write_section("ulmfit-fastai", f"sst2-{args.labels}", f"fastai's ULMFiT at bertology's budget, {args.labels:,} SST-2 labels",
+                  f"fastai's own pipeline (its ULMFiT text tutorial), the `{args.preset}` AWD-LSTM size, a "
+                  f"{args.vocab_size:,}-word vocabulary; general LM {stage1['steps']:,} steps on the Gutenberg books "
+                  f"(held-out loss {stage1['held_out_loss']:.3f}), target LM {stage2['steps']:,} steps on SST-2's "
+                  f"sentences (held-out loss {stage2['held_out_loss']:.3f}); the classifier on {args.labels:,} "
+                  f"sentences with gradual unfreezing, scored after the last epoch: dev accuracy "
+                  f"**{result['accuracy']:.3f}** (median of {args.seeds} seeds: "
+                  f"{', '.join(f'{r:.3f}' for r in runs)}); {result['seconds'] / 60:.0f} minutes, "
+                  f"{result['torch_threads']} threads.")
 
 
 if __name__ == "__main__":

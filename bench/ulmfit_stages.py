@@ -39,6 +39,7 @@ from bertology.recipes.finetune import FinetuneConfig, run_finetuning
 from bertology.recipes.pretrain import PretrainConfig, run_pretraining
 
 REPO = Path(__file__).resolve().parents[1]
+from results_page import markdown_table, write_section  # noqa: E402
 DATA = REPO.parent / "shared/data"
 
 
@@ -116,6 +117,14 @@ def main() -> None:
     (work / "ulmfit_stages.json").write_text(json.dumps(results, indent=2) + "\n")
     gain = results[-1]["accuracy"] - results[0]["accuracy"]
     print(f"three-stage ULMFiT minus no LM: {gain * 100:+.1f} points (the claim: at least +5)")
+    table = markdown_table([f"AWD-LSTM classifier on {args.labels:,} SST-2 labels", f"dev accuracy, median of {args.seeds} seeds",
+                            "seeds"], [[r["row"], f"{r['accuracy']:.3f}", ", ".join(f"{a:.3f}" for a in r["runs"])]
+                                       for r in results], "lrl")
+    write_section("ulmfit-stages", f"sst2-{args.labels}", f"What each stage adds on {args.labels:,} SST-2 labels",
+                  f"the `{args.preset}` AWD-LSTM; general LM {args.general_minutes:g} minutes on the Gutenberg books, "
+                  f"target LM {args.target_minutes:g} minutes on SST-2's training sentences (labels unused), "
+                  f"{args.vocab_size:,}-piece vocabulary; each classifier {args.epochs:g} epochs, best epoch on dev:"
+                  f"\n\n{table}\n\nthree-stage ULMFiT minus no LM: {gain * 100:+.1f} points")
 
 
 if __name__ == "__main__":

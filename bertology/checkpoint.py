@@ -2,9 +2,11 @@
 
 A model directory is in the Hugging Face layout: `config.json`, `model.safetensors`,
 and the tokenizer's `vocab.txt` / `tokenizer.json`. Tensors are stored under
-transformers' BERT names, so a directory written here loads in
+transformers' names, so a directory written here loads in
 `transformers.BertModel.from_pretrained` and vice versa; inside bertology the
-modules keep short names. `_KEY_TABLE` is the whole mapping.
+modules keep short names. A `KeyTable` is the whole mapping of one family: BERT's
+(`BERT_KEYS`) is here, the other BERT-like families' (RoBERTa, ALBERT, ELECTRA,
+DistilBERT) are built from its rows in their own files under models/.
 
 Safety: weights are read from safetensors, or from a legacy `pytorch_model.bin`
 only through `torch.load(weights_only=True)`, which refuses pickled code.
@@ -14,10 +16,12 @@ from __future__ import annotations
 
 import pickle
 import re
+from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .errors import UserError
@@ -29,13 +33,13 @@ VOCAB_NAME = "vocab.txt"
 
 # (our module, transformers' module or modules). Several transformers modules are
 # concatenated along dim 0 into ours (the fused Q/K/V projection). "{i}" is a layer index.
-# Encoder names are relative to the encoder: both sides prefix them with "bert." inside task models.
-_KEY_TABLE: list[tuple[str, tuple[str, ...]]] = [
+# Encoder names are relative to the encoder: both sides prefix them inside task models ("bert." here).
+BERT_ENCODER_ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("embeddings.word_embeddings", ("embeddings.word_embeddings",)),
     ("embeddings.position_embeddings", ("embeddings.position_embeddings",)),
     ("embeddings.token_type_embeddings", ("embeddings.token_type_embeddings",)),
     ("embeddings.norm", ("embeddings.LayerNorm",)),
-    ("embeddings.projection", ("encoder.embedding_hidden_mapping_in",)),  # ALBERT's name
+    ("embeddings.projection", ("encoder.embedding_hidden_mapping_in",)),  # factorized embeddings (ALBERT's name)
     ("layers.{i}.attention.qkv", tuple(f"encoder.layer.{{i}}.attention.self.{n}" for n in ("query", "key", "value"))),
     ("layers.{i}.attention.out", ("encoder.layer.{i}.attention.output.dense",)),
     ("layers.{i}.attention_norm", ("encoder.layer.{i}.attention.output.LayerNorm",)),
@@ -45,22 +49,24 @@ _KEY_TABLE: list[tuple[str, tuple[str, ...]]] = [
     ("final_norm", ("encoder.final_layer_norm",)),  # pre-LN stacks only
     ("relative_attention_bias", ("encoder.relative_attention_bias",)),  # position_embedding_type "relative" only
     ("pooler", ("pooler.dense",)),
-    # Heads (top level, never under "bert.").
+)
+# Heads (top level, never under the encoder's prefix).
+BERT_HEAD_ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("mlm.dense", ("cls.predictions.transform.dense",)),
     ("mlm.norm", ("cls.predictions.transform.LayerNorm",)),
     ("mlm.bias", ("cls.predictions.bias",)),
+    ("mlm.decoder", ("cls.predictions.decoder",)),  # untied output matrices only (tie_word_embeddings false)
     ("nsp.dense", ("cls.seq_relationship",)),
     ("classifier.dense", ("classifier",)),
     ("qa_outputs", ("qa_outputs",)),
     # bertology's own (`head_bilstm`, the BERT paper's "+ BiLSTM"): transformers has no such module and
     # its classes skip these keys; stored under the same name, nn.LSTM's parameters (weight_ih_l0, ...)
     ("bilstm.lstm", ("bilstm.lstm",)),
-]
-_HEAD_PREFIXES = ("mlm.", "nsp.", "classifier.", "qa_outputs.", "bilstm.")
-TASK_HEAD_PREFIXES = ("classifier.", "qa_outputs.", "bilstm.")  # fine-tuning heads, replaced for a new task
-# Keys transformers stores that carry no information of their own.
-_REDUNDANT = ("embeddings.position_ids", "cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
-_ENCODER_PREFIX = "bert."
+)
+# Our canonical names of the heads and the pooler: a checkpoint may lack them (they start fresh).
+_HEAD_PREFIXES = ("mlm.", "nsp.", "classifier.", "qa_outputs.", "bilstm.", "summary.", "discriminator.")
+TASK_HEAD_PREFIXES = ("classifier.", "qa_outputs.", "bilstm.", "summary.")  # fine-tuning heads, replaced for a new task
+_ENCODER_PREFIX = "bert."  # our task models' attribute holding the encoder
 
 
 def _compile(pattern: str) -> re.Pattern:
@@ -68,66 +74,115 @@ def _compile(pattern: str) -> re.Pattern:
     return re.compile(re.escape(pattern).replace(r"\{i\}", r"(?P<i>\d+)") + r"(?P<param>(\.[A-Za-z_][A-Za-z0-9_]*)?)$")
 
 
-_OURS = [(_compile(ours), ours, theirs) for ours, theirs in _KEY_TABLE]
-_THEIRS = [(_compile(name), ours, theirs, k) for ours, theirs in _KEY_TABLE for k, name in enumerate(theirs)]
+@dataclass(frozen=True)
+class KeyTable:
+    """A family's names in transformers' checkpoints: the one mapping between our module names and theirs.
+
+    Rows are (our module, transformers' module or modules), the first that matches wins; "{i}"
+    is a layer index. Our encoder's keys are canonical without a prefix (inside a task model ours
+    carry `bert.`, theirs `prefix`); heads are at the top level on both sides.
+    """
+
+    rows: tuple[tuple[str, tuple[str, ...]], ...]
+    prefix: str  # transformers' attribute of the encoder inside its task models: "bert.", "roberta.", ...
+    # Keys transformers stores that carry no information of their own (buffers, a tied bias's second name).
+    redundant: tuple[str, ...] = ()
+    # transformers' second name of the masked-LM bias, its decoder's: tied to the first, except beside an
+    # untied output matrix (tie_word_embeddings false), where transformers' forward adds this one.
+    decoder_bias: str | None = None
+
+    def with_rows(self, *rows: tuple[str, tuple[str, ...]]) -> KeyTable:
+        """This table with `rows` matched first (a head that one class names otherwise)."""
+        return replace(self, rows=(*rows, *self.rows))
+
+    @cached_property
+    def _ours(self) -> list[tuple[re.Pattern, str, tuple[str, ...]]]:
+        return [(_compile(ours), ours, theirs) for ours, theirs in self.rows]
+
+    @cached_property
+    def _theirs(self) -> list[tuple[re.Pattern, str, tuple[str, ...], int]]:
+        return [(_compile(name), ours, theirs, k) for ours, theirs in self.rows for k, name in enumerate(theirs)]
+
+    def to_transformers(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Our state dict -> transformers' key names (a fused Q/K/V split in three)."""
+        out = {}
+        for key, tensor in state.items():
+            prefix, name = _split_prefix(key)
+            for regex, _, theirs in self._ours:
+                match = regex.match(name)
+                if match:
+                    break
+            else:
+                raise KeyError(f"no transformers name for parameter {key!r}")
+            layer, param = match.group("i") if "i" in regex.groupindex else None, match.group("param")
+            chunks = tensor.chunk(len(theirs), dim=0) if len(theirs) > 1 else (tensor,)
+            for their_module, chunk in zip(theirs, chunks):
+                out[(self.prefix if prefix else "") + their_module.format(i=layer) + param] = chunk.contiguous()
+        if self.decoder_bias and "mlm.decoder.weight" in state:  # untied: both names, as transformers stores them
+            out[self.decoder_bias] = state["mlm.bias"].clone()
+        return out
+
+    def from_transformers(self, state: dict[str, torch.Tensor], source: Path, tied: bool = True
+                          ) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """transformers' state dict (with or without the encoder's prefix, with or without heads) ->
+        our canonical names (encoder keys without prefix, heads at top level). `tied`: the config's
+        tie_word_embeddings (untied, the masked-LM bias is read under the decoder's name).
+
+        Returns the converted state and the keys that were not recognised.
+        """
+        if not tied and self.decoder_bias in state:
+            bias = next(theirs[0] for ours, theirs in self.rows if ours == "mlm.bias")
+            state = {**state, bias: state[self.decoder_bias]}
+        parts: dict[str, dict[int, torch.Tensor]] = {}
+        counts: dict[str, int] = {}
+        unknown = []
+        for key, tensor in state.items():
+            name = key.removeprefix(self.prefix)
+            if name in self.redundant:
+                continue
+            for regex, ours, theirs, k in self._theirs:
+                match = regex.match(name)
+                if match:
+                    layer = match.group("i") if "i" in regex.groupindex else None
+                    our_key = ours.format(i=layer) + match.group("param")
+                    parts.setdefault(our_key, {})[k] = tensor
+                    counts[our_key] = len(theirs)
+                    break
+            else:
+                unknown.append(key)
+        out = {}
+        for our_key, chunks in parts.items():
+            if len(chunks) != counts[our_key]:
+                raise UserError(f"{source}: incomplete checkpoint, only {len(chunks)} of {counts[our_key]} parts of "
+                                f"{our_key!r}")
+            pieces = [chunks[k] for k in range(counts[our_key])]
+            if len({piece.shape[1:] for piece in pieces}) > 1 or any(piece.ndim == 0 for piece in pieces):
+                shapes = ", ".join(str(tuple(piece.shape)) for piece in pieces)
+                raise UserError(f"{source}: the parts of {our_key!r} (query, key, value) have shapes that do not fit "
+                                f"together: {shapes}")
+            out[our_key] = torch.cat(pieces, dim=0) if len(pieces) > 1 else pieces[0]
+        return out, unknown
+
+
+BERT_KEYS = KeyTable(BERT_ENCODER_ROWS + BERT_HEAD_ROWS, prefix="bert.",
+                     redundant=("embeddings.position_ids", "cls.predictions.decoder.bias"),
+                     decoder_bias="cls.predictions.decoder.bias")
 
 
 def _split_prefix(key: str) -> tuple[str, str]:
     return (_ENCODER_PREFIX, key[len(_ENCODER_PREFIX):]) if key.startswith(_ENCODER_PREFIX) else ("", key)
 
 
-def to_transformers(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Our state dict -> transformers' BERT key names (the fused Q/K/V split in three)."""
-    out = {}
-    for key, tensor in state.items():
-        prefix, name = _split_prefix(key)
-        for regex, _, theirs in _OURS:
-            match = regex.match(name)
-            if match:
-                break
-        else:
-            raise KeyError(f"no transformers name for parameter {key!r}")
-        layer, param = match.group("i") if "i" in regex.groupindex else None, match.group("param")
-        chunks = tensor.chunk(len(theirs), dim=0) if len(theirs) > 1 else (tensor,)
-        for their_module, chunk in zip(theirs, chunks):
-            out[prefix + their_module.format(i=layer) + param] = chunk.contiguous()
-    return out
+def to_transformers(state: dict[str, torch.Tensor], table: KeyTable = BERT_KEYS) -> dict[str, torch.Tensor]:
+    """Our state dict -> transformers' key names of `table`'s family (BERT's by default)."""
+    return table.to_transformers(state)
 
 
-def from_transformers(state: dict[str, torch.Tensor], source: Path) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """transformers' BERT state dict (with or without the "bert." prefix, with or without
-    heads) -> our canonical names (encoder keys without prefix, heads at top level).
-
-    Returns the converted state and the keys that were not recognised.
-    """
-    parts: dict[str, dict[int, torch.Tensor]] = {}
-    counts: dict[str, int] = {}
-    unknown = []
-    for key, tensor in state.items():
-        _, name = _split_prefix(key)
-        if name in _REDUNDANT:
-            continue
-        for regex, ours, theirs, k in _THEIRS:
-            match = regex.match(name)
-            if match:
-                layer = match.group("i") if "i" in regex.groupindex else None
-                our_key = ours.format(i=layer) + match.group("param")
-                parts.setdefault(our_key, {})[k] = tensor
-                counts[our_key] = len(theirs)
-                break
-        else:
-            unknown.append(key)
-    out = {}
-    for our_key, chunks in parts.items():
-        if len(chunks) != counts[our_key]:
-            raise UserError(f"{source}: incomplete checkpoint, only {len(chunks)} of {counts[our_key]} parts of {our_key!r}")
-        parts = [chunks[k] for k in range(counts[our_key])]
-        if len({part.shape[1:] for part in parts}) > 1 or any(part.ndim == 0 for part in parts):
-            shapes = ", ".join(str(tuple(part.shape)) for part in parts)
-            raise UserError(f"{source}: the parts of {our_key!r} (query, key, value) have shapes that do not fit "
-                            f"together: {shapes}")
-        out[our_key] = torch.cat(parts, dim=0) if len(parts) > 1 else parts[0]
-    return out, unknown
+def from_transformers(state: dict[str, torch.Tensor], source: Path, table: KeyTable = BERT_KEYS
+                      ) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """transformers' state dict of `table`'s family (BERT's by default) -> our canonical names, and
+    the keys that were not recognised (see `KeyTable.from_transformers`)."""
+    return table.from_transformers(state, source)
 
 
 def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
@@ -167,12 +222,14 @@ def check_vocab(directory: Path, vocab_size: int) -> None:
             )
 
 
-def load_state_dict(directory: str | Path, vocab_size: int) -> tuple[dict[str, torch.Tensor], Path]:
-    """Read a checkpoint directory: its tensors under our canonical names, and the weights file read."""
+def load_state_dict(directory: str | Path, vocab_size: int, table: KeyTable = BERT_KEYS, tied: bool = True
+                    ) -> tuple[dict[str, torch.Tensor], Path]:
+    """Read a checkpoint directory: its tensors under our canonical names (read with `table`, the
+    family's key table; `tied` as in `KeyTable.from_transformers`), and the weights file read."""
     directory = Path(directory)
     check_vocab(directory, vocab_size)
     raw, path = read_weights(directory)
-    state, _ = from_transformers(raw, path)
+    state, _ = table.from_transformers(raw, path, tied)
     return state, path
 
 
@@ -195,7 +252,7 @@ def weight_problems(state: dict[str, torch.Tensor], expected: dict[str, torch.Si
         tensor = state.get(name)
         if tensor is None:
             if not name.startswith(_HEAD_PREFIXES + ("pooler.",)):
-                problems.append(f"checkpoint has no weights for {name!r}; is it a BERT model of this config?")
+                problems.append(f"checkpoint has no weights for {name!r}; is it a model of this family and config?")
         elif tensor.shape != shape:
             what = f"{name} (vocab_size {tensor.shape[0]} in the weights)" if name == "embeddings.word_embeddings.weight" \
                 else name
@@ -236,13 +293,75 @@ def assign_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor]) ->
     return fresh
 
 
+def standalone(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors on the CPU, each in storage of its own that holds exactly it: what safetensors
+    writes.
+
+    A device may keep weights as views into one larger buffer: on CUDA, nn.LSTM's weights are views
+    into cuDNN's one flat buffer, which safetensors refuses ("None is covering the entire storage").
+    A tensor whose storage is larger than it, or that shares its storage with another, is copied;
+    every other is written as it is, without a copy.
+    """
+    out, seen = {}, set()
+    for name, tensor in tensors.items():
+        tensor = tensor.detach().cpu()
+        storage = tensor.untyped_storage()
+        if (storage.data_ptr() in seen or tensor.storage_offset() or not tensor.is_contiguous()
+                or storage.nbytes() != tensor.numel() * tensor.element_size()):
+            tensor = tensor.clone(memory_format=torch.contiguous_format)
+        seen.add(tensor.untyped_storage().data_ptr())
+        out[name] = tensor
+    return out
+
+
+def write_tensors(tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> Path:
+    """Write tensors, under the names they have, as one safetensors file at `path`, atomically
+    (each in storage of its own: see `standalone`)."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        save_file(standalone(tensors), str(tmp), metadata={"format": "pt", **(metadata or {})})
+    return path
+
+
 def write_weights(state: dict[str, torch.Tensor], directory: str | Path) -> Path:
     """Write a state dict, under the names it has, as `model.safetensors` in `directory`, atomically."""
-    path = Path(directory) / WEIGHTS_NAME
-    tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
-    with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
-    return path
+    return write_tensors(state, Path(directory) / WEIGHTS_NAME)
+
+
+def save_module_state(module: torch.nn.Module, path: str | Path) -> Path:
+    """A module's whole state dict as a safetensors file, atomically, whatever the device's layout
+    of its weights (see `standalone`): a tensor held under several names (tied weights) is written
+    once, under its first name, and the metadata maps each other name to it, as safetensors'
+    `save_model` does (`load_module_state` ties them again)."""
+    tensors: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    first: dict[tuple, str] = {}
+    for name, tensor in module.state_dict().items():
+        where = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
+                 tensor.stride(), tensor.dtype)
+        if where in first:
+            aliases[name] = first[where]
+        else:
+            first[where] = name
+            tensors[name] = tensor
+    return write_tensors(tensors, path, aliases)
+
+
+def load_module_state(module: torch.nn.Module, path: str | Path, device: str | torch.device = "cpu") -> None:
+    """Load a file of `save_module_state` (or of safetensors' `save_model`) into `module`: every
+    tensor it needs, each alias from the tensor it was stored as.
+
+    Raises:
+        ValueError: a tensor the module has is missing (and is no alias), or one it lacks is there.
+    """
+    state = load_file(str(path), device=str(device))
+    with safe_open(str(path), framework="pt") as f:
+        aliases = f.metadata() or {}  # alias -> the name it is stored under (and "format": "pt")
+    state.update({alias: state[name] for alias, name in aliases.items() if name in state and alias not in state})
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{path}: tensors missing: {', '.join(missing) or 'none'}; not the module's: "
+                         f"{', '.join(unexpected) or 'none'}")
 
 
 def load_checked(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path | str, what: str,
@@ -262,12 +381,3 @@ def load_checked(model: torch.nn.Module, state: dict[str, torch.Tensor], source:
         if state[name].is_floating_point() and not bool(torch.isfinite(state[name]).all()):
             raise UserError(f"{source}: tensor {name} holds NaN or infinite values")
     model.load_state_dict({k: v for k, v in state.items() if k in expected and k not in skip}, strict=False)
-
-
-def save_state_dict(state: dict[str, torch.Tensor], directory: str | Path) -> Path:
-    """Write our state dict as `model.safetensors` under transformers' names, atomically."""
-    path = Path(directory) / WEIGHTS_NAME
-    tensors = {k: v.detach().cpu().contiguous() for k, v in to_transformers(state).items()}
-    with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
-    return path

@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator, get_args, get_origin
 
 from . import __version__
 from .config import (
+    Device,
     Threads,
     alternatives,
     bounds_problem,
@@ -96,7 +97,7 @@ class InfoConfig:
 
 
 @dataclass
-class ExplainConfig(Threads):
+class ExplainConfig(Device):
     """The model and the picture.
 
     What both `bertology explain` commands take.
@@ -280,9 +281,10 @@ def run_tokenizer_train(cfg: TokenizerTrainConfig) -> None:
 
 
 def run_info(cfg: InfoConfig) -> None:
-    """Load the model (which validates every tensor) and print what it is; with --check, list
-    every problem of the directory instead (exit status 2 when there is one)."""
-    from .inference.modeldir import check_model_dir, load_model
+    """Load the model and its tokenizer (which validates every tensor and file) and print what it is:
+    its family, tokenizer, the commands that take it and its config; with --check, list every
+    problem of the directory instead (exit status 2 when there is one)."""
+    from .inference.modeldir import check_model_dir, open_model_dir
     from .training.loop import run_problems
 
     if cfg.check:
@@ -295,16 +297,20 @@ def run_info(cfg: InfoConfig) -> None:
               "tokenizer)")
         return
 
-    model = load_model(cfg.model)
+    model_dir = open_model_dir(cfg.model)
+    model = model_dir.load_model()
+    tokenizer = model_dir.tokenizer() if model_dir.spec.tokenized else None
     config = model.config
-    vocab = Path(cfg.model) / "vocab.txt"
-    vocab_entries = sum(1 for _ in vocab.open("rb")) if vocab.is_file() else None
-    print(f"model:        {Path(cfg.model).resolve()}")
+    print(f"model:        {model_dir.path.resolve()}")
+    print(f"family:       {model_dir.family.name}: {model_dir.describe()}")
     print(f"architecture: {type(model).__name__}")
     print(f"parameters:   {model.num_parameters():,}")
-    if hasattr(config, "vocab_size"):  # a TagLM tagger's words are in its words.txt (word_vocab_size below)
-        print(f"vocabulary:   {vocab_entries if vocab_entries is not None else 'no vocab.txt'} tokens in vocab.txt, "
-              f"{config.vocab_size} embedding rows")
+    if tokenizer is not None:
+        print(f"tokenizer:    {tokenizer.kind} ({tokenizer.tokenizer_class}), {tokenizer.vocab_size:,} tokens, "
+              f"{config.vocab_size:,} embedding rows")
+    else:
+        print("tokenizer:    none: the model reads words")
+    print(f"commands:     {', '.join(model_dir.commands()) or 'none'}")
     print("config:")
     for key, value in config.to_dict().items():
         print(f"  {key}: {value}")
@@ -411,7 +417,7 @@ def run_evaluate(cfg: Any) -> None:
     from .files import write_json_atomic
     from .recipes.finetune import run_evaluation
 
-    results = run_evaluation(cfg.task, cfg.data, cfg.model, cfg.split, cfg.batch_size, cfg.precision)
+    results = run_evaluation(cfg.task, cfg.data, cfg.model, cfg.split, cfg.batch_size, cfg.precision, cfg.device)
     print_results(results)
     if cfg.out:
         write_json_atomic(cfg.out, results)
@@ -421,7 +427,7 @@ def run_predict(cfg: Any) -> None:
     """Predict and write the file."""
     from .recipes.finetune import run_prediction
 
-    count = run_prediction(cfg.model, Path(cfg.input), Path(cfg.out), cfg.batch_size, cfg.precision)
+    count = run_prediction(cfg.model, Path(cfg.input), Path(cfg.out), cfg.batch_size, cfg.precision, cfg.device)
     print(f"wrote {count:,} predictions to {cfg.out}")
 
 
@@ -429,7 +435,7 @@ def run_export(cfg: Any) -> None:
     """Export and report the size on disk."""
     from .uses.export import export_model
 
-    out = export_model(cfg.model, cfg.format, cfg.out, force=cfg.force)
+    out = export_model(cfg.model, cfg.format, cfg.out, force=cfg.force, device=cfg.device)
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
     print(f"wrote the {cfg.format} export of {cfg.model} to {out} ({size / 2**20:.1f} MiB)")
 
@@ -445,14 +451,17 @@ def run_explain_attention(cfg: ExplainAttentionConfig) -> None:
     """Draw the attention maps."""
     from .uses.explain import explain_attention
 
-    print(f"wrote {explain_attention(cfg.model, cfg.text, cfg.out, cfg.text_pair, cfg.layer, cfg.head, cfg.model_name)}")
+    path = explain_attention(cfg.model, cfg.text, cfg.out, cfg.text_pair, cfg.layer, cfg.head, cfg.model_name,
+                             cfg.device)
+    print(f"wrote {path}")
 
 
 def run_explain_senses(cfg: ExplainSensesConfig) -> None:
     """Draw the word's vectors and print how well they separate by sense."""
     from .uses.explain import explain_senses
 
-    report = explain_senses(cfg.model, cfg.word, cfg.out, cfg.sentences, cfg.layer, cfg.model_name, cfg.vectors)
+    report = explain_senses(cfg.model, cfg.word, cfg.out, cfg.sentences, cfg.layer, cfg.model_name, cfg.vectors,
+                            cfg.device)
     print(report.summary())
     print(f"wrote {cfg.out}")
 
@@ -591,7 +600,8 @@ COMMANDS = [
             "write vocab.txt, tokenizer.json and tokenizer_config.json into --out; with --model bpe GPT-2's "
             "byte-level BPE, written as transformers writes GPT-2's (vocab.json, merges.txt, tokenizer.json, "
             "tokenizer_config.json)."),
-    Command("info", "print a model directory's config, size and vocabulary", ":InfoConfig", run_info),
+    Command("info", "print a model directory's family, tokenizer, the commands that take it, size and config",
+            ":InfoConfig", run_info),
     Command("pretrain", "pre-train an encoder on raw text (BERT, RoBERTa, ALBERT, ELECTRA or a left-to-right LM)",
             ".recipes.pretrain:PretrainConfig", run_pretrain, config_file=True,
             description="Pre-train an encoder on your text. Interrupt with Ctrl-C at any time: a checkpoint is "
@@ -828,20 +838,26 @@ def prepare_threads() -> None:
     programs keep busy, a spinning thread holds the core that another thread of the same
     operation waits for: the demo's pre-training on 2 threads beside one competing process
     fell to a tenth of its speed on 1 thread. Sleeping costs a wake-up per operation instead,
-    and keeps every core the fastest choice, busy or free (bench/threads.py measures this; the
-    README's set-up has the numbers). The runtime reads the policy once, when PyTorch loads.
+    and keeps every core the fastest choice, busy or free (bench/threads.py measures this;
+    docs/results/threads.md has the numbers). The runtime reads the policy once, when PyTorch loads.
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def apply_threads(cfg: Any) -> None:
     """A command that computes runs on its --threads (or $BERTOLOGY_THREADS, or every core:
-    config.resolve_threads), written back into its settings as the number it runs with."""
+    config.resolve_threads), written back into its settings as the number it runs with; one that
+    places a model has its --device checked (a model that runs on the CPU only takes "auto" as the CPU,
+    so "auto" stays "auto")."""
     if isinstance(cfg, Threads):
         import torch
 
         cfg.threads = resolve_threads(cfg.threads)
         torch.set_num_threads(cfg.threads)
+    if isinstance(cfg, Device):  # checked before any work: `--device cuda` without a GPU is one line
+        from .ops import resolve_device
+
+        resolve_device(cfg.device)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -291,6 +291,24 @@ class Threads:
                                        "too, since idle threads sleep instead of spinning)")
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(kw_only=True)
+class Device(Threads):
+    """The device.
+
+    With Threads's CPU threads, where it computes: every command that places a model (trains, runs
+    or checks one) is composed with this setting; the command line checks it (ops.resolve_device)
+    before the command runs, and each place that puts a model on a device asks
+    `resolve_device(cfg.device)`.
+    """
+
+    device: str = setting("auto", choices=DEVICES,
+                          help="where models compute: auto is the GPU when PyTorch sees one (CUDA), else the CPU; "
+                               "cuda without a GPU is an error")
+
+
 def available_cores() -> int:
     """The CPU cores this process may run on (its affinity mask, e.g. under taskset or a container's cpuset)."""
     try:

@@ -16,6 +16,7 @@ whose per-element Bernoulli sampling costs more than the layers around it.
 `cross_entropy_with_accuracy` scores a language model's (N, V) logits in cache-sized
 chunks. `resolve_precision` and `autocast` choose and apply fp32 or bf16 for training and
 inference alike; `IGNORE_INDEX` marks label positions that carry no loss.
+`resolve_device` reads the `--device` setting.
 `relative_position_bucket` is T5's bucketing of query-key distances, which T5 and BERT's
 relative positions share.
 """
@@ -124,7 +125,7 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """`F.dropout`, with a faster mask on the CPU (see `_keep_mask`)."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or torch.compiler.is_compiling():  # the compiler fuses F.dropout's mask itself
         return F.dropout(x, p, True)
     return _DropoutFunction.apply(x, p)
 
@@ -172,8 +173,13 @@ def cross_entropy_with_accuracy(logits: torch.Tensor, targets: torch.Tensor,
     The same loss as `F.cross_entropy`, computed for the large (positions x vocabulary)
     products of language-model heads: the rows are processed in chunks small enough to
     stay in cache, in fp32 whatever the logits' dtype, and the gradient is formed in the
-    same pass, so no (N, V) fp32 log-probabilities are ever materialised.
+    same pass, so no (N, V) fp32 log-probabilities are ever materialised. Under torch.compile,
+    F.cross_entropy, which the compiler fuses as well and traces for any N (the chunk loop's trip
+    count would be fixed into the graph).
     """
+    if torch.compiler.is_compiling():
+        correct = (logits.argmax(dim=-1) == targets).sum()
+        return F.cross_entropy(logits.float(), targets), correct
     return _ChunkedCrossEntropy.apply(logits, targets, chunk_rows)
 
 
@@ -182,6 +188,28 @@ def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
     1 = real), so that a left-padded prompt gets the positions it would have alone; what
     transformers' generate passes as position_ids."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+# ----- device --------------------------------------------------------------------------------
+
+
+def resolve_device(requested: str | torch.device | None = "auto") -> torch.device:
+    """Where a model computes, from a `--device` setting (config.py's `Device`): "auto" (or None)
+    is the GPU when PyTorch sees one, else the CPU; "cpu", "cuda" (or "cuda:1") are themselves, and
+    a torch.device passes through.
+
+    Raises:
+        UserError: "cuda" where PyTorch sees no GPU (one line, before any work is done).
+    """
+    if isinstance(requested, torch.device):
+        return requested
+    if requested in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(requested)  # "cpu", "cuda", or "cuda:1" from Python
+    if device.type == "cuda" and not torch.cuda.is_available():
+        why = "this PyTorch is built for the CPU only" if torch.version.cuda is None else "no GPU is visible"
+        raise UserError(f"--device {requested}: PyTorch sees no CUDA device ({why}); use --device cpu or auto")
+    return device
 
 
 # ----- precision -----------------------------------------------------------------------------

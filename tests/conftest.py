@@ -73,8 +73,8 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("tests skipped for missing data", sep="!", yellow=True, bold=True)
         terminalreporter.write_line(
             f"{missing} test(s) skipped: their data sets are not in {data_root()} ($BERTOLOGY_DATA, by default "
-            "../shared/data beside the clone). Where each data set comes from and the folder layout: the README's "
-            "set-up and ../shared/data/SOURCES.md.", yellow=True, bold=True)
+            "../shared/data beside the clone). Where each data set comes from and the folder layout: "
+            "docs/getting-started.md (Data) and ../shared/data/SOURCES.md.", yellow=True, bold=True)
 
 
 @pytest.fixture(scope="session")

@@ -36,7 +36,10 @@ def test_info_describes_a_real_checkpoint(capsys, minilm_dir):
     status, out, _ = run_cli(capsys, "info", str(minilm_dir))
     assert status == 0
     assert "parameters:   22,713,216" in out
-    assert "30522 tokens in vocab.txt" in out and "hidden_size: 384" in out
+    assert "tokenizer:    wordpiece (BertTokenizer), 30,522 tokens, 30,522 embedding rows" in out
+    assert "family:       bert: encoder (6 layers, 384 wide, 30,522-token vocabulary)" in out and "hidden_size: 384" in out
+    assert "commands:     finetune, serve, embed, explain attention, explain senses, wic, distill (student, cut to " \
+           "--student-layers), export (hf, int8, onnx)" in out
 
 
 @pytest.mark.slow
@@ -481,20 +484,20 @@ def test_a_training_run_refuses_a_folder_of_the_users_files(capsys, tmp_path, sm
 def test_pretrain_records_its_settings_only_once_it_runs_and_a_resume_keeps_them(capsys, tmp_path, small_corpus):
     out = tmp_path / "run"
     base = ["pretrain", "--corpus", small_corpus / "text.txt", "--tokenizer", small_corpus / "tokenizer",
-            "--cache-dir", tmp_path / "cache", "--arch", "gpt", "--preset", "tiny", "--seq-len", "32",
+            "--cache-dir", tmp_path / "cache", "--arch", "gpt", "--preset", "tiny", "--max-seq-len", "32",
             "--batch-size", "4", "--max-steps", "2", "--eval-batches", "1", "--out", out, "--no-progress"]
     # A run that fails before it starts leaves nothing: not even its record.
-    status, _, err = run_cli(capsys, *base[:-3], "--seq-len", "4096", "--out", tmp_path / "failed")
-    assert status == 2 and "--seq-len 4096 is larger than the model's context" in err
+    status, _, err = run_cli(capsys, *base[:-3], "--max-seq-len", "4096", "--out", tmp_path / "failed")
+    assert status == 2 and "--max-seq-len 4096 is larger than the model's context" in err
     assert not (tmp_path / "failed").exists()
     assert run_cli(capsys, *base)[0] == 0
     record = (out / "pretrain_config.json").read_bytes()
-    assert json.loads(record)["seq_len"] == 32
+    assert json.loads(record)["max_seq_len"] == 32
     status, _, err = run_cli(capsys, *base, "--seed", "1")  # a second run into the same folder
     assert status == 2 and "already holds a training run" in err
-    status, _, err = run_cli(capsys, *base, "--resume", "--seq-len", "64", "--preset", "mini")
+    status, _, err = run_cli(capsys, *base, "--resume", "--max-seq-len", "64", "--preset", "mini")
     assert status == 2 and len(err.strip().splitlines()) == 1, err
-    assert '(--preset "tiny" -> "mini"; --seq-len 32 -> 64)' in err, err
+    assert '(--preset "tiny" -> "mini"; --max-seq-len 32 -> 64)' in err, err
     assert (out / "pretrain_config.json").read_bytes() == record
     assert run_cli(capsys, *base, "--resume", "--max-steps", "3")[0] == 0  # a longer budget is no other run
 

@@ -37,10 +37,10 @@ CLAIMS = [
     Claim(4, "directionality", "the masked LM converges more slowly than left-to-right but ends higher (downstream "
           "score against pre-training steps)", "directionality"),
     Claim(5, "model-size", "bigger models help even with 3,600 labels (tiny to medium, MRPC and SST-2)", "model_size"),
-    Claim(6, "roberta", "RoBERTa's findings: dynamic masking, full sentences without NSP, more epochs", "roberta"),
-    Claim(7, "albert", "ALBERT shrinks parameters, not compute (factorised embeddings, shared layers)", "albert"),
+    Claim(6, "roberta", "RoBERTa's findings: dynamic masking, full sentences without NSP, more epochs", "roberta_findings"),
+    Claim(7, "albert", "ALBERT shrinks parameters, not compute (factorised embeddings, shared layers)", "albert_savings"),
     Claim(8, "electra", "ELECTRA is more sample-efficient than the masked LM (downstream score against "
-          "pre-training FLOPs)", "electra"),
+          "pre-training FLOPs)", "electra_efficiency"),
     Claim(9, "t5-objective", "T5's span length and corruption rate barely matter", "t5_objective"),
     Claim(10, "features-vs-finetuning", "feature extraction from the right layers comes close to fine-tuning "
           "(BERT's CoNLL-2003 table)", "features_vs_finetuning"),

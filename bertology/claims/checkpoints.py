@@ -34,8 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from safetensors.torch import load_model
-
+from ..checkpoint import load_module_state
 from ..data.tokenizer import Tokenizer
 from ..files import loads_json
 from ..models import family_named
@@ -112,7 +111,7 @@ def pretrained_at_steps(experiment: Experiment, steps: Sequence[int], **settings
 
     def train(partial: Path, resume: bool) -> None:
         cfg = PretrainConfig(out=str(partial), cache_dir=str(experiment.cache), resume=resume, progress=False,
-                             save_every=every, keep_last=steps[-1] // every, **settings)
+                             save_every=every, keep_last=steps[-1] // every, device=experiment.device, **settings)
         if run_pretraining(cfg) == "interrupted":
             raise KeyboardInterrupt
         for step in steps:
@@ -133,7 +132,7 @@ def export_checkpoint(cfg: PretrainConfig, step: int, target: Path) -> Path:
     cfg.validate()  # the objective named by the run's settings, resolved as pre-training resolved it
     objective = build_objective(cfg.objective, build_model_config(cfg, tokenizer), tokenizer.mask_token_id,
                                 sentinel_ids=tokenizer.sentinel_token_ids, **cfg.objective_options())
-    load_model(objective, str(run / CHECKPOINTS_DIR / f"step-{step:08d}" / "module.safetensors"))
+    load_module_state(objective, run / CHECKPOINTS_DIR / f"step-{step:08d}" / "module.safetensors")
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     objective.model_to_save().save_pretrained(partial)

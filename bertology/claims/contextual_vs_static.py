@@ -76,7 +76,8 @@ def run(experiment: Experiment) -> ClaimReport:
     wic_rows, best_wic = [], {}
     wic_data = str(experiment.task_data("wic"))
     for name, model in sources.items():
-        probe = run_wic(WicConfig(data=wic_data, model=str(model), out=str(experiment.out / "wic" / f"{slug(name)}.json")))
+        probe = run_wic(WicConfig(data=wic_data, model=str(model),
+                                  out=str(experiment.out / "wic" / f"{slug(name)}.json"), device=experiment.device))
         for layer in probe["layers"]:
             wic_rows.append({"features": name, "layer": layer["layer"], "WiC dev accuracy": layer["dev_accuracy"]})
         best_wic[name] = max(layer["dev_accuracy"] for layer in probe["layers"] if layer["layer"] not in CONTEXT_FREE

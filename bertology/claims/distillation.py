@@ -131,7 +131,7 @@ def distilled_over_seeds(experiment: Experiment, name: str, **settings) -> dict:
     def run(folder: Path) -> dict:
         runs = [{"seed": seed, **run_distillation(DistillConfig(out=str(folder / f"seed-{seed}"), seed=seed,
                                                                 progress=False, learning_curve=not experiment.quick,
-                                                                **settings))}
+                                                                device=experiment.device, **settings))}
                 for seed in experiment.seeds]
         return summarize(TASKS[runs[0]["task"]], runs)
 

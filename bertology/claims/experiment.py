@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..config import Threads, setting
+from ..config import Device, setting
 from ..data.corpus import read_documents
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
@@ -84,7 +84,7 @@ MINI_FINETUNE_LR = 3e-4  # the mini BERTs' fine-tuning rate (bench/distill.py's 
 
 
 @dataclass
-class ReproduceConfig(Threads):
+class ReproduceConfig(Device):
     """The claim, its scale and where its results go.
 
     The settings of `bertology reproduce`.
@@ -122,6 +122,7 @@ class Experiment:
     quick: bool
     seeds: list[int]
     cache: Path
+    device: str = "auto"  # the `--device` setting, passed to every run (not part of its cache key)
     log: Callable[[str], None] = print
     started: float = field(default_factory=time.perf_counter)
     recipe: str | None = None  # `bertology pretrain --recipe` for every BERT-family pre-training
@@ -134,7 +135,8 @@ class Experiment:
         seeds = cfg.seeds or (2 if cfg.quick else 3)
         out = Path(cfg.out)
         out.mkdir(parents=True, exist_ok=True)
-        return cls(out, Path(cfg.data), cfg.quick, list(range(seeds)), Path(cfg.cache_dir), recipe=cfg.recipe)
+        return cls(out, Path(cfg.data), cfg.quick, list(range(seeds)), Path(cfg.cache_dir), cfg.device,
+                   recipe=cfg.recipe)
 
     def path(self, relative: str) -> Path:
         """A file or folder of the data folder; a one-line error naming it when it is missing."""
@@ -258,7 +260,7 @@ class Experiment:
 
         def train(out: Path, resume: bool) -> None:
             cfg = PretrainConfig(out=str(out), cache_dir=str(self.cache), resume=resume, progress=not self.quick,
-                                 eval_every=0, save_every=100, **settings)
+                                 eval_every=0, save_every=100, device=self.device, **settings)
             if run_pretraining(cfg) == "interrupted":
                 raise KeyboardInterrupt
 
@@ -281,7 +283,8 @@ class Experiment:
         settings = {"data": str(self.path("multi30k")), **settings}
 
         def train(out: Path, resume: bool) -> None:
-            train_translation(TranslateTrainConfig(out=str(out), resume=resume, progress=not self.quick, **settings))
+            train_translation(TranslateTrainConfig(out=str(out), resume=resume, progress=not self.quick,
+                                                   device=self.device, **settings))
 
         return self.cached("translation", recipe_key("translate", settings), settings, train)
 
@@ -307,7 +310,7 @@ class Experiment:
         returns run_finetuning's summary: the median of each metric, its min and max, and "runs"."""
         def run(folder: Path) -> dict:
             cfg = FinetuneConfig(out=str(folder), seed=self.seeds[0], seeds=len(self.seeds), progress=False,
-                                 learning_curve=not self.quick, **settings)
+                                 learning_curve=not self.quick, device=self.device, **settings)
             summary = run_finetuning(cfg)
             if len(self.seeds) == 1:  # run_finetuning summarises several seeds only
                 summary = {**summary, "runs": [{"seed": self.seeds[0], **summary}]}

@@ -64,7 +64,7 @@ from ..plots import plot_seed_bars
 from ..recipes.task_training import load_task_model
 from ..tasks.readers import TASKS
 from ..uses.wic import WicConfig, run_wic
-from .albert import finetuned_model
+from .albert_savings import finetuned_model
 from .contextual_vs_static import COVE, ELMO, FEATURE_HEAD_LR, GLOVE, QUICK_COVE, QUICK_STATIC, WORD2VEC
 from .contextual_vs_static import TASKS as FEATURE_HEADS
 from .distillation import AUGMENT, DISTILL_EPOCHS, QUICK_AUGMENT, STUDENT_LR, distilled_over_seeds
@@ -255,7 +255,7 @@ def student(experiment: Experiment, task: str) -> Path:
 def wic_probe(experiment: Experiment, family: str, model: Path) -> Probe:
     """The WiC probe of a family's model: its best layer's dev accuracy (results in wic/<family>.json)."""
     probe = run_wic(WicConfig(data=str(experiment.task_data("wic")), model=str(model),
-                              max_train_examples=WIC_TRAIN_PAIRS,
+                              max_train_examples=WIC_TRAIN_PAIRS, device=experiment.device,
                               out=str(experiment.out / "wic" / f"{slug(family)}.json")))
     best = max(probe["layers"], key=lambda layer: layer["dev_accuracy"])
     return Probe(best["dev_accuracy"], best["layer"])

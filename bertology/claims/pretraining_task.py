@@ -290,7 +290,7 @@ def step_seconds(experiment: Experiment, settings: dict) -> float:
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "run"
         run_pretraining(PretrainConfig(out=str(out), cache_dir=str(experiment.cache), progress=False, eval_every=0,
-                                       save_every=0, log_every=1, **timing))
+                                       save_every=0, log_every=1, device=experiment.device, **timing))
         elapsed = [row["elapsed"] for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
                    if row.get("split") != "eval"]
     seconds = max((elapsed[-1] - elapsed[0]) / (len(elapsed) - 1), 1e-3)

@@ -334,7 +334,29 @@ class TokenizedCorpus:
         return np.sort(order[count:]), np.sort(order[:count])
 
 
+# How a tokenizer's pieces show where words start: WordPiece marks the pieces that continue a word
+# ("##"); a byte-level BPE (GPT-2's, RoBERTa's) begins a word's first piece with the space's symbol
+# "Ġ", SentencePiece (T5, XLNet, ALBERT) and bertology's unigram vocabularies with "▁".
+WORD_START_MARKS = {"bpe": "\u0120", "sentencepiece": "\u2581", "unigram": "\u2581"}
+END_OF_WORD = "</w>"  # the first GPT's BPE marks the last piece of a word instead
+
+
 def continuation_table(tokenizer) -> np.ndarray:
-    """(vocab_size,) bool: True for WordPiece continuation tokens ("##..."), for whole-word masking."""
+    """(vocab_size,) bool: True for the tokens that continue a word, for whole-word masking:
+    WordPiece's "##" pieces; for BPE and SentencePiece vocabularies, every token that does not
+    begin with the word-start mark (`WORD_START_MARKS`), so that a whitespace-separated word
+    ("running." as "Ġrunning" ".") is masked whole. Special tokens are never masked, whatever
+    this says of them; the first token after one starts a word (data/pretraining.py).
+
+    Raises:
+        UserError: a vocabulary that marks where words end (the first GPT's "</w>"): which token
+            continues a word depends on the one before it, not on the token alone.
+    """
     tokens = tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size)))
-    return np.fromiter((token.startswith("##") for token in tokens), bool, len(tokens))
+    if tokenizer.kind == "wordpiece":
+        return np.fromiter((token.startswith("##") for token in tokens), bool, len(tokens))
+    if any(token.endswith(END_OF_WORD) for token in tokens):
+        raise UserError(f"whole-word masking needs a vocabulary that marks where words start; this {tokenizer.kind} "
+                        f"vocabulary marks where they end ({END_OF_WORD}, the first GPT's)")
+    mark = WORD_START_MARKS[tokenizer.kind]
+    return np.fromiter((not token.startswith(mark) for token in tokens), bool, len(tokens))

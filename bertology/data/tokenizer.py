@@ -183,7 +183,7 @@ class Tokenizer:
         keep_hangul: recompose Hangul syllables after accent stripping (see the module
             docstring); False reproduces BERT exactly.
         model_max_length: the default `max_length` for encoding.
-        special_tokens: role -> token; default BERT's [PAD] [UNK] [CLS] [SEP] [MASK]. The
+        special_tokens: role -> token; default BERT's `[PAD] [UNK] [CLS] [SEP] [MASK]`. The
             text is framed "cls A sep" and "cls A sep B sep".
     """
 
@@ -504,6 +504,7 @@ class Tokenizer:
         truncation: bool = True,
         return_tensors: str | None = "pt",
         return_offsets_mapping: bool = False,
+        add_special_tokens: bool = True,
     ) -> BatchEncoding:
         """Encode a batch of texts (or text pairs) into model inputs.
 
@@ -519,6 +520,8 @@ class Tokenizer:
             return_tensors: "pt" for torch LongTensors, None for lists.
             return_offsets_mapping: add `offset_mapping`, the (start, end) character span of
                 each token in its own text; (0, 0) for special and padding tokens.
+            add_special_tokens: frame the texts with the class's special tokens (False: the
+                texts' own tokens, for rows framed later with `frame`).
 
         Returns:
             A `BatchEncoding` with `input_ids`, `token_type_ids`, `attention_mask`, each of
@@ -532,7 +535,8 @@ class Tokenizer:
             if len(pairs) != len(batch):
                 raise ValueError(f"got {len(batch)} texts but {len(pairs)} text pairs")
             batch = list(zip(batch, pairs))
-        encodings = self._encode(batch, max_length=max_length, padding=padding, truncation=truncation)
+        encodings = self._encode(batch, max_length=max_length, padding=padding, truncation=truncation,
+                                 add_special_tokens=add_special_tokens)
         data = {
             "input_ids": [e.ids for e in encodings],
             "token_type_ids": [e.type_ids for e in encodings],

@@ -40,6 +40,7 @@ from tokenizers.models import BPE, Unigram
 
 from ..errors import UserError
 from ..files import atomic_path, loads_json, write_json_atomic, write_text_atomic
+from ..models import family_with_model_type
 
 PIPELINE_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
@@ -88,10 +89,6 @@ CLASSES = {
 }
 BERT_CLASSES = ("BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer")
 GENERIC_CLASS = "PreTrainedTokenizerFast"  # transformers runs such a tokenizer.json as is
-# config.json model_type -> the tokenizer class transformers' AutoTokenizer picks for it
-MODEL_TYPES = {"bert": "BertTokenizer", "distilbert": "DistilBertTokenizer", "electra": "ElectraTokenizer",
-               "roberta": "RobertaTokenizer", "gpt2": "GPT2Tokenizer", "openai-gpt": "OpenAIGPTTokenizer",
-               "t5": "T5Tokenizer", "xlnet": "XLNetTokenizer", "albert": "AlbertTokenizer"}
 # The special tokens each class puts around text A and the pair A B: role names stand for the
 # class's tokens; ":1" (":2") gives a token type other than 0. RoBERTa's is `RobertaProcessing`,
 # the same tokens with offsets trimmed; a class not named adds nothing (or bos/eos when its
@@ -158,7 +155,10 @@ def read_tokenizer(directory: str | os.PathLike) -> tuple[tokenizers.Tokenizer |
     config = read_json_object(directory / CONFIG_FILE) if (directory / CONFIG_FILE).is_file() else {}
     if (directory / SPECIAL_TOKENS_FILE).is_file():  # older layouts: its entries win over the config's
         config = {**config, **read_json_object(directory / SPECIAL_TOKENS_FILE)}
-    if "tokenizer_model" in config:  # written by bertology before transformers' layouts were read
+    # Written by bertology before transformers' layouts were read; a WordPiece one resaved by transformers
+    # keeps the key but no vocab.txt, and is read as the BERT tokenizer its tokenizer.json holds.
+    if "tokenizer_model" in config and (config["tokenizer_model"] != "wordpiece" or (directory / VOCAB_FILE).is_file()
+                                        or not (directory / PIPELINE_FILE).is_file()):
         return _bertology_vocabulary(directory, config)
     class_name = _class_name(directory, config)
     paths = {name: directory / name for name in (PIPELINE_FILE, BPE_VOCAB_FILE, SENTENCEPIECE_FILE, VOCAB_FILE)}
@@ -199,8 +199,18 @@ def _class_name(directory: Path, config: dict) -> str | None:
             model_type = loads_json((directory / MODEL_CONFIG_FILE).read_bytes()).get("model_type")
         except (json.JSONDecodeError, AttributeError):
             model_type = None  # the model's loader reports a broken config.json
-        name = MODEL_TYPES.get(model_type)
+        name = _class_of_model_type(model_type)
     return name.removesuffix("Fast") if name else None
+
+
+def _class_of_model_type(model_type: Any) -> str | None:
+    """The tokenizer class transformers' AutoTokenizer picks for a config.json's model_type, as the
+    model's family declares it (its spec's `tokenizer_classes`); None for a model_type no family reads."""
+    try:
+        family = family_with_model_type(model_type)
+    except UserError:
+        return None
+    return family.spec.tokenizer_classes.get(model_type)
 
 
 def _kind_of_model(engine: tokenizers.Tokenizer) -> str:
@@ -540,6 +550,7 @@ def _bert_vocabulary(directory: Path, config: dict, class_name: str) -> tuple[Be
         check_vocab(tokens, str(directory / PIPELINE_FILE), _bert_order(files.special_tokens))
         added = [token for index, token in sorted(engine.get_added_tokens_decoder().items()) if index >= len(tokens)]
     options = bert_options(directory / CONFIG_FILE, config)
+    options.pop("tokenizer_model", None)
     return BertVocabulary(tokens, None, options, added + _configured_added_tokens(directory, config)), files
 
 

@@ -37,7 +37,7 @@ from ..models.features import (
     pool,
 )
 from ..ops import PRECISIONS, autocast, resolve_precision
-from ..tasks.inputs import Feature, collate, in_row_order, word_of_each_token
+from ..tasks.inputs import Feature, collate, framing, in_row_order, unframed, word_of_each_token
 from .modeldir import open_model_dir
 
 POOLINGS = ("mean", "cls", "max")
@@ -49,7 +49,7 @@ LEVELS = ("sentence", "token")
 WORD_PIECES = ("first", "mean", "ends", "none")
 
 
-def load_encoder(model_dir: str | Path, device: str | torch.device | None = None) -> tuple[FeatureEncoder, Tokenizer]:
+def load_encoder(model_dir: str | Path, device: str | torch.device | None = "auto") -> tuple[FeatureEncoder, Tokenizer]:
     """Any model directory -> its layers as a feature source (task heads dropped) in eval mode, and
     its tokenizer (see inference/modeldir.py's `ModelDir.feature_encoder`).
 
@@ -57,7 +57,7 @@ def load_encoder(model_dir: str | Path, device: str | torch.device | None = None
         model_dir: a model directory of any family with layers (a BERT, a transformers /
             sentence-transformers BERT folder, ELMo's biLM, a GPT, T5's encoder, ...), or the name
             of an installed model (`all-MiniLM-L6-v2`: see models.resolve_model_dir).
-        device: where the encoder runs; default the GPU when there is one, else the CPU.
+        device: where the encoder runs (the `--device` setting): "auto" is the GPU when there is one, else the CPU.
     Returns:
         (encoder, tokenizer). For a sentence-transformers folder the tokenizer's
         `model_max_length` is its `max_seq_length`, the length the model was trained with.
@@ -97,8 +97,8 @@ def _layer_choice(model: FeatureEncoder, layers: str) -> tuple[list[int], str]:
 
 
 def length_limit(model: FeatureEncoder, tokenizer: Tokenizer, max_seq_len: int | None) -> int:
-    """Tokens per text, [CLS] and [SEP] included: the given limit, else the model's and tokenizer's
-    (an LSTM's has none: the tokenizer's)."""
+    """Tokens per text, the special tokens ([CLS] and [SEP]) included: the given limit, else the
+    model's and tokenizer's (an LSTM's has none: the tokenizer's)."""
     positions = model.context_length or max(max_seq_len or 0, tokenizer.model_max_length)
     if max_seq_len is None:
         return min(positions, tokenizer.model_max_length)
@@ -108,11 +108,13 @@ def length_limit(model: FeatureEncoder, tokenizer: Tokenizer, max_seq_len: int |
 
 
 def _tokenize(tokenizer: Tokenizer, texts: Sequence[str], limit: int, stats: EmbedStats | None) -> list[list[int]]:
-    """Ids of each text, "[CLS] text [SEP]", cut to `limit` tokens ([SEP] kept)."""
-    rows = tokenizer(list(texts), padding=False, truncation=False, return_tensors=None)["input_ids"]
+    """Ids of each text framed as the tokenizer frames one ("[CLS] text [SEP]"), its own tokens cut
+    so that the row fits `limit`."""
+    room = limit - framing(tokenizer).specials
+    rows = unframed(tokenizer, list(texts))["input_ids"]
     if stats is not None:
-        stats.truncated += sum(len(row) > limit for row in rows)
-    return [row if len(row) <= limit else row[: limit - 1] + row[-1:] for row in rows]
+        stats.truncated += sum(len(row) > room for row in rows)
+    return [tokenizer.frame(row[:room])[0] for row in rows]
 
 
 def _states(model: FeatureEncoder, rows: list[list[int]], pad_id: int, indices: list[int], combine: str,
@@ -134,7 +136,8 @@ def embed_texts(model: FeatureEncoder, tokenizer: Tokenizer, texts: Sequence[str
     """One vector per text.
 
     Args:
-        model, tokenizer: from `load_encoder`.
+        model: from `load_encoder`.
+        tokenizer: from `load_encoder`, with the model.
         texts: the texts; each is encoded alone as "[CLS] text [SEP]".
         layers: a name of features.LAYER_CHOICES except "mix", or layer numbers "4,5,6" (summed).
         pooling: "mean" over real tokens ([CLS] and [SEP] included, as sentence-transformers),
@@ -169,28 +172,37 @@ def embed_texts(model: FeatureEncoder, tokenizer: Tokenizer, texts: Sequence[str
 
 @dataclass
 class _Aligned:
-    """A text's ids and, for each token between [CLS] and [SEP], the number of its word in `words`."""
+    """A framed text's ids, where its own tokens start in them, and for each of those tokens the
+    number of its word in `words`."""
 
     ids: list[int]
+    start: int
     owner: list[int]
     words: list[str]
 
 
 def _align_words(tokenizer: Tokenizer, texts: Sequence[str], word_pieces: str, limit: int,
                  stats: EmbedStats | None) -> list[_Aligned]:
-    """Tokenize and tie each WordPiece to its whitespace-separated word (or to itself, for "none")."""
+    """Tokenize and tie each piece to its whitespace-separated word (or to itself, for "none")."""
+    frame = framing(tokenizer)
     if word_pieces == "none":
         rows = _tokenize(tokenizer, texts, limit, stats)
-        return [_Aligned(row, list(range(len(row) - 2)), tokenizer.convert_ids_to_tokens(row[1:-1])) for row in rows]
+        pieces = [row[frame.before:len(row) - frame.specials + frame.before] for row in rows]
+        return [_Aligned(row, frame.before, list(range(len(own))), tokenizer.convert_ids_to_tokens(own))
+                for row, own in zip(rows, pieces)]
     split = [text.split() for text in texts]
     # Words joined by single spaces tokenize as the original text does (whitespace only separates).
-    encoded = tokenizer([" ".join(words) for words in split], padding=False, truncation=False, return_tensors=None,
-                        return_offsets_mapping=True)
+    encoded = unframed(tokenizer, [" ".join(words) for words in split], offsets=True)
+    room = limit - frame.specials
     aligned = []
-    for words, row, spans in zip(split, encoded["input_ids"], encoded["offset_mapping"]):
-        pieces, word_of_piece = row[1:-1], word_of_each_token(words, spans[1:-1])
-        if len(row) > limit:
-            keep = limit - 2
+    for words, pieces, spans in zip(split, encoded["input_ids"], encoded["offset_mapping"]):
+        word_of_piece = word_of_each_token(words, spans)
+        for k in range(len(word_of_piece)):  # a piece that covers no character (none do, commonly): its neighbour's word
+            if word_of_piece[k] is None:
+                word_of_piece[k] = word_of_piece[k - 1] if k else next((w for w in word_of_piece if w is not None), 0)
+        cut = len(pieces) > room
+        if cut:
+            keep = room
             # A word cut in two would get a vector from part of its pieces: it is left out whole.
             while 0 < keep < len(pieces) and word_of_piece[keep] == word_of_piece[keep - 1]:
                 keep -= 1
@@ -198,9 +210,10 @@ def _align_words(tokenizer: Tokenizer, texts: Sequence[str], word_pieces: str, l
         kept = sorted(set(word_of_piece))  # words with pieces, in order
         rank = {word: k for k, word in enumerate(kept)}
         if stats is not None:
-            stats.truncated += len(row) > limit
+            stats.truncated += cut
             stats.dropped_words += len(words) - len(kept)
-        aligned.append(_Aligned([row[0], *pieces, row[-1]], [rank[w] for w in word_of_piece], [words[w] for w in kept]))
+        aligned.append(_Aligned(tokenizer.frame(pieces)[0], frame.before, [rank[w] for w in word_of_piece],
+                                [words[w] for w in kept]))
     return aligned
 
 
@@ -228,14 +241,15 @@ def embed_tokens(model: FeatureEncoder, tokenizer: Tokenizer, texts: Sequence[st
                  stats: EmbedStats | None = None) -> list[WordVectors]:
     """Word vectors of each text.
 
+    The other arguments are `embed_texts`'s. Words that do not fit whole within `max_seq_len`,
+    and words the tokenizer drops entirely (only control characters), get no vector and
+    are left out of `words` (counted in `stats.dropped_words`).
+
     Args:
         word_pieces: how a whitespace-separated word's WordPieces become its vector: "first"
             (the BERT paper's choice for tagging), "mean", or "ends" (an ELMo's: the forward
             direction at the word's last piece, the backward one at its first); "none" keeps one vector per
             WordPiece ([CLS] and [SEP] left out), and `words` then lists the pieces.
-        Other arguments as `embed_texts`. Words that do not fit whole within `max_seq_len`,
-        and words the tokenizer drops entirely (only control characters), get no vector and
-        are left out of `words` (counted in `stats.dropped_words`).
     Returns:
         One WordVectors(words, vectors (len(words), width) float32) per text, in input order.
     """
@@ -253,7 +267,7 @@ def embed_tokens(model: FeatureEncoder, tokenizer: Tokenizer, texts: Sequence[st
         states, _ = _states(model, [a.ids for a in rows], tokenizer.pad_token_id, indices, combine, precision)
         out = []
         for j, a in enumerate(rows):
-            words = _word_vectors(states[j, 1: len(a.ids) - 1], a.owner, len(a.words), word_pieces)
+            words = _word_vectors(states[j, a.start: a.start + len(a.owner)], a.owner, len(a.words), word_pieces)
             if normalize:
                 words = F.normalize(words, dim=-1)
             out.append(WordVectors(a.words, words.cpu().numpy()))

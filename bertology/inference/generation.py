@@ -135,7 +135,9 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
     if input_ids.shape[1] == 0:
         raise UserError("the prompt is empty: give at least one token")
     check_fits_model(model, input_ids.shape, config)
-    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(input_ids.dtype)
+    device = next(model.parameters()).device  # the prompts go where the model is
+    input_ids = input_ids.to(device)
+    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device, input_ids.dtype)
     model.eval()
     encoded = None
     if is_encoder_decoder(model):
@@ -150,7 +152,9 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         logits, past = _step(model, ids, mask, past, config.use_cache, encoded)
         if config.do_sample:
             probabilities = filter_logits(logits, config.temperature, config.top_k, config.top_p).softmax(-1)
-            chosen = torch.multinomial(probabilities, 1, generator=generator).squeeze(1)
+            # Drawn where the generator is (a CPU one by default): the same seed gives the same samples on any device.
+            where = generator.device if generator is not None else device
+            chosen = torch.multinomial(probabilities.to(where), 1, generator=generator).squeeze(1).to(device)
         else:
             chosen = logits.argmax(-1)
         chosen = chosen.masked_fill(finished, config.padding_id)
@@ -159,7 +163,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         if config.eos_token_id is not None:
             finished |= chosen == config.eos_token_id
         if stopping is not None:
-            finished |= stopping(ids[:, input_ids.shape[1]:])
+            finished |= stopping(ids[:, input_ids.shape[1]:]).to(device)
         if finished.all():
             break
     return ids

@@ -40,6 +40,7 @@ from ..files import loads_json
 from ..models import Family, family_of, read_config, resolve_model_dir
 from ..models.features import HEAD_CONFIG, FeatureEncoder, FeatureModel, load_feature_encoder
 from ..models.quantized import load_quantized
+from ..ops import resolve_device
 from ..tasks.inputs import InputSettings
 from ..tasks.readers import Columns, TaskSpec
 
@@ -109,20 +110,66 @@ class ModelDir:
         return self.spec.load(self.path, self.config)
 
     def tokenizer(self) -> Tokenizer:
-        """The directory's tokenizer."""
-        return Tokenizer.from_pretrained(self.path)
+        """The directory's tokenizer, checked against the model it sits beside (`tokenizer_problems`)."""
+        tokenizer = Tokenizer.from_pretrained(self.path)
+        if self.spec.tokenized:
+            problems = tokenizer_problems(self.path, tokenizer, self.config)
+            if problems:
+                raise UserError(problems[0])
+        return tokenizer
 
-    def feature_encoder(self, device: str | torch.device | None = None) -> tuple[FeatureEncoder, Tokenizer]:
+    def commands(self) -> list[str]:
+        """The commands that take this directory, as its family's spec says (`bertology info`), with
+        the role where a command takes it in one of several: "distill (teacher, student)"."""
+        spec, finetuned = self.spec, self.is_finetuned
+        layers = spec.feature_encoder is not None
+        distill = [role for role, takes in (("teacher", finetuned and spec.student_config is not None),
+                                            ("student", bool(spec.heads) and spec.student_config is not None),
+                                            ("cut to --student-layers", spec.keep_layers is not None)) if takes]
+        formats = [fmt for fmt in spec.export_formats
+                   if fmt != "hf" or self.config.transformers_incompatibility() is None]
+        named = [("generate", spec.generation is not None and not finetuned),
+                 ("finetune", bool(spec.heads or spec.finetune_modes)),
+                 ("evaluate", finetuned), ("predict", finetuned),
+                 ("serve", finetuned or layers or spec.generation is not None),
+                 ("embed", layers), ("explain attention", spec.attention_maps), ("explain senses", layers),
+                 ("wic", layers or spec.word_views is not None),
+                 (f"distill ({', '.join(distill)})", bool(distill)),
+                 (f"export ({', '.join(formats)})", bool(formats) and self.export_format is None)]
+        return [name for name, takes in named if takes]
+
+    def feature_encoder(self, device: str | torch.device | None = "auto") -> tuple[FeatureEncoder, Tokenizer]:
         """Its layers as a feature source (task heads and an LM's output left out) in eval mode on
-        `device` (default the GPU when there is one), and its tokenizer, whose length limit is cut
-        to the model's context and, for a sentence-transformers folder, to its training length."""
+        `device` (the `--device` setting, ops.resolve_device: "auto" is the GPU when there is one),
+        and its tokenizer, whose length limit is cut to the model's context and, for a
+        sentence-transformers folder, to its training length."""
         tokenizer = self.tokenizer()
         encoder = load_feature_encoder(self.path, self.data)
         for limit in (encoder.context_length, sentence_transformers_limit(self.path)):
             if limit is not None:
                 tokenizer.model_max_length = min(tokenizer.model_max_length, limit)
-        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        return encoder.to(device).eval(), tokenizer
+        return encoder.to(resolve_device(device)).eval(), tokenizer
+
+
+def tokenizer_problems(directory: Path, tokenizer: Tokenizer, config: Any) -> list[str]:
+    """Everything that says a tokenizer is not its model's, one line each ([] when it fits): a
+    vocab.txt whose lines are not the embedding rows, more tokens than rows (their ids would index
+    past the table; fewer is how T5's table is padded), or a pad token the config gives another id
+    (the tokenizer of another model or family)."""
+    try:
+        checkpoint.check_vocab(directory, config.vocab_size)
+    except UserError as err:
+        return [str(err)]
+    problems = []
+    if len(tokenizer) > config.vocab_size:
+        problems.append(f"{directory}: the tokenizer has {len(tokenizer):,} tokens, but config.json's vocab_size is "
+                        f"{config.vocab_size:,}: it is not this model's tokenizer")
+    pad_id = getattr(config, "pad_token_id", None)
+    if pad_id is not None and "pad" in tokenizer.special_tokens and tokenizer.pad_token_id != pad_id:
+        problems.append(f"{directory}: the tokenizer's pad token {tokenizer.special_tokens['pad']!r} is id "
+                        f"{tokenizer.pad_token_id}, but config.json's pad_token_id is {pad_id}: it is not this "
+                        "model's tokenizer")
+    return problems
 
 
 def sentence_transformers_limit(directory: Path) -> int | None:
@@ -233,16 +280,10 @@ def check_model_dir(directory: str | os.PathLike) -> list[str]:
         config = model_dir.config
     except UserError as err:
         return [str(err)]
-    problems = []
+    problems = model_dir.spec.model_class(config).checkpoint_problems(directory, config)
     if model_dir.spec.tokenized:
         try:
-            checkpoint.check_vocab(directory, config.vocab_size)
-        except UserError as err:
-            problems.append(str(err))
-    problems += model_dir.spec.model_class(config).checkpoint_problems(directory, config)
-    if model_dir.spec.tokenized:
-        try:
-            Tokenizer.from_pretrained(directory)
+            problems += tokenizer_problems(directory, Tokenizer.from_pretrained(directory), config)
         except UserError as err:
             problems.append(str(err))
     return problems

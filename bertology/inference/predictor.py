@@ -63,20 +63,20 @@ class Predictor:
     precision: str = "fp32"  # resolved: fp32 or bf16
 
     @classmethod
-    def load(cls, model_dir: str, precision: str = "fp32") -> Predictor:
+    def load(cls, model_dir: str, precision: str = "fp32", device: str = "auto") -> Predictor:
         """Load a fine-tuned model directory, or a bare encoder (which can only embed); `model_dir`
         may also name an installed model (see models.resolve_model_dir). `precision` follows the
-        one policy of inference/runners.py (`run_precision`)."""
-        return cls.open(open_model_dir(model_dir), precision)
+        one policy of inference/runners.py (`run_precision`); `device` is the `--device` setting."""
+        return cls.open(open_model_dir(model_dir), precision, device)
 
     @classmethod
-    def open(cls, opened: ModelDir, precision: str = "fp32") -> Predictor:
+    def open(cls, opened: ModelDir, precision: str = "fp32", device: str = "auto") -> Predictor:
         """`load` of a directory already opened (its config.json read)."""
         if not opened.is_finetuned and not (opened.path / "feature_head.json").is_file():
-            encoder, tokenizer = opened.feature_encoder()
+            encoder, tokenizer = opened.feature_encoder(device)
             return cls(str(opened.path), opened.family.name, None, encoder, tokenizer,
                        run_precision(precision, model_device(encoder)))
-        runner = open_runner(opened, precision)
+        runner = open_runner(opened, precision, device)
         return cls(str(opened.path), opened.family.name, runner, task_model_encoder(opened, runner.model), runner.tokenizer,
                    runner.precision)
 

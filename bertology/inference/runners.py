@@ -23,12 +23,11 @@ import sys
 from typing import ClassVar
 
 import numpy as np
-import torch
 from torch import nn
 
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
-from ..ops import run_precision
+from ..ops import resolve_device, run_precision
 from ..tasks.inputs import InputSettings, decode_tokens, encode, example_logits, find_answers, softmax
 from ..tasks.readers import TaskSpec
 from .modeldir import CPU_FORMATS, ModelDir, open_model_dir
@@ -75,12 +74,15 @@ class Runner:
 class HeadRunner(Runner):
     """A task head on the model, its frozen features, or an exported model (`predict.run_rows`)."""
 
-    def __init__(self, model_dir: ModelDir, precision: str):
+    def __init__(self, model_dir: ModelDir, precision: str, device: str = "auto"):
         spec, settings = model_dir.task()
         exported = model_dir.export_format
+        if exported in CPU_FORMATS and device not in ("auto", "cpu"):
+            raise UserError(f"--device {device}: an {exported} export computes on the CPU only; "
+                            "use --device cpu or auto")
         model = OnnxModel(model_dir.path) if exported == "onnx" else model_dir.load_model()
-        if torch.cuda.is_available() and exported not in CPU_FORMATS:
-            model = model.cuda()
+        if exported not in CPU_FORMATS:
+            model = model.to(resolve_device(device))
         self.fixed_precision = getattr(model, "inference_precision", None)  # exports compute in fp32 only
         self.why_fixed = "an exported int8 or ONNX model"
         super().__init__(model_dir, spec, settings, model, model_dir.tokenizer(), precision)
@@ -122,10 +124,11 @@ class TextToTextRunner(Runner):
     fixed_precision = "fp32"
     why_fixed = "it writes its answers by exact comparisons of logits"
 
-    def __init__(self, model_dir: ModelDir, precision: str):
+    def __init__(self, model_dir: ModelDir, precision: str, device: str = "auto"):
         spec, settings = model_dir.task()
         tokenizer = model_dir.tokenizer()
-        super().__init__(model_dir, spec, settings, model_dir.load_model(), tokenizer, precision)
+        model = model_dir.load_model().to(resolve_device(device))
+        super().__init__(model_dir, spec, settings, model, tokenizer, precision)
         self.casting = casting_for(spec, tokenizer, settings)
         self.decoder_limit = model_dir.spec.context_length(model_dir.config)
 
@@ -185,9 +188,10 @@ class WordFeatureRunner(Runner):
     fixed_precision = "fp32"
     why_fixed = "a feature head over word vectors, trained in fp32"
 
-    def __init__(self, model_dir: ModelDir, precision: str):
+    def __init__(self, model_dir: ModelDir, precision: str, device: str = "auto"):
         head, vectors, spec = load_static_head(model_dir.path)
-        super().__init__(model_dir, spec, None, head, None, precision)
+        # The word features are looked up (CoVe: encoded) on the CPU, as training computed them once.
+        super().__init__(model_dir, spec, None, head.to(resolve_device(device)), None, precision)
         self.vectors = vectors
 
     def predict(self, examples: list, batch_size: int = 128, progress: bool = False):
@@ -215,9 +219,9 @@ class WordFeatureRunner(Runner):
 class TaggerRunner(Runner):
     """A TagLM tagger and its biLM (inference/tagging.py): sentences of words in, tags out."""
 
-    def __init__(self, model_dir: ModelDir, precision: str):
+    def __init__(self, model_dir: ModelDir, precision: str, device: str = "auto"):
         spec, settings = model_dir.task()
-        super().__init__(model_dir, spec, settings, Tagger.open(model_dir), None, precision)
+        super().__init__(model_dir, spec, settings, Tagger.open(model_dir).to(resolve_device(device)), None, precision)
 
     def predict(self, examples: list, batch_size: int = 128, progress: bool = False):
         """Each sentence's tags (the CRF's best path)."""
@@ -232,13 +236,14 @@ RUNNERS: dict[str, type[Runner]] = {"head": HeadRunner, "text_to_text": TextToTe
                                     "word_features": WordFeatureRunner, "tagger": TaggerRunner}
 
 
-def open_runner(model_dir: ModelDir | str, precision: str = "auto") -> Runner:
-    """The runner of a fine-tuned model directory (or an installed model's name), by its family's spec."""
+def open_runner(model_dir: ModelDir | str, precision: str = "auto", device: str = "auto") -> Runner:
+    """The runner of a fine-tuned model directory (or an installed model's name), by its family's
+    spec, with its model on `device` (the `--device` setting: ops.resolve_device)."""
     model_dir = model_dir if isinstance(model_dir, ModelDir) else open_model_dir(model_dir)
-    return RUNNERS[model_dir.spec.runner](model_dir, precision)
+    return RUNNERS[model_dir.spec.runner](model_dir, precision, device)
 
 
-def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer, TaskSpec, InputSettings]:
+def load_finetuned(model_dir: str, device: str = "auto") -> tuple[nn.Module, Tokenizer, TaskSpec, InputSettings]:
     """A fine-tuned directory whose family runs a task head (feature-based, or exported) -> model,
     tokenizer, task, input settings: what distillation's teacher and the Python API take. An `onnx`
     export comes back as an ONNX Runtime model and an `int8` export quantized; both are called like
@@ -247,5 +252,5 @@ def load_finetuned(model_dir: str) -> tuple[nn.Module, Tokenizer, TaskSpec, Inpu
     if opened.spec.runner != "head":
         raise UserError(f"{opened.path}: a {opened.describe()} ({opened.spec.runner.replace('_', ' ')}): "
                         "`bertology evaluate`, `predict` and `serve` run it; distill does not take one yet")
-    runner = HeadRunner(opened, "auto")
+    runner = HeadRunner(opened, "auto", device)
     return runner.model, runner.tokenizer, runner.spec, runner.settings

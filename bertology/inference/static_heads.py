@@ -24,6 +24,7 @@ from ..ops import IGNORE_INDEX
 from ..tasks.inputs import in_row_order
 from ..tasks.readers import SequenceExample, TaskSpec
 from .modeldir import open_model_dir, task_from_dict
+from .predict import model_device
 
 HEAD_CONFIG_NAME = "feature_head.json"
 HEAD_WEIGHTS_NAME = "feature_head.safetensors"
@@ -91,10 +92,11 @@ def head_logits(head: FeatureHead, spec: TaskSpec, features: list[torch.Tensor],
     """The head's float32 logits for each example's (words, D) features, in example order:
     (labels,) for a sentence (regression: (1,)), (words, labels) for a tagged sentence."""
     head.eval()
+    device = model_device(head)
 
     def outputs(rows: list[int]) -> list:
         batch = pad_batch([features[i] for i in rows], None, spec)
-        logits = head(batch["features"], batch["attention_mask"]).float()
+        logits = head(batch["features"].to(device), batch["attention_mask"].to(device)).float().cpu()
         return [logits[j, : len(features[i])] if spec.kind == "token" else logits[j] for j, i in enumerate(rows)]
 
     return in_row_order([len(f) for f in features], batch_size, outputs)

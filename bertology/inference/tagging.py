@@ -23,6 +23,7 @@ from ..errors import UserError
 from ..tasks.inputs import in_row_order
 from .embedding import embed_tokens
 from .modeldir import ModelDir, open_model_dir
+from .predict import model_device
 
 LM_FOLDER = "lm"
 NO_LENGTH_LIMIT = 2**30  # an LSTM has no position table: every sentence is read whole, never cut
@@ -83,11 +84,13 @@ def viterbi_tags(model: nn.Module, sentences: list[list[str]], states: list[torc
     """Each sentence's tags (the CRF's best path) in length-sorted batches, from its biLM states
     when the tagger reads them; an empty sentence gets none. Leaves the model in eval mode."""
     model.eval()
+    device = model_device(model)
     nonempty = [i for i, words in enumerate(sentences) if words]
 
     def tags(rows: list[int]) -> list[list[str]]:
         chosen = [nonempty[r] for r in rows]
         batch = tagger_inputs(model, [sentences[i] for i in chosen], [states[i] for i in chosen] if states else None)
+        batch = {k: v.to(device) for k, v in batch.items()}
         return model.decode(model(**batch).logits, batch["attention_mask"])
 
     found = dict(zip(nonempty, in_row_order([len(sentences[i]) for i in nonempty], batch_size, tags)))

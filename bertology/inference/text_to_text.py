@@ -363,19 +363,20 @@ def content_ids(tokenizer: Tokenizer, texts: list[str], offsets: bool = False) -
 class Inputs:
     """Examples' input strings as token ids, cut to the encoder's length."""
 
-    ids: list[list[int]]  # each input's tokens, cut to max_input - 1, then [SEP]
+    ids: list[list[int]]  # each input's tokens, cut to max_input - 1, then the end of text ([SEP]; T5's </s>)
     cut: list[bool]  # the input was longer and lost its end
     answer_cut: list[bool]  # ... and with it the answer (SQuAD's answer span, a CoNLL entity's words)
 
 
 def encode_inputs(casting, tokenizer: Tokenizer, examples: list, max_input: int, training: bool = False) -> Inputs:
-    """Token ids of the inputs, cut to max_input tokens with [SEP] last, and which lost their answer
+    """Token ids of the inputs, cut to max_input tokens with the end of text last (the tokenizer's
+    `end_token_id`: bertology's [SEP], T5's </s>), and which lost their answer
     (for training, the target's answer; else every gold answer)."""
     ids, cut, answer_cut = [], [], []
     for example, (tokens, offsets) in zip(examples, content_ids(tokenizer, [casting.source(e) for e in examples],
                                                                   offsets=True)):
         keep = max_input - 1
-        ids.append(tokens[:keep] + [tokenizer.sep_token_id])
+        ids.append(tokens[:keep] + [tokenizer.end_token_id])
         cut.append(len(tokens) > keep)
         end = casting.answer_end(example, training)
         answer_cut.append(cut[-1] and end is not None and end > (offsets[keep - 1][1] if keep else 0))
@@ -392,10 +393,10 @@ def predict_text(model: nn.Module, tokenizer: Tokenizer, inputs: list[list[int]]
     for start in range(0, len(inputs), batch_size):
         rows = inputs[start:start + batch_size]
         settings = GenerationConfig(max_new_tokens=max(limits[start:start + batch_size]),
-                                    eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id)
+                                    eos_token_id=tokenizer.end_token_id, pad_token_id=tokenizer.pad_token_id)
         batch = pad_rows(rows, [[]] * len(rows), tokenizer.pad_token_id)
         for row in generate(model, batch["input_ids"], batch["attention_mask"], settings)[:, 1:].tolist():
-            row = row[:row.index(tokenizer.sep_token_id)] if tokenizer.sep_token_id in row else row
+            row = row[:row.index(tokenizer.end_token_id)] if tokenizer.end_token_id in row else row
             texts.append(tokenizer.decode(row))
     return texts
 

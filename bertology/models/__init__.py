@@ -43,9 +43,11 @@ class Family:
     model_types: tuple[str, ...]  # config.json `model_type` values this family loads
     description: str
     # The command that trains it: "pretrain" (its spec lists objectives), "static train", "translate
-    # train" or "finetune" (from scratch, by a recipe of its own: `recipe`). Kept here, without PyTorch,
-    # for `--help`'s choices; tests/models/test_registry.py checks it against the spec.
-    trained_by: str = "pretrain"
+    # train" or "finetune" (from scratch, by a recipe of its own: `recipe`); None for a layout that is
+    # read and written but not trained as such (RoBERTa's: `pretrain --arch bert --objective roberta`
+    # trains its recipe on BERT's layout). Kept here, without PyTorch, for `--help`'s choices;
+    # tests/models/test_registry.py checks it against the spec.
+    trained_by: str | None = "pretrain"
     # A family trained from scratch by `finetune --arch NAME` (TagLM's tagger): its recipe's module,
     # which has `prepare_run(cfg, spec, train, dev)`, `train_run(cfg, data, seed, out)`,
     # `describe_run(cfg)` and `OPTIONS` (what its own flags do, for messages).
@@ -62,6 +64,18 @@ FAMILIES: dict[str, Family] = {
     for family in (
         Family("bert", "bertology.models.bert", ("bert", "bertology"),
                "bidirectional Transformer encoder (BERT; RoBERTa, ALBERT, ELECTRA and LTR variants by config)"),
+        Family("roberta", "bertology.models.roberta", ("roberta",),
+               "RoBERTa as transformers lays it out: BERT's encoder, positions after the padding id, its own heads",
+               trained_by=None),
+        Family("albert", "bertology.models.albert", ("albert",),
+               "ALBERT as transformers lays it out: factorized embeddings, shared layers, sentence-order head",
+               trained_by=None),
+        Family("electra", "bertology.models.electra", ("electra",),
+               "ELECTRA as transformers lays it out: the discriminator or the generator (a masked LM)",
+               trained_by=None),
+        Family("distilbert", "bertology.models.distilbert", ("distilbert",),
+               "DistilBERT as transformers lays it out: BERT's layers without segments or pooler",
+               trained_by=None),
         Family("static", "bertology.models.static", ("static",), "one vector per word type: word2vec, fastText, GloVe",
                trained_by="static train"),
         Family("gpt", "bertology.models.gpt", ("openai-gpt", "gpt2"),
@@ -117,6 +131,8 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
         data = loads_json(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read it ({err.strerror or err})") from None
     except json.JSONDecodeError as err:
         raise UserError(f"{path}: invalid JSON at line {err.lineno}: {err.msg}") from None
     if not isinstance(data, dict):

@@ -215,12 +215,14 @@ ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 
 
 def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The feed-forward non-linearity named by a config's `hidden_act` (transformers' names)."""
+    """The feed-forward non-linearity named by a config's `hidden_act` (transformers' names), or
+    "tanh" (RoBERTa's sequence head, BERT's pooler)."""
     return {
         "gelu": F.gelu,  # exact erf form, as the BERT release
         "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
         "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
         "relu": F.relu,
+        "tanh": torch.tanh,
     }[name]
 
 
@@ -472,6 +474,9 @@ class FamilySpec:
     # Whether it reads its input through a tokenizer saved beside it (vocab.txt, tokenizer.json); not
     # static vectors, CoVe or TagLM, which read words.
     tokenized: bool = True
+    # model_type -> the transformers tokenizer class its directories hold when their tokenizer files do
+    # not name one (AutoTokenizer's choice): "BertTokenizer", "RobertaTokenizer", ...
+    tokenizer_classes: dict[str, str] = field(default_factory=dict)
 
     # ---- features: embed, explain, WiC, feature-based heads, layer-wise rates ----
     # (directory, config) -> its layer stack in eval mode (task heads and an LM's output left out).

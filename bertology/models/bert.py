@@ -14,7 +14,10 @@ ALBERT's factorized embeddings (`embedding_size`) and cross-layer sharing
 (`type_vocab_size=0`) and left-to-right attention (`causal`, GPT's objective); and two of
 Cramming's (Geiping and Goldstein 2022, "Cramming: Training a Language Model on a Single GPU in
 One Day"): no biases in the attention and feed-forward linears (`use_bias`) and a gated-GELU
-feed-forward (`gated_feed_forward`).
+feed-forward (`gated_feed_forward`). The layouts of
+transformers' RoBERTa, ALBERT, ELECTRA and DistilBERT are a config's `BertLayout` (positions after
+the padding id, the projection always there, no pooler, a dense summary in the sentence head), which
+their own files (models/roberta.py, ...) set with their key tables.
 
 Task models compose the encoder with one small head each (with `head_bilstm`, the paper's
 Table 5 "+ BiLSTM": a randomly initialised BiLSTM between the encoder and the sequence, token or
@@ -28,7 +31,7 @@ import copy
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -63,6 +66,32 @@ from .base import (
 )
 
 POSITION_TYPES = ("absolute", "relative")
+# BertConfig's switches of bertology's own, which no transformers class reads: a family that is a
+# transformers layout (RoBERTa, ALBERT, ...) neither stores them nor takes them (`BertLayout.strict`).
+BERTOLOGY_SWITCHES = ("share_layers", "pre_layer_norm", "causal", "position_embedding_type",
+                      "relative_attention_num_buckets", "relative_attention_max_distance", "head_bilstm")
+
+
+@dataclass(frozen=True)
+class BertLayout:
+    """What a model_type says of the layers beyond its config.json's fields: BERT's by default; the
+    families built on this file (models/roberta.py, albert.py, electra.py, distilbert.py) set their
+    own as their config's `LAYOUT`. Each switch has one visible branch below."""
+
+    # RoBERTa: position ids count the real tokens from pad_token_id + 1 (fairseq's make_positions),
+    # so the table holds pad_token_id + 1 more rows than the longest input.
+    positions_after_padding: bool = False
+    always_project: bool = False  # ALBERT: the embeddings' projection to hidden_size even when as wide
+    pooler: bool = True  # a [CLS] pooler (dense + tanh) in the encoder; ELECTRA and DistilBERT have none
+    mlm_activation: str | None = None  # the masked-LM head's activation; None: hidden_act
+    # The sequence head: None for BERT's linear layer on the pooler's output; an activation for
+    # RoBERTa's, ELECTRA's and DistilBERT's dense + activation + linear layer on the first token.
+    summary_activation: str | None = None
+    summary_input_dropout: bool = True  # dropout before that dense layer too (RoBERTa, ELECTRA; not DistilBERT)
+    # A transformers layout: none of bertology's switches, and only these variants of the table in
+    # `BertConfig.variants` ("factorized embeddings", "shared layers", "no segment embeddings").
+    strict: bool = False
+    variants: tuple[str, ...] = ()
 
 # Upper bounds for the size fields of a config.json: well above every published BERT-family
 # model (BERT-large: 30,522 x 1,024, 24 layers, 512 positions; multilingual vocabularies
@@ -151,8 +180,13 @@ class BertConfig(ConfigFile):
     # ignores the key, so its classes would load such a model's encoder and head but not the BiLSTM.
     head_bilstm: bool = False
 
+    # The masked-LM head's output matrix is the word embeddings (transformers' key); false: its own.
+    tie_word_embeddings: bool = True
+
     # Anything else found in a config.json (e.g. transformers' bookkeeping), kept for round trips.
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    LAYOUT: ClassVar[BertLayout] = BertLayout()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -167,14 +201,25 @@ class BertConfig(ConfigFile):
         """Width of the token/segment/position embeddings (hidden_size unless factorized)."""
         return self.embedding_size or self.hidden_size
 
+    @property
+    def context_length(self) -> int:
+        """The longest input: max_position_embeddings, less RoBERTa's pad_token_id + 1 offset rows."""
+        offset = self.pad_token_id + 1 if self.LAYOUT.positions_after_padding else 0
+        return self.max_position_embeddings - offset
+
+    def variants(self) -> list[str]:
+        """The variants of BERT's architecture this config uses."""
+        used = {"factorized embeddings": self.embedding_width != self.hidden_size,
+                "shared layers": self.share_layers, "pre-LayerNorm": self.pre_layer_norm,
+                "no segment embeddings": self.type_vocab_size == 0, "causal attention": self.causal,
+                "relative positions": self.position_embedding_type != "absolute", "BiLSTM head": self.head_bilstm,
+                "a gated feed-forward": self.gated_feed_forward}  # use_bias=False: zero biases stand in
+        return [name for name, on in used.items() if on]
+
     def transformers_incompatibility(self) -> str | None:
-        """Which variant transformers' BertModel lacks, or None when it represents this architecture exactly."""
-        variants = {"factorized embeddings": self.embedding_width != self.hidden_size,
-                    "shared layers": self.share_layers, "pre-LayerNorm": self.pre_layer_norm,
-                    "no segment embeddings": self.type_vocab_size == 0, "causal attention": self.causal,
-                    "relative positions": self.position_embedding_type != "absolute",
-                    "a gated feed-forward": self.gated_feed_forward}  # use_bias=False: zero biases stand in
-        found = [name for name, used in variants.items() if used]
+        """Which variant transformers' class for this model_type lacks (BertModel: any), or None when it
+        represents this architecture exactly (a BiLSTM head's is exports' own question)."""
+        found = [name for name in self.variants() if name not in (*self.LAYOUT.variants, "BiLSTM head")]
         return ", ".join(found) if found else None
 
     def validate(self) -> None:
@@ -212,7 +257,8 @@ class BertConfig(ConfigFile):
         for name in ("relative_attention_num_buckets", "relative_attention_max_distance"):
             if type(getattr(self, name)) is not int or not 4 <= getattr(self, name) <= 4096:
                 raise UserError(f"config field {name!r} must be an integer in [4, 4096], got {getattr(self, name)!r}")
-        for name in ("share_layers", "pre_layer_norm", "causal", "head_bilstm", "use_bias", "gated_feed_forward"):
+        for name in ("share_layers", "pre_layer_norm", "causal", "head_bilstm", "tie_word_embeddings", "use_bias",
+                     "gated_feed_forward"):
             if type(getattr(self, name)) is not bool:
                 raise UserError(f"config field {name!r} must be true or false, got {getattr(self, name)!r}")
         if self.gated_feed_forward and self.intermediate_size % 2:
@@ -234,6 +280,14 @@ class BertConfig(ConfigFile):
             if len(self.id2label) != self.num_labels:
                 raise UserError(f"config field 'id2label' has {len(self.id2label)} labels but 'num_labels' is "
                                 f"{self.num_labels}")
+        if self.LAYOUT.strict:
+            unsupported = [name for name in self.variants() if name not in self.LAYOUT.variants]
+            if unsupported:
+                raise UserError(f"{self.WHAT} ({self.MODEL_TYPE}, transformers' layout) has no "
+                                f"{', '.join(unsupported)}: use the bert family for bertology's variants")
+        if self.context_length < 1:
+            raise UserError(f"config field 'max_position_embeddings' ({self.max_position_embeddings}) leaves no "
+                            f"position after the {self.pad_token_id + 1} that pad_token_id offsets")
         check_model_size(self)  # last: the fields are known to be numbers
 
     @classmethod
@@ -257,13 +311,19 @@ class BertEmbeddings(nn.Module):
         )
         self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
-        # ALBERT: embeddings live in a small space E and are projected up to H.
-        self.projection = Linear(width, config.hidden_size) if width != config.hidden_size else None
+        # ALBERT: embeddings live in a small space E and are projected up to H (ALBERT's layout always has it).
+        projects = width != config.hidden_size or config.LAYOUT.always_project
+        self.projection = Linear(width, config.hidden_size) if projects else None
+        self.padding_idx = config.pad_token_id if config.LAYOUT.positions_after_padding else None
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
         """(B, T) ids -> (B, T, H) input vectors for the first layer."""
         x = self.word_embeddings(input_ids)
-        if self.position_embeddings is not None:
+        if self.position_embeddings is not None and self.padding_idx is not None:
+            # RoBERTa: real tokens are numbered padding_idx + 1, ... wherever they sit; padding keeps padding_idx.
+            real = (input_ids != self.padding_idx).long()
+            x = x + self.position_embeddings(real.cumsum(dim=1) * real + self.padding_idx)
+        elif self.position_embeddings is not None:
             x = x + self.position_embeddings(torch.arange(input_ids.shape[1], device=input_ids.device))
         if self.token_type_embeddings is not None:
             if token_type_ids is None:
@@ -351,10 +411,11 @@ class BertLayer(nn.Module):
 
 class BertPreTrainedModel(PreTrainedModel):
     """BERT's initialisation and its loading, lenient where a new task's head starts fresh; saving,
-    under transformers' BERT names (checkpoint.py's key table), is models/base.py's."""
+    under transformers' names (`keys`, the family's key table), is models/base.py's."""
 
     config_class = BertConfig
     backbone = "bert"
+    keys: ClassVar[checkpoint.KeyTable] = checkpoint.BERT_KEYS  # a family built on this file sets its own
 
     def init_weights(self) -> None:
         """BERT's initialisation of every module (see `init_module`).
@@ -371,11 +432,11 @@ class BertPreTrainedModel(PreTrainedModel):
     onnx_output_names: ClassVar[tuple[str, ...]] = ("logits",)  # what its ONNX graph returns (uses/export.py)
 
     def to_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Our names -> transformers' BERT names (the fused Q/K/V split in three). With use_bias=False,
-        zeros in place of the missing biases keep the file in BertModel's layout."""
+        """Our names -> transformers' names of the family (the fused Q/K/V split in three). With
+        use_bias=False, zeros in place of the missing biases keep the file in transformers' layout."""
         zeros = {f"{name}.bias": torch.zeros(module.out_features) for name, module in self.named_modules()
                  if isinstance(module, nn.Linear) and module.bias is None}
-        return checkpoint.to_transformers({**state, **zeros})
+        return self.keys.to_transformers({**state, **zeros})
 
     def onnx_inputs(self) -> tuple[str, ...]:
         """The inputs of its ONNX graph (no token_type_ids when the model has no segment embeddings)."""
@@ -404,13 +465,13 @@ class BertPreTrainedModel(PreTrainedModel):
         directory = Path(directory)
         if not directory.is_dir():
             raise UserError(f"{directory}: no such model directory")
-        config = config if config is not None else BertConfig.load(directory)
+        config = config if config is not None else cls.config_class.load(directory)
         if config_overrides:
             try:
                 config = replace(config, **config_overrides)
             except TypeError as err:
                 raise UserError(f"from_pretrained: {err}") from None
-        state, source = checkpoint.load_state_dict(directory, config.vocab_size)
+        state, source = checkpoint.load_state_dict(directory, config.vocab_size, cls.keys, config.tie_word_embeddings)
         if not config.use_bias:
             state = _without_zero_biases(state, tensor_shapes(cls, config), source)
         if drop_head:
@@ -428,7 +489,7 @@ class BertPreTrainedModel(PreTrainedModel):
             raw, path = checkpoint.read_weights(Path(directory))
         except UserError as err:
             return [str(err)]
-        state, _ = checkpoint.from_transformers(raw, path)
+        state, _ = cls.keys.from_transformers(raw, path, config.tie_word_embeddings)
         expected = tensor_shapes(cls, config)
         if not config.use_bias:
             try:
@@ -474,7 +535,7 @@ class BertModel(BertPreTrainedModel):
         self.layers = nn.ModuleList(BertLayer(config) for _ in range(num_distinct))
         # Pre-LN blocks leave the residual stream unnormalised, so the stack ends with one LayerNorm.
         self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_layer_norm else None
-        self.pooler = Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
+        self.pooler = Linear(config.hidden_size, config.hidden_size) if add_pooling_layer and config.LAYOUT.pooler else None
         if config.position_embedding_type == "relative":
             self.relative_attention_bias = nn.Embedding(config.relative_attention_num_buckets, config.num_attention_heads)
         self.init_weights()
@@ -520,10 +581,10 @@ class BertModel(BertPreTrainedModel):
             model has a pooler, and hidden_states / attentions when asked.
         """
         seq_len = input_ids.shape[1]
-        if seq_len > self.config.max_position_embeddings:
+        if seq_len > self.config.context_length:
             raise UserError(
-                f"sequence length {seq_len} exceeds the model's max_position_embeddings "
-                f"({self.config.max_position_embeddings})"
+                f"sequence length {seq_len} exceeds the model's {self.config.context_length} positions "
+                f"(max_position_embeddings {self.config.max_position_embeddings})"
             )
         mask = self.attention_mask(attention_mask, seq_len, input_ids.device)
         x = self.embeddings(input_ids, token_type_ids)
@@ -564,9 +625,11 @@ class BertMaskedLMHead(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = Linear(config.hidden_size, config.embedding_width)
-        self.act = activation(config.hidden_act)
+        self.act = activation(config.LAYOUT.mlm_activation or config.hidden_act)
         self.norm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        # An untied output matrix (tie_word_embeddings false); tied, the word embeddings are given to forward.
+        self.decoder = None if config.tie_word_embeddings else Linear(config.embedding_width, config.vocab_size, bias=False)
 
     def forward(
         self, hidden: torch.Tensor, word_embeddings: torch.Tensor, positions: torch.Tensor | None = None
@@ -576,7 +639,7 @@ class BertMaskedLMHead(nn.Module):
         if positions is not None:
             hidden = hidden[positions]  # (N, H)
         h = self.norm(self.act(self.dense(hidden)))
-        return linear(h, word_embeddings, self.bias)
+        return linear(h, word_embeddings if self.decoder is None else self.decoder.weight, self.bias)
 
 
 class BertClassificationHead(nn.Module):
@@ -590,6 +653,28 @@ class BertClassificationHead(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (..., num_labels)."""
         return self.dense(self.dropout(x))
+
+
+class BertSummary(nn.Module):
+    """RoBERTa's, ELECTRA's and DistilBERT's sentence vector, where BERT has its pooler: a dense layer
+    and an activation (`BertLayout.summary_activation`) on the first token's state, after dropout
+    where the layout has it; the classifier's dropout and linear layer follow."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dropout = Dropout(_classifier_dropout(config) if config.LAYOUT.summary_input_dropout else 0.0)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
+        self.act = activation(config.LAYOUT.summary_activation)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) states -> (B, H), from the first token's."""
+        return self.act(self.dense(self.dropout(hidden[:, 0])))
+
+
+def sentence_vector(model: nn.Module, encoded: ModelOutput) -> torch.Tensor:
+    """A task model's (B, H) vector of each row: its encoder's pooler output, or its `summary` of the
+    first token's state where the layout has no pooler there (RoBERTa's, ELECTRA's, DistilBERT's heads)."""
+    return encoded.pooler_output if model.summary is None else model.summary(encoded.last_hidden_state)
 
 
 class BertHeadBiLSTM(nn.Module):
@@ -741,8 +826,11 @@ class _Classifier(BertPreTrainedModel):
     def __init__(self, config: BertConfig, per_token: bool):
         super().__init__(config)
         self.per_token = per_token
-        # With the BiLSTM, sentences are read from its summary (BertHeadBiLSTM.forward), not the pooler.
-        self.bert = BertModel(config, add_pooling_layer=not per_token and not config.head_bilstm)
+        # With the BiLSTM, sentences are read from its summary (BertHeadBiLSTM.forward), not the pooler;
+        # with a summary activation, from a dense layer on the first token (RoBERTa's head), not the pooler.
+        summarized = not per_token and not config.head_bilstm and config.LAYOUT.summary_activation is not None
+        self.bert = BertModel(config, add_pooling_layer=not per_token and not config.head_bilstm and not summarized)
+        self.summary = BertSummary(config) if summarized else None
         self.bilstm = BertHeadBiLSTM(config) if config.head_bilstm else None
         self.classifier = BertClassificationHead(config.hidden_size, config.num_labels, _classifier_dropout(config))
         self.init_weights()
@@ -761,7 +849,7 @@ class _Classifier(BertPreTrainedModel):
         Loss: cross-entropy (tokens labelled IGNORE_INDEX carry none), or MSE when num_labels == 1."""
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
         if self.bilstm is None:
-            logits = self.classifier(out.last_hidden_state if self.per_token else out.pooler_output)
+            logits = self.classifier(out.last_hidden_state if self.per_token else sentence_vector(self, out))
         else:
             states, summary = self.bilstm(out.last_hidden_state, attention_mask)
             logits = self.classifier(states if self.per_token else summary)
@@ -844,6 +932,7 @@ class BertForWordInContext(BertPreTrainedModel):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config)
+        self.summary = None if config.LAYOUT.pooler else BertSummary(config)  # the [CLS] vector without a pooler
         self.classifier = BertClassificationHead(3 * config.hidden_size, config.num_labels, _classifier_dropout(config))
         self.init_weights()
 
@@ -869,7 +958,7 @@ class BertForWordInContext(BertPreTrainedModel):
         inside = (positions >= target_spans[..., :1]) & (positions <= target_spans[..., 1:])  # (B, 2, T)
         weights = inside.to(hidden.dtype) / inside.sum(-1, keepdim=True).clamp(min=1)  # each row averages its span
         targets = weights @ hidden  # (B, 2, H)
-        logits = self.classifier(torch.cat([out.pooler_output, targets.flatten(1)], dim=-1))  # (B, 3H) -> (B, labels)
+        logits = self.classifier(torch.cat([sentence_vector(self, out), targets.flatten(1)], dim=-1))  # (B, 3H) -> (B, labels)
         loss = None if labels is None else F.cross_entropy(logits.float(), labels.view(-1))
         return _task_output(out, loss=loss, logits=logits)
 
@@ -987,7 +1076,7 @@ SPEC = FamilySpec(
                        "gated_gelu": _switch("gated_feed_forward"),
                        "dropout": lambda p: {} if p is None else {"hidden_dropout_prob": p,
                                                                   "attention_probs_dropout_prob": p}},
-    context_length=lambda c: c.max_position_embeddings,
+    context_length=lambda c: c.context_length,
     heads={"sequence": BertForSequenceClassification, "token": BertForTokenClassification,
            "span": BertForQuestionAnswering, "wic": BertForWordInContext},
     finetune_modes=("finetune", "features"),
@@ -1006,4 +1095,27 @@ SPEC = FamilySpec(
         type_vocab_size=teacher.type_vocab_size, **head),
     keep_layers=keep_layers,
     export_formats=("hf", "int8", "onnx"),
+    tokenizer_classes={"bert": "BertTokenizer"},
 )
+
+
+def encoder_variant(config_class: type[BertConfig], model_classes: tuple[type[nn.Module], ...],
+                    heads: dict[str, type[nn.Module]], describe: Callable[[Any], str],
+                    tokenizer_classes: dict[str, str]) -> FamilySpec:
+    """The spec of a family that is this encoder under another config and other names (RoBERTa, ALBERT,
+    ELECTRA, DistilBERT, each in its own file): BERT's abilities with its own classes, the first of
+    `model_classes` the bare encoder. Its directories are read, fine-tuned, distilled and exported
+    here; it is pre-trained as `pretrain --arch bert --objective ...`, so it has no objectives of its own."""
+    encoder = model_classes[0]
+
+    def student_config(teacher: BertConfig, preset: str, **head: Any) -> BertConfig:
+        return config_class.from_preset(preset, vocab_size=teacher.vocab_size,
+                                        max_position_embeddings=teacher.max_position_embeddings,
+                                        type_vocab_size=teacher.type_vocab_size, pad_token_id=teacher.pad_token_id,
+                                        **head)
+
+    return replace(SPEC, config_class=config_class, model_classes={cls.__name__: cls for cls in model_classes},
+                   default_class=encoder, describe=describe, objectives=(), pretraining_models={},
+                   pretrain_switches={}, heads=heads, finetune_options=(),
+                   feature_encoder=lambda directory, config: encoder.from_pretrained(directory, config=config),
+                   student_config=student_config, tokenizer_classes=tokenizer_classes)

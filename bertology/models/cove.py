@@ -502,7 +502,7 @@ class CoVeModel(CoVePreTrainedModel):
             rows = order[start: start + batch_size]
             features, _ = self([texts[i] for i in rows])  # (B, T, D + 2H)
             for j, i in enumerate(rows):
-                encoded[i] = features[j, : len(texts[i])].half()
+                encoded[i] = features[j, : len(texts[i])].half().cpu()  # kept for every epoch: in host memory
         return encoded
 
     @torch.no_grad()

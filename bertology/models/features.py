@@ -22,11 +22,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
+from ..checkpoint import write_tensors
 from ..errors import UserError
-from ..files import atomic_path, loads_json, write_json_atomic
+from ..files import loads_json, write_json_atomic
 from ..ops import IGNORE_INDEX
 from . import family_of
 from .base import FamilySpec, ModelOutput
@@ -377,8 +378,7 @@ class FeatureModel(nn.Module):
         self.encoder.save_pretrained(directory)
         if self.word_vectors is not None:
             self.word_vectors.save_pretrained(directory / WORD_VECTORS_DIR)
-        with atomic_path(directory / HEAD_WEIGHTS) as tmp:
-            save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}, str(tmp))
+        write_tensors(self.head.state_dict(), directory / HEAD_WEIGHTS)
         write_json_atomic(directory / HEAD_CONFIG, dataclasses.asdict(self.head.config))
 
     @classmethod

@@ -554,4 +554,5 @@ SPEC = FamilySpec(
     layer_of=_layer_of,
     num_layers=lambda model: len(model.transformer.h),
     generation="causal",
+    tokenizer_classes={"gpt2": "GPT2Tokenizer", "openai-gpt": "OpenAIGPTTokenizer"},
 )

@@ -1,4 +1,5 @@
-"""Dynamic int8 quantization of a BERT model, and rebuilding one from its saved int8 weights.
+"""Dynamic int8 quantization of a BERT model (or one of the families built on models/bert.py: RoBERTa,
+ALBERT, ELECTRA, DistilBERT), and rebuilding one from its saved int8 weights.
 
 PyTorch dynamic quantization (Jacob et al. 2018's affine int8): every linear layer's weight
 is stored as int8 with one scale per output channel, and each input is quantized on the
@@ -21,8 +22,8 @@ from torch import nn
 from .. import checkpoint
 from ..errors import UserError
 from ..ops import Linear
+from . import spec_for
 from .base import tensor_shapes
-from .bert import SPEC as BERT
 from .bert import BertConfig, BertPreTrainedModel
 
 
@@ -76,11 +77,12 @@ def quantized_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def load_quantized(directory: str | os.PathLike, config: BertConfig | None = None) -> BertPreTrainedModel:
     """Rebuild an `int8` export: the same quantized model that was saved, bit for bit (`config`:
-    its config.json, read already)."""
+    its config.json, read already, of BERT or a family built on it)."""
     directory = Path(directory)
     config = config if config is not None else BertConfig.load(directory)
+    cls = spec_for(config).model_class(config)
     raw, path = checkpoint.read_weights(directory)
-    state, _ = checkpoint.from_transformers(raw, path)
+    state, _ = cls.keys.from_transformers(raw, path, config.tie_word_embeddings)
     packed = {}
     for key in [k for k in state if k.endswith(".qweight")]:
         name = key.removesuffix(".qweight")
@@ -92,7 +94,6 @@ def load_quantized(directory: str | os.PathLike, config: BertConfig | None = Non
         # Dequantized float weights: they fill the float model, and quantize back to exactly `ints`.
         state[f"{name}.weight"] = ((ints.double() - zeros[:, None]) * scales[:, None]).float()
         packed[name] = (scales, zeros)
-    cls = BERT.model_class(config)
     checkpoint.check_weights(state, tensor_shapes(cls, config), path)
     model = cls(config)
     checkpoint.assign_state_dict(model, state)

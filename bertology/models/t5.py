@@ -504,4 +504,5 @@ SPEC = FamilySpec(
     layer_names=("encoder embeddings", "encoder layer"),
     leading_summary_token=False,  # span corruption trained it on "text [SEP]"
     generation="seq2seq",
+    tokenizer_classes={"t5": "T5Tokenizer"},
 )

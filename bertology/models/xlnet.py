@@ -666,4 +666,5 @@ SPEC = FamilySpec(
     input_vectors=lambda stack: stack.word_embedding.weight,
     layer_of=_layer_of,
     num_layers=lambda model: len(model.transformer.layer),
+    tokenizer_classes={"xlnet": "XLNetTokenizer"},
 )

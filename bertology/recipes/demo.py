@@ -45,7 +45,7 @@ from sklearn.metrics import accuracy_score, matthews_corrcoef
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 
-from ..config import Threads, default_of, setting
+from ..config import Device, default_of, setting
 from ..data.stdlib_docs import docstring_task, write_pretraining_corpus
 from ..data.tokenizer import train_tokenizer
 from ..errors import UserError
@@ -78,14 +78,14 @@ MODEL_TITLES = {
 }
 
 
-# What the README measured with the defaults on 2 free cores ("The main job"; tests/recipes/test_demo.py
+# What docs/getting-started.md measured with the defaults on 2 free cores ("The main job"; tests/recipes/test_demo.py
 # checks that the two agree): the speed the slow-run note compares with.
 MEASURED_MINUTES_PER_SEED, MEASURED_STEPS_PER_SECOND = 6.3, 19
 
 
 @dataclass
-class DemoConfig(Threads):
-    """The demo's settings. The defaults took 6.3 minutes a seed on 2 free CPU cores (see the README)."""
+class DemoConfig(Device):
+    """The demo's settings. The defaults took 6.3 minutes a seed on 2 free CPU cores (see docs/getting-started.md)."""
 
     out: str = setting("bertology-demo", metavar="DIR", output="dir",
                        help="output directory: results.json, the plots, every model")
@@ -188,8 +188,8 @@ def _announce_speed(steps_per_second: float, cfg: DemoConfig) -> None:
           f"{estimate_text(steps_per_second, cfg.seeds * steps(cfg))} ({cfg.seeds} x {steps(cfg):,})",
           file=sys.stderr)
     if seconds / cfg.seeds > PROMISED_SECONDS:
-        print(f"note: that is slower than the demo is meant to be ({PROMISED_SECONDS // 60} min a seed; the README "
-              f"measured {MEASURED_STEPS_PER_SECOND} steps/s with 2 free cores). The results will be the same, only "
+        print(f"note: that is slower than the demo is meant to be ({PROMISED_SECONDS // 60} min a seed; the "
+              f"documentation measured {MEASURED_STEPS_PER_SECOND} steps/s with 2 free cores). The results will be the same, only "
               "later: the budget is in steps. Other programs busy on the CPU are the usual cause (see `top`): pause "
               "them if you can. When they hold every core, --threads 1 can be faster than the default of every core "
               "(its numbers differ a little: they depend on the thread count); --pretrain-steps 1000 gives a "
@@ -221,7 +221,7 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
     if last_checkpoint_step(pretrained) < steps(cfg):  # not finished by an earlier, interrupted demo
         status = run_pretraining(PretrainConfig(
             corpus=[str(p) for p in corpus], out=str(pretrained), tokenizer=str(tokenizer_dir), seed=seed,
-            cache_dir=str(folder.parent / "cache"), resume=cfg.resume, **pretraining_settings(cfg)),
+            cache_dir=str(folder.parent / "cache"), resume=cfg.resume, device=cfg.device, **pretraining_settings(cfg)),
             on_speed=on_speed)
         if status != "completed":  # Ctrl-C or SIGTERM: the pre-training has saved a checkpoint; stop the demo too
             print("the demo stopped; the same command with --resume continues it", file=sys.stderr)
@@ -252,7 +252,7 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
             run_finetuning(FinetuneConfig(task="classification", train_file=str(train_file), dev_file=str(dev_file),
                                           model=str(weights), out=str(run_dir), epochs=epochs, lr=cfg.finetune_lr,
                                           batch_size=BATCH_SIZE, max_seq_len=cfg.finetune_max_seq_len, seed=seed,
-                                          progress=cfg.progress))
+                                          progress=cfg.progress, device=cfg.device))
             seconds[f"finetune_{name}"] = time.perf_counter() - start
             curves[name] = _metrics(run_dir)
             result[name] = _final_dev_scores(curves[name])

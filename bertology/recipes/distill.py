@@ -152,8 +152,9 @@ class DistillConfig(TaskFiles, EpochLoop):
         return TaskConfig(task="distill", data=self.data, train_file=self.train_file, dev_file=self.dev_file)
 
 
-def read_transfer_set(cfg: DistillConfig, spec: TaskSpec) -> list:
-    """The examples the teacher labels: the task's training text and the unlabeled files."""
+def read_transfer_set(cfg: DistillConfig, spec: TaskSpec, mask: str = MASK) -> list:
+    """The examples the teacher labels: the task's training text and the unlabeled files (and with
+    --augment their noisy copies, masked words written `mask`: the teacher's mask token)."""
     examples = read_split(cfg.task_files(), spec, "train") if cfg.train_text else []
     for path in cfg.unlabeled:
         if not Path(path).is_file():
@@ -163,7 +164,7 @@ def read_transfer_set(cfg: DistillConfig, spec: TaskSpec) -> list:
     if not examples:
         raise UserError("the transfer set is empty")
     examples = subset(examples, cfg.max_train_examples, cfg.seed)
-    return examples + augmented(examples, cfg.augment, cfg.seed) if cfg.augment else examples
+    return examples + augmented(examples, cfg.augment, cfg.seed, mask) if cfg.augment else examples
 
 
 # Tang et al. (2019), "Distilling Task-Specific Knowledge from BERT into Simple Neural Networks":
@@ -173,10 +174,10 @@ def read_transfer_set(cfg: DistillConfig, spec: TaskSpec) -> list:
 MASK_P, REPLACE_P, NGRAM_P, MAX_NGRAM = 0.1, 0.1, 0.25, 5
 
 
-def noisy_words(words: list[str], rng: np.random.Generator, vocabulary: list[str]) -> list[str]:
-    """One noisy copy of a word list (see MASK_P and the comment above it)."""
+def noisy_words(words: list[str], rng: np.random.Generator, vocabulary: list[str], mask: str = MASK) -> list[str]:
+    """One noisy copy of a word list (see MASK_P and the comment above it); a masked word becomes `mask`."""
     draws = rng.random(len(words))
-    out = [MASK if d < MASK_P else vocabulary[rng.integers(len(vocabulary))] if d < MASK_P + REPLACE_P else w
+    out = [mask if d < MASK_P else vocabulary[rng.integers(len(vocabulary))] if d < MASK_P + REPLACE_P else w
            for w, d in zip(words, draws)]
     if len(out) > 1 and rng.random() < NGRAM_P:
         n = int(rng.integers(1, min(MAX_NGRAM, len(out)) + 1))
@@ -185,19 +186,20 @@ def noisy_words(words: list[str], rng: np.random.Generator, vocabulary: list[str
     return out
 
 
-def augmented(examples: list, copies: int, seed: int) -> list:
+def augmented(examples: list, copies: int, seed: int, mask: str = MASK) -> list:
     """Up to `copies` noisy, unlabelled copies of every example (both texts of a pair; a tagged
-    sentence's words), for the teacher to label; copies that came out unchanged are dropped."""
+    sentence's words), for the teacher to label, masked words written `mask` (BERT's [MASK], RoBERTa's
+    <mask>); copies that came out unchanged are dropped."""
     rng = np.random.default_rng([seed, copies])
     if isinstance(examples[0], TokenExample):
         vocabulary = sorted({w for e in examples for w in e.words})
-        copies_of = [dataclasses.replace(e, guid=f"{e.guid}-aug{k}", words=noisy_words(e.words, rng, vocabulary),
+        copies_of = [dataclasses.replace(e, guid=f"{e.guid}-aug{k}", words=noisy_words(e.words, rng, vocabulary, mask),
                                          tags=None) for k in range(copies) for e in examples]
         return [c for c, e in zip(copies_of, examples * copies) if c.words and c.words != e.words]
     vocabulary = sorted({w for e in examples for text in (e.text_a, e.text_b) if text for w in text.split()})
 
     def noisy(text: str | None) -> str | None:
-        return " ".join(noisy_words(text.split(), rng, vocabulary)) or text if text else text
+        return " ".join(noisy_words(text.split(), rng, vocabulary, mask)) or text if text else text
 
     copies_of = [dataclasses.replace(e, guid=f"{e.guid}-aug{k}", text_a=noisy(e.text_a), text_b=noisy(e.text_b),
                                      label=None) for k in range(copies) for e in examples]
@@ -387,7 +389,7 @@ def run_distillation(cfg: DistillConfig) -> dict:
     cfg.validate()
     out = Path(cfg.out)
     check_output_dir(out, cfg.resume)
-    teacher, teacher_tokenizer, spec, settings = load_finetuned(cfg.teacher)
+    teacher, teacher_tokenizer, spec, settings = load_finetuned(cfg.teacher, cfg.device)
     if spec.kind in ("span", "wic"):
         raise UserError(f"{cfg.teacher}: distillation covers sentence, pair and token tasks, not {spec.kind} "
                         f"({spec.name})")
@@ -399,7 +401,7 @@ def run_distillation(cfg: DistillConfig) -> dict:
         raise UserError("hidden_weight > 0 needs a student with the teacher's vocabulary (positions must line up)")
     describe_task(student.config, spec, settings)
 
-    transfer = read_transfer_set(cfg, spec)
+    transfer = read_transfer_set(cfg, spec, teacher_tokenizer.special_tokens.get("mask", MASK))
     dev = {split: read_split(cfg.task_files(), spec, split) for split in spec.eval_splits} if (cfg.data or cfg.dev_file) else {}
     cache = Path(cfg.cache_dir) if cfg.cache_dir else cache_root() / "distill"
     targets = teacher_targets(teacher, teacher_tokenizer, spec, settings, transfer, cfg.teacher, cache,

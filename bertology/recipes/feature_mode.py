@@ -33,7 +33,7 @@ from ..models.features import (
     load_feature_encoder,
     parse_layers,
 )
-from ..ops import autocast, resolve_precision
+from ..ops import autocast, resolve_device, resolve_precision
 from ..tasks.inputs import Encoded, cache_key, collate, encode, in_row_order
 from ..tasks.readers import TaskSpec
 from ..training.loop import StepOutput, Trainer
@@ -120,7 +120,7 @@ def train_feature_head(cfg, data, seed: int, out: Path) -> dict:
     if spec.kind == "span":
         raise UserError("the feature-based mode covers sentence, pair and token tasks; fine-tune for span tasks")
     torch.manual_seed(seed)
-    encoder = load_feature_encoder(cfg.model)
+    encoder = load_feature_encoder(cfg.model).to(resolve_device(cfg.device))  # computes the features once
     for param in encoder.parameters():
         param.requires_grad_(False)
     describe_task(encoder.config, spec, data.settings)
@@ -158,8 +158,9 @@ def train_feature_head(cfg, data, seed: int, out: Path) -> dict:
             def head_logits(rows: list[int]) -> list:
                 batch = feature_batch([dev_rows[split][i] for i in rows], [enc.features[i] for i in rows], "none", pad_id,
                                       False, pick(dev_words[split], rows))
+                batch = {k: v.to(trainer.device) for k, v in batch.items()}
                 logits = module.head(batch["features"], batch["attention_mask"], batch.get("word_vectors"))
-                return list(logits.float().numpy())
+                return list(logits.float().cpu().numpy())
 
             outputs = in_row_order([len(f.input_ids) for f in enc.features], cfg.eval_batch_size, head_logits)
             results.update(score(spec, data.dev[split], decode(spec, enc, outputs, data.dev[split], data.settings), split))

@@ -22,8 +22,7 @@ from typing import Callable
 
 import torch
 
-from ..config import TaskConfig, Threads, default_of, setting, setting_fields
-from ..data.tokenizer import Tokenizer
+from ..config import Device, TaskConfig, default_of, setting, setting_fields
 from ..errors import UserError
 from ..files import write_json_atomic
 from ..inference.embedding import POOLINGS
@@ -199,7 +198,7 @@ def read_task(cfg: FinetuneConfig) -> tuple[TaskSpec, list, dict[str, list]]:
 
 def prepare_data(cfg: FinetuneConfig) -> RunData:
     """Read and encode the task's data once (all seeds share it), reporting what was cut."""
-    tokenizer = Tokenizer.from_pretrained(cfg.model)
+    tokenizer = open_model_dir(cfg.model).tokenizer()
     spec, train, dev = read_task(cfg)
     settings = cfg.input_settings(spec)
     encoded = encode(spec, train, tokenizer, settings, training=True)
@@ -337,7 +336,7 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
 
 
 @dataclass
-class EvaluateConfig(Threads):
+class EvaluateConfig(Device):
     """The model, the task's split, and where the results go.
 
     The settings of `bertology evaluate`.
@@ -355,7 +354,7 @@ class EvaluateConfig(Threads):
 
 
 @dataclass
-class PredictConfig(Threads):
+class PredictConfig(Device):
     """The model, the input file and where the predictions go.
 
     The settings of `bertology predict`.
@@ -373,11 +372,11 @@ class PredictConfig(Threads):
 
 
 def run_evaluation(task: str | None, data: str, model_dir: str, split: str = "dev", batch_size: int = 128,
-                   precision: str = "auto") -> dict:
+                   precision: str = "auto", device: str = "auto") -> dict:
     """`bertology evaluate`: a fine-tuned model's metrics on a split of its task's files, through the
     directory's runner (inference/runners.py: a head's logits, a T5's decoded answers, a feature
-    head over word vectors)."""
-    runner = open_runner(model_dir, precision)
+    head over word vectors), on `device` (the `--device` setting)."""
+    runner = open_runner(model_dir, precision, device)
     spec = runner.spec
     if task and task != spec.name:
         raise UserError(f"{model_dir} was fine-tuned for {spec.name}, not {task}")
@@ -385,10 +384,11 @@ def run_evaluation(task: str | None, data: str, model_dir: str, split: str = "de
     return {"task": spec.name, "split": split, **runner.evaluate(examples, split, batch_size)}
 
 
-def run_prediction(model_dir: str, input_path: Path, out_path: Path, batch_size: int = 128, precision: str = "auto") -> int:
+def run_prediction(model_dir: str, input_path: Path, out_path: Path, batch_size: int = 128, precision: str = "auto",
+                   device: str = "auto") -> int:
     """`bertology predict`: predictions for every example of a file, written in the task's format,
-    through the directory's runner (inference/runners.py)."""
-    runner = open_runner(model_dir, precision)
+    through the directory's runner (inference/runners.py) on `device`."""
+    runner = open_runner(model_dir, precision, device)
     spec = runner.spec
     examples = read_inputs(spec, Path(input_path))
     predictions = runner.predict(examples, batch_size, progress=True)

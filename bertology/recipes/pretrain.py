@@ -28,8 +28,8 @@ from ..data.tokenizer_files import has_tokenizer
 from ..errors import UserError
 from ..files import cache_root, write_json_atomic
 from ..memory import FP32_BYTES, check_fits, parameters_of
-from ..models import FAMILIES, family_named, family_of, trained_by
-from ..models.base import SIZES, ConfigFile, FamilySpec, load_pretrained
+from ..models import FAMILIES, family_named, family_of, spec_for, trained_by
+from ..models.base import SIZES, ConfigFile, FamilySpec, load_pretrained, tensor_shapes
 from ..models.bert import POSITION_TYPES
 from ..plots import plot_training_curves
 from ..training.loop import (
@@ -323,7 +323,11 @@ def check_training_memory(cfg: PretrainConfig, model_config) -> None:
     times in fp32 (the weights, their gradients, AdamW's two moments), and a micro-batch's logits
     over the vocabulary three times (the logits, their softmax, its gradient), the largest
     activations of the small models here."""
-    parameters = parameters_of(model_config)
+    if hasattr(type(model_config), "count_parameters"):
+        parameters = parameters_of(model_config)
+    else:  # a family whose config states no count: its model's shapes, built without allocating
+        parameters = sum(shape.numel() for shape in tensor_shapes(spec_for(model_config).default_class,
+                                                                  model_config).values())
     logits = cfg.batch_size * cfg.max_seq_len * model_config.vocab_size
     check_fits(FP32_BYTES * (4 * parameters + 3 * logits),
                f"--batch-size {cfg.batch_size:,} x --max-seq-len {cfg.max_seq_len:,} over {model_config.vocab_size:,} "
@@ -637,7 +641,7 @@ def saved_config(trained_with: ConfigFile, model_config: ConfigFile, training_co
 def run_pretraining(cfg: PretrainConfig, on_speed: Callable[[float], None] | None = None) -> str:
     """Run a whole pre-training job; returns "completed" or "interrupted". `on_speed`: see `Trainer`."""
     cfg.validate()
-    dist = Distributed()
+    dist = Distributed(cfg.device)
     out = Path(cfg.out)
     check_writable(out, needed_bytes=0)  # the Trainer checks the space once the model's size is known
     if not cfg.resume:

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
+from ..checkpoint import write_tensors
 from ..errors import UserError
-from ..files import atomic_path, write_json_atomic
+from ..files import write_json_atomic
 from ..inference.predict import score
 from ..inference.static_heads import (
     HEAD_CONFIG_NAME,
@@ -91,8 +91,7 @@ def gold(example) -> object:
 def save_head(head: FeatureHead, vectors: StaticVectors | CoVeModel, spec: TaskSpec, out: Path) -> None:
     """The vectors (or CoVe encoder) directory plus the head and the task it was trained for."""
     vectors.save_pretrained(out)
-    with atomic_path(out / HEAD_WEIGHTS_NAME) as tmp:
-        save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(tmp))
+    write_tensors(head.state_dict(), out / HEAD_WEIGHTS_NAME)
     write_json_atomic(out / HEAD_CONFIG_NAME, {"head": dataclasses.asdict(head.config), "task": dataclasses.asdict(spec)})
 
 

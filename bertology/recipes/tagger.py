@@ -137,7 +137,7 @@ def train_run(cfg, data: TaggerData, seed: int, out: Path) -> dict:
     """Train one seed of the tagger into `out`; returns the best dev results."""
     if cfg.lr < 1e-4:
         print(f"--lr {cfg.lr:g} is a fine-tuning rate; TagLM's tagger trains from scratch (the paper: Adam at "
-              "1e-3, as the README's example uses)", file=sys.stderr)
+              "1e-3, as the documentation's example uses)", file=sys.stderr)
     torch.manual_seed(seed)
     model = new_tagger(data)
     describe_task(model.config, data.spec, InputSettings())  # evaluate and predict read the task from config.json

@@ -46,13 +46,14 @@ from .task_training import BestModel, EpochBatches, RunData, epoch_train_config,
 
 
 def encode_targets(casting, tokenizer: Tokenizer, examples: list, max_target: int) -> list[list[int]]:
-    """Token ids of the targets, [SEP] last. A target longer than `max_target` is a one-line error."""
+    """Token ids of the targets, the end of text last ([SEP]; T5's </s>). A target longer than
+    `max_target` is a one-line error."""
     targets = []
     for example, ids in zip(examples, content_ids(tokenizer, [casting.target(e) for e in examples])):
         if len(ids) + 1 > max_target:
             raise UserError(f"{example.where}: the target {casting.target(example)!r} is {len(ids) + 1} tokens "
                             f"with its end; the decoder takes {max_target} (n_positions)")
-        targets.append(ids + [tokenizer.sep_token_id])
+        targets.append(ids + [tokenizer.end_token_id])
     return targets
 
 

@@ -29,11 +29,12 @@ from pathlib import Path
 
 import torch
 
-from ..config import Threads, override, setting
+from ..config import Device, override, setting
 from ..data.parallel import SentencePair, read_split
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
 from ..inference.modeldir import open_model_dir, open_static_vectors
+from ..inference.predict import model_device
 from ..models.cove import (
     PRESETS,
     SOURCE_SPECIALS,
@@ -44,6 +45,7 @@ from ..models.cove import (
     target_tokens,
 )
 from ..models.static import StaticVectors
+from ..ops import resolve_device
 from ..plots import plot_training_curves
 from ..tasks.readers import read_text_lines
 from ..training.loop import LoopConfig, StepOutput, TrainConfig, Trainer, check_finite_metrics, loop_settings
@@ -95,7 +97,7 @@ class TranslateTrainConfig(LoopConfig):
 
 
 @dataclass
-class TranslateEvalConfig(Threads):
+class TranslateEvalConfig(Device):
     """The model, the split and where the translations go.
 
     The settings of `bertology translate evaluate`.
@@ -117,7 +119,7 @@ class TranslateEvalConfig(Threads):
 
 
 @dataclass
-class TranslateTextConfig(Threads):
+class TranslateTextConfig(Device):
     """The model and the text.
 
     The settings of `bertology translate text`.
@@ -204,10 +206,11 @@ def perplexity(model: CoVeForTranslation, pairs: Pairs, batch_size: int) -> dict
     """The mean cross-entropy per German token (and </s>) of a split, and its exponential."""
     was_training = model.training
     model.eval()
+    device = model_device(model)
     loss_sum, tokens = 0.0, 0
     order = sorted(range(len(pairs.sources)), key=lambda i: len(pairs.sources[i]))
     for start in range(0, len(order), batch_size):
-        batch = make_batch(model, pairs, order[start: start + batch_size])
+        batch = {k: v.to(device) for k, v in make_batch(model, pairs, order[start: start + batch_size]).items()}
         count = int((batch["labels"] != -100).sum())
         loss_sum += float(model(**batch).loss) * count
         tokens += count
@@ -285,13 +288,14 @@ def train(cfg: TranslateTrainConfig) -> dict:
 # ----- evaluate, text ----------------------------------------------------------------------------------
 
 
-def open_translator(directory: str) -> CoVeForTranslation:
-    """A translation model; another kind of directory (a CoVe feature model has no decoder) is a one-line error."""
+def open_translator(directory: str, device: str = "auto") -> CoVeForTranslation:
+    """A translation model on `device` (the `--device` setting); another kind of directory (a CoVe
+    feature model has no decoder) is a one-line error."""
     opened = open_model_dir(directory)
     model = opened.load_model() if opened.spec.translates else None
     if model is None or type(model) is not opened.spec.default_class:  # a CoVe feature model has no decoder
         raise UserError(f"{directory}: not a translation model from `bertology translate train`")
-    return model
+    return model.to(resolve_device(device))
 
 
 def bleu(hypotheses: list[str], references: list[str]) -> dict[str, float | str]:
@@ -306,7 +310,7 @@ def bleu(hypotheses: list[str], references: list[str]) -> dict[str, float | str]
 
 def evaluate(cfg: TranslateEvalConfig) -> dict:
     """`bertology translate evaluate`: BLEU of greedy decoding and of beam search, translations written."""
-    model = open_translator(cfg.model)
+    model = open_translator(cfg.model, cfg.device)
     pairs = read_split(cfg.data, cfg.split, cfg.source_lang, cfg.target_lang)[: cfg.max_sentences]
     sources = [pair.source for pair in pairs]
     references = [pair.target for pair in pairs]
@@ -336,7 +340,7 @@ def format_bleu(results: dict) -> str:
 
 def translate_text(cfg: TranslateTextConfig) -> list[str]:
     """`bertology translate text`: the translations of the input's non-blank lines, in order."""
-    model = open_translator(cfg.model)
+    model = open_translator(cfg.model, cfg.device)
     lines = read_text_lines(cfg.input)
     translations = model.translate([line for _, line in lines], cfg.beam_size, cfg.max_length, cfg.batch_size)
     if cfg.out:

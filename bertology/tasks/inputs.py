@@ -1,16 +1,19 @@
 """Task examples -> model inputs, and model outputs -> predictions.
 
-Each task kind has one encoder and one decoder:
+Every row is framed by the tokenizer's own special tokens (`Tokenizer.frame`): BERT's
+"[CLS] A [SEP] B [SEP]", RoBERTa's "<s> A </s></s> B </s>", GPT-2's "A B", T5's "A </s> B </s>",
+XLNet's "A <sep> B <sep> <cls>" (written below as BERT's). Each task kind has one encoder and one decoder:
 
 - sequence (single sentence or pair; classification or regression): "[CLS] A [SEP] B [SEP]".
   Too-long inputs are cut (longest first, and counted) or, with `long_inputs="window"`,
   covered by overlapping windows whose logits are averaged.
 - token (tagging): words are joined with spaces and tokenized once; each word's label sits on
-  its first WordPiece (the BERT paper's choice), the other pieces carry no loss. In window
+  its first piece (the BERT paper's choice), the other pieces carry no loss. In window
   mode each word is predicted from the window where it sits most centrally.
 - span (SQuAD): "[CLS] question [SEP] context window [SEP]" with windows `doc_stride` tokens
   apart, as BERT's run_squad; answers are found by an n-best search over start/end scores,
-  and SQuAD 2.0's "no answer" is chosen when the [CLS] score beats the best span by the threshold.
+  and SQuAD 2.0's "no answer" (the row's first position: [CLS]) is chosen when its score beats
+  the best span by the threshold.
 - wic (a sentence pair with a target word in each): "[CLS] s1 [SEP] s2 [SEP]" and, for each
   sentence, the first and last token of its target word (found from the word index through the
   tokens' character offsets). Too-long pairs are cut longest first around the targets, which
@@ -46,7 +49,7 @@ class Feature:
     example: int
     label: int | float | None = None  # sequence and wic tasks
     token_labels: list[int] | None = None  # token tasks (IGNORE_INDEX off first pieces)
-    start: int = 0  # span tasks: gold token positions (0 = [CLS] = no answer in this window)
+    start: int = 0  # span tasks: gold token positions (0, the row's first position: no answer in this window)
     end: int = 0
     word_ids: list[int | None] = field(default_factory=list)  # token tasks: word of each first piece
     centrality: list[int] = field(default_factory=list)  # token tasks: distance to the window's edge
@@ -74,6 +77,34 @@ class InputSettings:
     max_answer_length: int = 30
     n_best: int = 20
     null_score_threshold: float = 0.0  # SQuAD 2.0: answer "" when null score - best span score > this
+
+
+@dataclass(frozen=True)
+class Framing:
+    """Where a tokenizer's special tokens put the texts of a row (see `framing`)."""
+
+    before: int  # special tokens before text A
+    between: int  # between text A and text B (pairs)
+    specials: int  # in all
+
+    def second(self, first_length: int) -> int:
+        """The row position of text B's first token after a text A of `first_length` tokens."""
+        return self.before + first_length + self.between
+
+
+def framing(tokenizer: Tokenizer, pair: bool = False) -> Framing:
+    """The layout of the tokenizer's frame (`Tokenizer.frame`) of one text or a pair: BERT's
+    "[CLS] A [SEP] B [SEP]" is Framing(1, 1, 3), GPT-2's "A B" Framing(0, 0, 0)."""
+    ids, _ = tokenizer.frame([-1], [-2] if pair else None)  # stand-ins no vocabulary has
+    before = ids.index(-1)
+    between = ids.index(-2) - before - 1 if pair else 0
+    return Framing(before, between, len(ids) - (2 if pair else 1))
+
+
+def unframed(tokenizer: Tokenizer, texts: list[str], offsets: bool = False) -> dict:
+    """The texts' token ids (and character offsets) without special tokens, for rows framed here."""
+    return tokenizer(texts, padding=False, truncation=False, return_tensors=None, return_offsets_mapping=offsets,
+                     add_special_tokens=False)
 
 
 def _windows(length: int, size: int, stride: int) -> list[tuple[int, int]]:
@@ -112,31 +143,26 @@ def encode_sequences(spec: TaskSpec, examples: list[SequenceExample], tokenizer:
             continue
         too_long += 1
         if settings.long_inputs == "window":
-            features.extend(_sequence_windows(ids, types, i, label, tokenizer, settings))
+            texts = [example.text_a, example.text_b] if spec.pair else [example.text_a]
+            features.extend(_sequence_windows(unframed(tokenizer, texts)["input_ids"], i, label, tokenizer, settings))
         else:
-            cut = tokenizer.encode(example.text_a, example.text_b if spec.pair else None, max_length=max_len)
-            first_sep = cut.index(tokenizer.sep_token_id)
-            features.append(Feature(cut, [0] * (first_sep + 1) + [1] * (len(cut) - first_sep - 1), i, label))
+            cut = tokenizer([example.text_a], [example.text_b] if spec.pair else None, max_length=max_len,
+                            padding=False, return_tensors=None)
+            features.append(Feature(cut["input_ids"][0], cut["token_type_ids"][0], i, label))
     return Encoded(features, len(examples), too_long)
 
 
-def _sequence_windows(ids: list[int], types: list[int], index: int, label, tokenizer: Tokenizer,
+def _sequence_windows(texts: list[list[int]], index: int, label, tokenizer: Tokenizer,
                       settings: InputSettings) -> list[Feature]:
-    """Windows over the last segment (text B of a pair, else the text), the first kept whole
-    (cut to half the length if it alone is too long)."""
-    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    if 1 in types:
-        b_start = types.index(1)
-        head, body = ids[1: b_start - 1][: settings.max_seq_len // 2], ids[b_start:-1]
-        prefix, prefix_types = [cls, *head, sep], [0] * (len(head) + 2)
-    else:
-        body, prefix, prefix_types = ids[1:-1], [cls], [0]
-    body_type = 1 if 1 in types else 0
-    size = settings.max_seq_len - len(prefix) - 1
+    """Windows over the last text's ids (text B of a pair, else the text), a pair's first text kept
+    whole (cut to half the length if it alone is too long), each framed as the tokenizer frames."""
+    head = texts[0][: settings.max_seq_len // 2] if len(texts) == 2 else None
+    body = texts[-1]
+    size = settings.max_seq_len - framing(tokenizer, pair=head is not None).specials - len(head or [])
     rows = []
     for start, end in _windows(len(body), size, settings.doc_stride):
-        piece = body[start:end]
-        rows.append(Feature(prefix + piece + [sep], prefix_types + [body_type] * (len(piece) + 1), index, label))
+        ids, types = tokenizer.frame(body[start:end]) if head is None else tokenizer.frame(head, body[start:end])
+        rows.append(Feature(ids, types, index, label))
     return rows
 
 
@@ -156,15 +182,14 @@ def word_of_each_token(words: list[str], offsets: list[tuple[int, int]]) -> list
 
 
 def encode_tokens(spec: TaskSpec, examples: list[TokenExample], tokenizer: Tokenizer, settings: InputSettings) -> Encoded:
-    """Tagged sentences -> rows labelled on each word's first WordPiece (windows when too long)."""
-    texts = [" ".join(e.words) for e in examples]
-    encoded = tokenizer(texts, padding=False, truncation=False, return_tensors=None, return_offsets_mapping=True)
-    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    size = settings.max_seq_len - 2
+    """Tagged sentences -> rows labelled on each word's first piece (windows when too long)."""
+    encoded = unframed(tokenizer, [" ".join(e.words) for e in examples], offsets=True)
+    frame = framing(tokenizer)
+    size = settings.max_seq_len - frame.specials
     features, too_long = [], 0
     for i, example in enumerate(examples):
-        ids = encoded["input_ids"][i][1:-1]
-        words = word_of_each_token(example.words, encoded["offset_mapping"][i][1:-1])
+        ids = encoded["input_ids"][i]
+        words = word_of_each_token(example.words, encoded["offset_mapping"][i])
         first = [w is not None and (t == 0 or words[t - 1] != w) for t, w in enumerate(words)]
         tags = [spec.labels.index(tag) for tag in example.tags] if example.tags is not None else None
         spans = _windows(len(ids), size, settings.doc_stride)
@@ -173,11 +198,12 @@ def encode_tokens(spec: TaskSpec, examples: list[TokenExample], tokenizer: Token
             if settings.long_inputs != "window":
                 spans = spans[:1]
         for start, end in spans:
-            word_ids = [None] + [words[t] if first[t] else None for t in range(start, end)] + [None]
+            row, types = tokenizer.frame(ids[start:end])
+            after = [None] * (len(row) - frame.before - (end - start))  # the special tokens after the text
+            word_ids = [None] * frame.before + [words[t] if first[t] else None for t in range(start, end)] + after
             labels = [IGNORE_INDEX if w is None or tags is None else tags[w] for w in word_ids]
-            centrality = [0] + [min(t - start, end - 1 - t) for t in range(start, end)] + [0]
-            features.append(Feature([cls, *ids[start:end], sep], [0] * (end - start + 2), i, token_labels=labels,
-                                    word_ids=word_ids, centrality=centrality))
+            centrality = [0] * frame.before + [min(t - start, end - 1 - t) for t in range(start, end)] + [0] * len(after)
+            features.append(Feature(row, types, i, token_labels=labels, word_ids=word_ids, centrality=centrality))
     return Encoded(features, len(examples), too_long)
 
 
@@ -192,30 +218,32 @@ def _answer_tokens(offsets: list[tuple[int, int]], answer_start: int, answer_end
 
 def encode_spans(spec: TaskSpec, examples: list[SpanExample], tokenizer: Tokenizer, settings: InputSettings,
                  training: bool) -> Encoded:
-    """Questions + contexts -> "[CLS] q [SEP] window [SEP]" rows; gold spans outside a window point at [CLS]."""
+    """Questions + contexts -> "[CLS] q [SEP] window [SEP]" rows; gold spans outside a window point at
+    the row's first position ([CLS])."""
     contexts = sorted({e.context for e in examples})
     context_ids = {c: i for i, c in enumerate(contexts)}
-    ctx = tokenizer(contexts, padding=False, truncation=False, return_tensors=None, return_offsets_mapping=True)
-    questions = tokenizer([e.question for e in examples], padding=False, truncation=False, return_tensors=None)
-    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    ctx = unframed(tokenizer, contexts, offsets=True)
+    questions = unframed(tokenizer, [e.question for e in examples])
+    frame = framing(tokenizer, pair=True)
     features, too_long = [], 0
     for i, example in enumerate(examples):
         c = context_ids[example.context]
-        ids, offsets = ctx["input_ids"][c][1:-1], ctx["offset_mapping"][c][1:-1]
-        question = questions["input_ids"][i][1:-1][: settings.max_query_length]
-        size = settings.max_seq_len - len(question) - 3
+        ids, offsets = ctx["input_ids"][c], ctx["offset_mapping"][c]
+        question = questions["input_ids"][i][: settings.max_query_length]
+        size = settings.max_seq_len - len(question) - frame.specials
         gold = None
         if training and example.answers and not example.is_impossible:
             answer = example.answers[0]
             gold = _answer_tokens(offsets, answer["answer_start"], answer["answer_start"] + len(answer["text"]))
         spans = _windows(len(ids), size, settings.doc_stride)
         too_long += len(spans) > 1
-        prefix = [cls, *question, sep]
+        first = frame.second(len(question))  # the row position of the window's first token
         for start, end in spans:
-            row = Feature(prefix + ids[start:end] + [sep], [0] * len(prefix) + [1] * (end - start + 1), i,
-                          offsets=[None] * len(prefix) + list(offsets[start:end]) + [None])
+            ids_row, types = tokenizer.frame(question, ids[start:end])
+            row = Feature(ids_row, types, i, offsets=[None] * first + list(offsets[start:end])
+                          + [None] * (len(ids_row) - first - (end - start)))
             if gold is not None and start <= gold[0] and gold[1] < end:
-                row.start, row.end = gold[0] - start + len(prefix), gold[1] - start + len(prefix)
+                row.start, row.end = gold[0] - start + first, gold[1] - start + first
             features.append(row)
     return Encoded(features, len(examples), too_long)
 
@@ -249,36 +277,34 @@ def encode_word_pairs(spec: TaskSpec, examples: list[WicExample], tokenizer: Tok
         UserError: a target word that gives no token (naming the example's file and line), or two
             targets that alone take more tokens than `settings.max_seq_len` leaves.
     """
-    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     sides = []  # per sentence of the pair: (token ids, first and last target token) of each example
     for side in (0, 1):
-        texts = [" ".join(e.sentences[side]) for e in examples]
-        encoded = tokenizer(texts, padding=False, truncation=False, return_tensors=None, return_offsets_mapping=True)
+        encoded = unframed(tokenizer, [" ".join(e.sentences[side]) for e in examples], offsets=True)
         rows = []
         for i, example in enumerate(examples):
-            words = word_of_each_token(example.sentences[side], encoded["offset_mapping"][i][1:-1])
+            words = word_of_each_token(example.sentences[side], encoded["offset_mapping"][i])
             target = [t for t, word in enumerate(words) if word == example.positions[side]]
             if not target:
                 shown = example.sentences[side][example.positions[side]]
                 raise UserError(f"{example.where}: the target word {shown[:40]!r} of sentence {side + 1} gives no token")
-            rows.append((encoded["input_ids"][i][1:-1], target[0], target[-1]))
+            rows.append((encoded["input_ids"][i], target[0], target[-1]))
         sides.append(rows)
-    budget = settings.max_seq_len - 3  # [CLS] and two [SEP]
+    frame = framing(tokenizer, pair=True)
+    budget = settings.max_seq_len - frame.specials
     features, too_long = [], 0
     for i, example in enumerate(examples):
         (a, a_first, a_last), (b, b_first, b_last) = sides[0][i], sides[1][i]
         keep_a, keep_b = a_last - a_first + 1, b_last - b_first + 1
         if keep_a + keep_b > budget:
             raise UserError(f"{example.where}: the two target words alone take {keep_a + keep_b} tokens, more than "
-                            f"max_seq_len {settings.max_seq_len} leaves beside [CLS] and [SEP]")
+                            f"max_seq_len {settings.max_seq_len} leaves beside the special tokens")
         len_a, len_b = _pair_lengths(len(a), len(b), keep_a, keep_b, budget)
         too_long += len_a + len_b < len(a) + len(b)
         start_a, start_b = _window_start(len(a), len_a, a_first, a_last), _window_start(len(b), len_b, b_first, b_last)
-        ids = [cls, *a[start_a:start_a + len_a], sep, *b[start_b:start_b + len_b], sep]
-        offset_b = len_a + 2 - start_b  # row position of b's token 0
-        targets = [(1 + a_first - start_a, 1 + a_last - start_a), (offset_b + b_first, offset_b + b_last)]
-        features.append(Feature(ids, [0] * (len_a + 2) + [1] * (len_b + 1), i, _label_id(spec, example.label),
-                                targets=targets))
+        ids, types = tokenizer.frame(a[start_a:start_a + len_a], b[start_b:start_b + len_b])
+        offset_a, offset_b = frame.before - start_a, frame.second(len_a) - start_b  # row positions of a's and b's token 0
+        targets = [(offset_a + a_first, offset_a + a_last), (offset_b + b_first, offset_b + b_last)]
+        features.append(Feature(ids, types, i, _label_id(spec, example.label), targets=targets))
     return Encoded(features, len(examples), too_long)
 
 

@@ -40,14 +40,14 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from safetensors.torch import load_model, save_model
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..config import Threads, check_settings, option_name, setting
+from ..checkpoint import load_module_state, save_module_state
+from ..config import Device, check_settings, option_name, setting
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
-from ..ops import PRECISIONS, autocast, resolve_precision
+from ..ops import PRECISIONS, autocast, resolve_device, resolve_precision
 
 
 @dataclass
@@ -103,7 +103,7 @@ TENSORBOARD_DIR = "tensorboard"
 
 
 @dataclass
-class LoopConfig(Threads):
+class LoopConfig(Device):
     """The training loop: optimiser, schedule, precision, seed.
 
     Every training command's settings are composed with these (a recipe may change a default).
@@ -265,15 +265,16 @@ def make_adamw(groups: list[dict], config: LoopConfig) -> torch.optim.AdamW:
 
 
 class Distributed:
-    """Rank and world size under torchrun (WORLD_SIZE > 1), or a single process."""
+    """Rank and world size under torchrun (WORLD_SIZE > 1), or a single process; `device`: the
+    `--device` setting, which picks the backend (NCCL between GPUs, else Gloo)."""
 
-    def __init__(self):
+    def __init__(self, device: str = "auto"):
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.enabled = self.world_size > 1
         if self.enabled and not torch.distributed.is_initialized():
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            backend = "nccl" if resolve_device(device).type == "cuda" else "gloo"  # the --device setting's
             torch.distributed.init_process_group(backend)
 
     @property
@@ -281,9 +282,10 @@ class Distributed:
         """Only rank 0 writes files and shows progress."""
         return self.rank == 0
 
-    def device(self) -> torch.device:
-        """This rank's device: its GPU under CUDA, else the CPU."""
-        if torch.cuda.is_available():
+    def device(self, requested: str = "auto") -> torch.device:
+        """This rank's device for a `--device` setting (ops.resolve_device): under CUDA its own GPU
+        (LOCAL_RANK), else the CPU."""
+        if resolve_device(requested).type == "cuda":
             torch.cuda.set_device(self.local_rank)
             return torch.device("cuda", self.local_rank)
         return torch.device("cpu")
@@ -593,8 +595,8 @@ class Trainer:
         config.validate()
         self.config = config
         self.out_dir = Path(out_dir)
-        self.dist = dist or Distributed()
-        self.device = self.dist.device()
+        self.dist = dist or Distributed(config.device)
+        self.device = self.dist.device(config.device)
         self.precision = resolve_precision(config.precision, self.device)
         self.module = module.to(self.device)
         self.micro_batches = micro_batches
@@ -622,6 +624,9 @@ class Trainer:
             # No buffer broadcast: a recurrent objective's buffers hold each rank's own carried state.
             module = nn.parallel.DistributedDataParallel(module, device_ids=device_ids, broadcast_buffers=False)
         if self.config.compile:
+            # The number of masked positions differs from batch to batch: traced as a size read from
+            # the data (the nonzero of the labels) instead of a graph break at every step.
+            torch._dynamo.config.capture_dynamic_output_shape_ops = True
             module = torch.compile(module)
         return module
 
@@ -674,9 +679,17 @@ class Trainer:
     # ----- one step -------------------------------------------------------------------------
 
     def to_device(self, batch: Batch) -> Batch:
-        """Move a batch's tensors to the training device."""
-        return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-                for k, v in batch.items()}
+        """Move a batch's tensors to the training device (under --compile, every size marked as one
+        that may change: a batch's length is its longest text's, and the last batch may be short, so
+        one compiled graph serves every batch instead of a recompilation at the first new size)."""
+        moved = {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+                 for k, v in batch.items()}
+        if self.config.compile:
+            for tensor in moved.values():
+                if isinstance(tensor, torch.Tensor):
+                    for dim in range(tensor.dim()):
+                        torch._dynamo.maybe_mark_dynamic(tensor, dim)
+        return moved
 
     def train_step(self) -> tuple[float, dict[str, float], int]:
         """One optimizer step over this rank's micro-batches -> (mean loss, counts, tokens)."""
@@ -747,27 +760,53 @@ class Trainer:
         return self.out_dir / CHECKPOINTS_DIR / f"step-{step:08d}"
 
     def save_checkpoint(self) -> Path | None:
-        """Write model, optimizer, RNG states and step into a temp folder, then rename it into place."""
+        """Write model, optimizer, RNG states and step into a temp folder, then rename it into place;
+        then the user-facing model (`save_model`).
+
+        Trained weights are never lost to a failed save: a checkpoint that cannot be written leaves
+        the earlier ones as they were (pruned only after the new one is in place), and when the
+        user-facing model cannot be written the checkpoint holding its weights is complete: the
+        error says where, and --resume writes the model again."""
         self.dist.barrier()
         final = self.checkpoint_dir(self.step)
-        if self.dist.is_main and not final.exists():
-            tmp = final.with_name(f".{final.name}.tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
+        if self.dist.is_main:
+            if not final.exists():
+                self.write_checkpoint(final)
+            if self.save_model_fn is not None:
+                try:
+                    self.save_model_fn(self.module)
+                except BaseException:
+                    print(f"writing the model failed; its weights (step {self.step:,}) are safe in {final}: fix the "
+                          "cause and run again with --resume to write it", file=sys.stderr)
+                    raise
+        self.dist.barrier()
+        return final
+
+    def write_checkpoint(self, final: Path) -> None:
+        """The checkpoint folder `final`, written as `.<name>.tmp` and renamed into place; older
+        ones beyond `keep_last` are removed after. A failed write removes its temp folder and says
+        which checkpoint is the last complete one."""
+        tmp = final.with_name(f".{final.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
             tmp.mkdir(parents=True)
-            save_model(self.module, str(tmp / "module.safetensors"))  # handles tied/shared weights
+            save_module_state(self.module, tmp / "module.safetensors")  # tied weights, and cuDNN's LSTM buffers
             torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
             torch.save({"torch": torch.get_rng_state(),
-                        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+                        "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []},
                        tmp / "rng.pt")
             write_json_atomic(tmp / "state.json", {"step": self.step, "elapsed": self.elapsed,
                                                    "micro_batches": self.micro_batches_read,
                                                    "config": asdict(self.config)})
-            os.replace(tmp, final)
-            self.prune_checkpoints()
-            if self.save_model_fn is not None:
-                self.save_model_fn(self.module)
-        self.dist.barrier()
-        return final
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            found = self.checkpoints()
+            print(f"writing the checkpoint of step {self.step:,} failed; "
+                  + (f"the last complete one is {found[-1]} (--resume continues from it)" if found
+                     else "no earlier checkpoint was written"), file=sys.stderr)
+            raise
+        os.replace(tmp, final)
+        self.prune_checkpoints()
 
     def prune_checkpoints(self) -> None:
         """Keep only the newest `keep_last` checkpoints."""
@@ -787,7 +826,7 @@ class Trainer:
         state = read_checkpoint_state(latest)
         check_resumed_settings(state["config"], asdict(self.config), latest / "state.json")
         try:
-            load_model(self.module, str(latest / "module.safetensors"), device=str(self.device))
+            load_module_state(self.module, latest / "module.safetensors", self.device)
             self.optimizer.load_state_dict(torch.load(latest / "optimizer.pt", map_location=self.device,
                                                       weights_only=True))
             rng = torch.load(latest / "rng.pt", weights_only=True)
@@ -797,7 +836,7 @@ class Trainer:
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UserError(f"{latest}: cannot resume from this checkpoint: it does not fit this model and "
                             f"optimizer, or is damaged ({reason})") from None
-        if rng.get("cuda") and torch.cuda.is_available():
+        if rng.get("cuda") and self.device.type == "cuda":
             torch.cuda.set_rng_state_all(rng["cuda"])
         self.step, self.elapsed = state["step"], state["elapsed"]
         self.micro_batches_read = state.get("micro_batches", self.step * self.config.grad_accum)
@@ -859,6 +898,8 @@ class Trainer:
                 loss, counts, tokens = self.train_step()
                 seconds = time.perf_counter() - start
                 self.elapsed += seconds
+                if self.config.compile and self.step == first_step + 1 and self.dist.is_main:
+                    print(f"compiling took {seconds:.1f} s (the first step, compiled and run)", file=sys.stderr)
                 if self.step > first_step + 1 and not announced:  # not the first: its allocations are slow
                     timed_micro_batches, timed_seconds = timed_micro_batches + counts["micro_batches"], \
                         timed_seconds + seconds

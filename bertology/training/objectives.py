@@ -434,6 +434,17 @@ class PermutationLMObjective(nn.Module):
 ELECTRA_MASKING = {"bert": (0.8, 0.1), "release": (0.85, 0.0)}  # the generator's input: [MASK] and random shares
 
 
+@torch.compiler.disable  # a generator seeded from the batch: compiled, each seed would be a new graph
+def sample_tokens(logits: torch.Tensor, temperature: float, seed: torch.Tensor) -> torch.Tensor:
+    """One token drawn from each row of logits (N, V) at `temperature`, from a generator seeded by
+    `seed` (1,) -> ids (N,)."""
+    sampler = torch.Generator(logits.device).manual_seed(int(seed))
+    probabilities = (logits.float() / temperature).softmax(-1)
+    sampled = torch.multinomial(probabilities, 1, generator=sampler).squeeze(-1)
+    torch._dynamo.maybe_mark_dynamic(sampled, 0)  # N, the masked count, differs from batch to batch
+    return sampled
+
+
 class ElectraObjective(nn.Module):
     """ELECTRA (Clark et al. 2020): a small generator fills the masked positions with its samples;
     the discriminator predicts, at every token, whether it was replaced.
@@ -477,9 +488,7 @@ class ElectraObjective(nn.Module):
         generated = self.generator(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=labels)
         gen_loss, gen_logits, counts = generated.loss, generated.logits, lm_counts(generated, labels, "mlm")
         with torch.no_grad():  # sampling from the generator: no gradient flows through it
-            sampler = torch.Generator(gen_logits.device).manual_seed(int(batch["sampling_seed"]))
-            probabilities = (gen_logits.float() / self.temperature).softmax(-1)
-            sampled = torch.multinomial(probabilities, 1, generator=sampler).squeeze(-1)
+            sampled = sample_tokens(gen_logits, self.temperature, batch["sampling_seed"])
             corrupted = batch["input_ids"].clone()
             corrupted[masked] = sampled
             original = batch["input_ids"].clone()

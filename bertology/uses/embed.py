@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.format import open_memmap
 
-from ..config import Threads, check_settings, setting
+from ..config import Device, check_settings, setting
 from ..data.corpus import text_lines
 from ..errors import UserError
 from ..files import atomic_path
@@ -50,7 +50,7 @@ EMBED_LAYERS_HELP = (f"{', '.join(name for name in LAYER_CHOICES if name != 'mix
 
 
 @dataclass
-class EmbedConfig(Threads):
+class EmbedConfig(Device):
     """What to embed, how, and where the vectors go.
 
     The settings of `bertology embed`.
@@ -202,7 +202,7 @@ def run_embed(cfg: EmbedConfig) -> dict:
     started = time.perf_counter()
     cfg.validate()
     source, out, text_field = Path(cfg.input), Path(cfg.out), cfg.jsonl_field
-    model, tokenizer = load_encoder(cfg.model)
+    model, tokenizer = load_encoder(cfg.model, cfg.device)
     indices, combine = _layer_choice(model, cfg.layers)
     width = feature_width(model.hidden_size, indices, combine)
     limit = length_limit(model, tokenizer, cfg.max_seq_len)

@@ -115,20 +115,20 @@ def parse_choice(spec: str, count: int, what: str) -> list[int]:
 
 
 def explain_attention(model_dir: str | os.PathLike, text: str, out: str | os.PathLike, text_pair: str | None = None,
-                      layer: str = "last", head: str = "all", model_name: str | None = None) -> Path:
+                      layer: str = "last", head: str = "all", model_name: str | None = None,
+                      device: str = "auto") -> Path:
     """`bertology explain attention`: draw the chosen layers' and heads' attention maps as a PNG.
 
     Args:
         layer, head: "all", or a number (layers 1..L, heads 1..heads; -1 = the last).
         model_name: shown in the title; default the directory's name.
-        static: a static vectors directory (`bertology static train`): its vectors make the
-            static view, instead of the encoder's input embeddings.
+        device: where the model runs (the `--device` setting).
     Returns:
         The PNG's path.
     """
 
     out = check_png(out)
-    model, tokenizer = load_encoder(model_dir)
+    model, tokenizer = load_encoder(model_dir, device)
     if not model.spec.attention_maps:
         raise UserError(f"{model_dir}: {model.describe()} has no attention maps to draw here; "
                         "`bertology explain senses` compares its contextual vectors")
@@ -346,13 +346,17 @@ def layer_label(layer: str, num_layers: int) -> str:
 
 def explain_senses(model_dir: str | os.PathLike, word: str, out: str | os.PathLike,
                    sentences: str | os.PathLike | None = None, layer: str = "last",
-                   model_name: str | None = None, static: str | os.PathLike | None = None) -> SenseReport:
+                   model_name: str | None = None, static: str | os.PathLike | None = None,
+                   device: str = "auto") -> SenseReport:
     """`bertology explain senses`: draw a word's contextual and static vectors side by side as a PNG.
 
     Args:
         sentences: a "sense<TAB>sentence" file; default the built-in sentences of `word`.
         layer: a layer choice of `features.parse_layers` (default the last layer).
         model_name: shown in the title; default the directory's name.
+        static: a static vectors directory (`bertology static train`): its vectors make the
+            static view, instead of the encoder's input embeddings.
+        device: where the model runs (the `--device` setting).
     Returns:
         The separation of the contextual vectors and of the static ones.
     """
@@ -365,7 +369,7 @@ def explain_senses(model_dir: str | os.PathLike, word: str, out: str | os.PathLi
     else:
         raise UserError(f"no built-in sentences for {word!r} (only for {', '.join(DEFAULT_SENTENCES)}): "
                         "give --sentences FILE with 'sense<TAB>sentence' lines")
-    model, tokenizer = load_encoder(model_dir)
+    model, tokenizer = load_encoder(model_dir, device)
     vectors = sense_vectors(model, tokenizer, word, examples, layer, source)
     static_source = "input embeddings"
     if static is not None:

@@ -39,17 +39,18 @@ import torch
 from torch import nn
 
 from .. import checkpoint
-from ..config import Threads, setting
+from ..config import Device, setting
 from ..errors import UserError
 from ..inference.modeldir import CPU_FORMATS, ModelDir, exported_config, open_model_dir
 from ..inference.onnx import ONNX_NAME, OnnxModel, require
 from ..models.quantized import quantize, quantized_state
+from ..ops import resolve_device
 
 FORMATS = ("hf", "int8", "onnx")
 
 
 @dataclass
-class ExportConfig(Threads):
+class ExportConfig(Device):
     """The model, the format and where the export goes.
 
     The settings of `bertology export`.
@@ -105,9 +106,10 @@ def _quiet_exporter():
             log.setLevel(level)
 
 
-def write_onnx(model: nn.Module, path: Path, context: int) -> None:
+def write_onnx(model: nn.Module, path: Path, context: int, device: str = "auto") -> None:
     """Export `model` to ONNX at `path` with dynamic batch and sequence axes (sequences of at most
-    `context` tokens), then check that ONNX Runtime reproduces it on a padded batch of another shape.
+    `context` tokens), then check that ONNX Runtime reproduces it on a padded batch of another shape,
+    the PyTorch side computed on `device` (the `--device` setting; the graph is traced on the CPU).
     The model says what its graph takes and returns (`onnx_inputs()`, `onnx_outputs()`)."""
     config = model.config
     names = model.onnx_outputs()
@@ -123,11 +125,12 @@ def write_onnx(model: nn.Module, path: Path, context: int) -> None:
                           input_names=list(inputs), output_names=list(names), external_data=False, verbose=False,
                           dynamic_shapes={k: {0: batch, 1: sequence} for k in inputs})
     check = _example_batch(config, batch=3, length=11, seed=1)
+    device = resolve_device(device)
     with torch.no_grad():
-        expected = graph(*(check[k] for k in inputs))
+        expected = graph.to(device)(*(check[k].to(device) for k in inputs))
     actual = OnnxModel.session_for(path).run(list(names), {k: check[k].numpy() for k in inputs})
     for name, want, got in zip(names, expected, actual):
-        error = float(np.abs(want.numpy() - got).max())
+        error = float(np.abs(want.cpu().numpy() - got).max())
         if error > 1e-4 * max(1.0, float(want.abs().max())):
             raise RuntimeError(f"ONNX export of {type(model).__name__}: {name} differs from PyTorch by {error:.2e}")
 
@@ -186,7 +189,8 @@ def _exported_config(model: nn.Module, fmt: str):
     return dataclasses.replace(exported_config(model, fmt), **getattr(model, "transformers_config_fields", {}))
 
 
-def export_model(model_dir: str | os.PathLike, fmt: str, out_dir: str | os.PathLike, force: bool = False) -> Path:
+def export_model(model_dir: str | os.PathLike, fmt: str, out_dir: str | os.PathLike, force: bool = False,
+                 device: str = "auto") -> Path:
     """Export a model directory (fine-tuned task model or bare encoder) in format `fmt`.
 
     Args:
@@ -194,12 +198,16 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out_dir: str | os.PathL
         fmt: "hf" (transformers-loadable copy), "int8" (dynamic int8 PyTorch) or "onnx".
         out_dir: the output directory; must not exist or be empty, unless `force`.
         force: replace a non-empty `out_dir`.
+        device: where the onnx export's check runs the PyTorch model (the `--device` setting); int8
+            quantization runs on the CPU only, and an hf copy computes nothing.
     Returns:
         The output directory, holding config.json, the weights (model.safetensors or
         model.onnx) and the tokenizer files of `model_dir`.
     """
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt == "int8" and device not in ("auto", "cpu"):
+        raise UserError(f"--device {device}: int8 quantization runs on the CPU only; use --device cpu or auto")
     source, out = Path(model_dir), Path(out_dir)
     if not source.is_dir():
         raise UserError(f"{source}: no such model directory")
@@ -219,7 +227,7 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out_dir: str | os.PathL
         elif fmt == "int8":
             checkpoint.write_weights(model.to_checkpoint(quantized_state(quantize(model))), tmp)
         else:
-            write_onnx(model, tmp / ONNX_NAME, model_dir.spec.context_length(model_dir.config))
+            write_onnx(model, tmp / ONNX_NAME, model_dir.spec.context_length(model_dir.config), device)
         config.save(tmp)
         if model_dir.spec.tokenized:
             model_dir.tokenizer().save_pretrained(tmp)

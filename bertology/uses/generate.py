@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .. import __version__
-from ..config import MAX_SEED, Threads, check_settings, setting
+from ..config import MAX_SEED, Device, check_settings, setting
 from ..data.corpus import text_lines
 from ..data.padding import pad_rows
 from ..data.tokenizer import Tokenizer
@@ -30,11 +30,12 @@ from ..errors import UserError
 from ..files import atomic_path
 from ..inference.generation import GenerationConfig, generate, is_encoder_decoder
 from ..inference.modeldir import ModelDir, open_model_dir
+from ..ops import resolve_device
 from ..text import is_invisible, normalize_text
 
 
 @dataclass
-class GenerateConfig(Threads):
+class GenerateConfig(Device):
     """What to continue and how: the settings of `bertology generate` (transformers' names)."""
 
     model: str = setting(required=True, metavar="MODEL", model_dir=True,
@@ -61,9 +62,10 @@ class GenerateConfig(Threads):
 Generator = nn.Module  # a model of a family whose spec has `generation`: its language model (GPT) or T5
 
 
-def load_generator(model_dir: str | Path | ModelDir) -> tuple[Generator, Tokenizer]:
-    """A generating model (its family's spec has `generation`: a GPT, a T5) and its tokenizer; any
-    other model is a one-line error saying why it cannot generate. `model_dir` may be opened already."""
+def load_generator(model_dir: str | Path | ModelDir, device: str = "auto") -> tuple[Generator, Tokenizer]:
+    """A generating model (its family's spec has `generation`: a GPT, a T5) on `device` (the
+    `--device` setting) and its tokenizer; any other model is a one-line error saying why it cannot
+    generate. `model_dir` may be opened already."""
     opened = model_dir if isinstance(model_dir, ModelDir) else open_model_dir(model_dir)
     if opened.spec.generation is None:
         raise UserError(f"{model_dir}: a {opened.family.name} model, which does not generate text; generate needs a "
@@ -72,7 +74,7 @@ def load_generator(model_dir: str | Path | ModelDir) -> tuple[Generator, Tokeniz
     if type(model) is not opened.spec.default_class:
         raise UserError(f"{model_dir}: a {type(model).__name__} (fine-tuned with a task head), which does not "
                         f"generate text; generate takes the {opened.spec.default_class.__name__} it started from")
-    return model, opened.tokenizer()
+    return model.to(resolve_device(device)), opened.tokenizer()
 
 
 def _cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
@@ -188,14 +190,14 @@ class TextGenerator:
     tokenizer: Tokenizer
 
     @classmethod
-    def load(cls, model_dir: str | Path) -> TextGenerator:
+    def load(cls, model_dir: str | Path, device: str = "auto") -> TextGenerator:
         """Load a GPT or T5 directory (any other family is a one-line error, as in load_generator)."""
-        return cls.open(open_model_dir(model_dir))
+        return cls.open(open_model_dir(model_dir), device)
 
     @classmethod
-    def open(cls, model_dir: ModelDir) -> TextGenerator:
-        """`load` of a directory already opened (its config.json read)."""
-        return cls(str(model_dir.path), model_dir.family.name, *load_generator(model_dir))
+    def open(cls, model_dir: ModelDir, device: str = "auto") -> TextGenerator:
+        """`load` of a directory already opened (its config.json read), its model on `device`."""
+        return cls(str(model_dir.path), model_dir.family.name, *load_generator(model_dir, device))
 
     def generate(self, prompts: list[str], config: GenerationConfig, stop: list[str] | None = None,
                  batch_size: int = 8, seed: int = 0) -> list[str]:
@@ -224,7 +226,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict]:
     prompts = [normalize_text(prompt) for prompt in prompts]  # printed and written as generated from
     if not prompts:
         raise UserError("nothing to continue: give --prompt TEXT or --input FILE")
-    model, tokenizer = load_generator(cfg.model)
+    model, tokenizer = load_generator(cfg.model, cfg.device)
     config = GenerationConfig(max_new_tokens=cfg.max_new_tokens, do_sample=cfg.do_sample, temperature=cfg.temperature,
                               top_k=cfg.top_k, top_p=cfg.top_p, num_beams=cfg.num_beams)
     generated = generate_text(model, tokenizer, prompts, config, cfg.stop, cfg.batch_size, cfg.seed)

@@ -35,7 +35,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from .. import __version__
-from ..config import MAX_SEED, Threads, check_settings, setting
+from ..config import MAX_SEED, Device, check_settings, setting
 from ..errors import UserError
 from ..inference.generation import GenerationConfig
 from ..inference.modeldir import open_model_dir
@@ -50,7 +50,7 @@ GRACEFUL_SHUTDOWN_S = 30  # requests still running after this long are cancelled
 
 
 @dataclass
-class ServeConfig(Threads):
+class ServeConfig(Device):
     """Where to listen, how to batch, and what a request may hold.
 
     The settings of `bertology serve`.
@@ -361,17 +361,17 @@ def generation_settings(request: GenerateRequest, config: ServeConfig) -> Genera
     return settings
 
 
-def load_served(model_dir: str, precision: str) -> Predictor | TextGenerator:
-    """What a model directory serves: a GPT or T5 generates (one fine-tuned for a task predicts);
-    any other model predicts and embeds (a bare encoder only embeds, a feature head over word
-    vectors only predicts)."""
+def load_served(model_dir: str, precision: str, device: str = "auto") -> Predictor | TextGenerator:
+    """What a model directory serves, on `device` (the `--device` setting): a GPT or T5 generates
+    (one fine-tuned for a task predicts); any other model predicts and embeds (a bare encoder only
+    embeds, a feature head over word vectors only predicts)."""
     opened = open_model_dir(model_dir)
     if opened.spec.generation is not None and not opened.is_finetuned:
         run_precision(precision, torch.device("cpu"), fixed="fp32",
                       why="generation picks tokens by exact comparisons of logits, which bf16 would make "
                           "machine-dependent")
-        return TextGenerator.open(opened)
-    return Predictor.open(opened, precision)
+        return TextGenerator.open(opened, device)
+    return Predictor.open(opened, precision, device)
 
 
 def create_app(served: Predictor | TextGenerator, config: ServeConfig) -> FastAPI:
@@ -551,7 +551,7 @@ def run_server(config: ServeConfig) -> None:
     import uvicorn
 
     config.validate()
-    served = load_served(config.model, config.precision)
+    served = load_served(config.model, config.precision, config.device)
     sock = bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
     server = uvicorn.Server(uvicorn.Config(create_app(served, config), log_level="warning", access_log=False,

@@ -48,7 +48,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from torch import nn
 
-from ..config import Threads, setting
+from ..config import Device, setting
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
@@ -59,7 +59,7 @@ from ..tasks.splits import subset
 
 SPLITS = ("train", "dev")
 @dataclass
-class WicConfig(Threads):
+class WicConfig(Device):
     """The settings of `bertology wic`."""
 
     data: str = setting(required=True, metavar="DIR", help="WiC's folder: train.data.txt, train.gold.txt, "
@@ -161,7 +161,7 @@ def target_views(model_dir: ModelDir, targets: list[tuple[list[str], int]], cfg:
         with torch.inference_mode():
             return spec.word_views(source, targets, cfg.batch_size)
     print(f"{split}: the target word's vectors in {len(targets):,} sentences ...", file=sys.stderr)
-    model, tokenizer = model_dir.feature_encoder()
+    model, tokenizer = model_dir.feature_encoder(cfg.device)
     layers = contextual_vectors(model, tokenizer, targets, cfg.batch_size, cfg.precision,
                                 leading_cls=spec.leading_summary_token)  # (N, H) each
     views = dict(zip(layer_names(spec.layer_names, len(layers)), layers))

@@ -3,7 +3,7 @@
 import pytest
 
 from bertology.claims.checkpoints import QUICK_CHECKPOINTS, doubling_steps
-from bertology.claims.electra import at_compute
+from bertology.claims.electra_efficiency import at_compute
 from bertology.claims.experiment import QUICK
 
 OUTCOMES = ("reproduced", "not reproduced", "inconclusive (within seed range)")

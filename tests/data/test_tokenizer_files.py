@@ -224,6 +224,17 @@ def test_folders_written_by_bertology_0_1_give_the_same_ids(model, expected, tmp
     assert theirs("Hello <extra_id_0> [MASK] 한", "un")["input_ids"] == expected[1]
 
 
+
+def test_a_wordpiece_folder_of_0_1_resaved_by_transformers_reads_its_tokenizer_json(tmp_path):
+    """transformers keeps 0.1's `tokenizer_model` key in tokenizer_config.json but writes no vocab.txt;
+    the folder was refused as "vocab.txt: vocabulary file not found"."""
+    transformers.AutoTokenizer.from_pretrained(OLD_FOLDERS / "wordpiece").save_pretrained(tmp_path)
+    assert not (tmp_path / "vocab.txt").exists()
+    assert json.loads((tmp_path / "tokenizer_config.json").read_text())["tokenizer_model"] == "wordpiece"
+    tokenizer = Tokenizer.from_pretrained(tmp_path)
+    assert tokenizer.encode("Hello <extra_id_0> [MASK] 한", "un") == [2, 8, 10, 4, 1, 3, 5, 3]
+    assert tokenizer.fingerprint == Tokenizer.from_pretrained(OLD_FOLDERS / "wordpiece").fingerprint
+
 # --- One-line errors naming the file ------------------------------------------------------------------
 
 

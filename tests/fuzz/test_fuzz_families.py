@@ -101,7 +101,8 @@ def models(tmp_path_factory) -> dict[str, Path]:
     tokenizer = train_tokenizer([root / "text.txt"], vocab_size=160, out_dir=root / "tokenizer")
     torch.manual_seed(0)
     for name, model in (("xlnet", XLNetLMHeadModel(XLNetConfig(vocab_size=tokenizer.vocab_size, d_model=32, n_layer=2,
-                                                                n_head=4, d_inner=64))),
+                                                                n_head=4, d_inner=64,
+                                                                pad_token_id=tokenizer.pad_token_id))),
                         ("awd-lstm", AWDLSTMLMHeadModel(AWDLSTMConfig(vocab_size=tokenizer.vocab_size, emb_sz=16,
                                                                         n_hid=24)))):
         model.save_pretrained(root / name)

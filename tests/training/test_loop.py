@@ -222,6 +222,48 @@ def test_run_summary_weighs_each_rows_rate_by_its_seconds():
     assert summary["eval"] == {"accuracy": 0.6, "loss": 0.9}
 
 
+def test_a_failed_final_save_keeps_the_trained_weights_loadable(tmp_path, capsys):
+    """The user-facing model cannot be written at the end: the checkpoint holding its weights is
+    complete, the error says where, and --resume writes the model from it."""
+    def broken_save(module):
+        raise OSError("disk full")
+
+    torch.manual_seed(0)
+    config = TrainConfig(lr=0.05, max_steps=4, save_every=0, progress=False, precision="fp32")
+    trainer = Trainer(Regression(), config, tmp_path, batches, save_model=broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        trainer.fit()
+    assert "weights (step 4) are safe in" in capsys.readouterr().err
+    saved = {}
+    resumed = Trainer(Regression(), TrainConfig(**{**config.__dict__, "resume": True}), tmp_path, batches,
+                      save_model=lambda module: saved.update(module.state_dict()))
+    assert resumed.fit() == "completed" and resumed.step == 4
+    assert saved.keys() == trainer.module.state_dict().keys()
+    assert all(torch.equal(saved[k], v) for k, v in trainer.module.state_dict().items())
+
+
+def test_a_failed_checkpoint_write_leaves_the_last_one_loadable(tmp_path, capsys, monkeypatch):
+    import bertology.training.loop as loop
+
+    written = loop.save_module_state
+
+    def fails_at_step_4(module, path):
+        if "step-00000004" in str(path):
+            raise OSError("disk full")
+        return written(module, path)
+
+    monkeypatch.setattr(loop, "save_module_state", fails_at_step_4)
+    config = TrainConfig(lr=0.05, max_steps=4, save_every=2, progress=False, precision="fp32")
+    trainer = Trainer(Regression(), config, tmp_path, batches)
+    with pytest.raises(OSError, match="disk full"):
+        trainer.fit()
+    assert "the last complete one is" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000002"]  # no temp folder left
+    monkeypatch.setattr(loop, "save_module_state", written)
+    resumed = Trainer(Regression(), TrainConfig(**{**config.__dict__, "resume": True}), tmp_path, batches)
+    assert resumed.resume() and resumed.step == 2
+
+
 def test_a_fresh_run_refuses_a_folder_holding_the_users_files(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"the user's export")
     with pytest.raises(UserError, match=r"is not empty \(model.safetensors\): a training run writes only into a new"):

@@ -250,7 +250,7 @@ def test_user_mistakes_are_one_line_errors(tmp_path, models, sst2_data, monkeypa
 def test_a_failed_export_leaves_nothing_behind(tmp_path, models, monkeypatch):
     import bertology.uses.export as export
 
-    def broken(model, path, context):
+    def broken(model, path, context, device):
         path.write_bytes(b"half a graph")
         raise RuntimeError("exporter crashed")
 

@@ -122,7 +122,7 @@ def save_family(root, name):
                                          initializer_range=0.3, pre_layer_norm=name == "gpt2"))
     elif name == "xlnet":
         model = XLNetLMHeadModel(XLNetConfig(vocab_size=vocab, d_model=32, n_layer=2, n_head=4, d_inner=64,
-                                             initializer_range=0.3))
+                                             initializer_range=0.3, pad_token_id=tokenizer.pad_token_id))
     elif name == "t5":
         model = T5ForConditionalGeneration(T5Config(
             vocab_size=vocab, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, n_positions=64,

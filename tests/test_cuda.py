@@ -1,0 +1,38 @@
+"""On a CUDA device: the LSTM families' weights as cuDNN really lays them out (views into one flat
+buffer, made by nn.LSTM.flatten_parameters on the GPU) are saved exactly and load back, as a model
+directory and as a training checkpoint. Skipped, saying why, where PyTorch sees no GPU; the CPU
+tests in test_checkpoint.py build the same layout by hand."""
+
+import pytest
+import torch
+from test_checkpoint import OUTPUT_OF_IDS, tiny_of_every_family
+
+from bertology.checkpoint import load_module_state, save_module_state
+from bertology.models.base import load_pretrained
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (PyTorch sees none)")
+
+
+@pytest.mark.parametrize("family", ["elmo", "awd-lstm", "bert-bilstm-head", "cove"])
+def test_cudnn_flat_lstm_weights_are_saved_exactly(family, tmp_path):
+    build = tiny_of_every_family()[family]
+    torch.manual_seed(0)
+    model = build().cuda()
+    lstms = [m for m in model.modules() if isinstance(m, torch.nn.LSTM)]
+    for lstm in lstms:
+        lstm.flatten_parameters()
+    storages = {p.untyped_storage().data_ptr() for lstm in lstms for p in lstm.parameters()}
+    assert len(storages) < sum(1 for lstm in lstms for _ in lstm.parameters())  # cuDNN's shared buffers
+    state = {k: v.cpu() for k, v in model.state_dict().items()}
+    model.save_pretrained(tmp_path / "model")
+    loaded = load_pretrained(tmp_path / "model")
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in state.items())
+    save_module_state(model, tmp_path / "module.safetensors")
+    fresh = build().cuda()
+    load_module_state(fresh, tmp_path / "module.safetensors", "cuda")
+    assert all(torch.equal(fresh.state_dict()[k].cpu(), v) for k, v in state.items())
+    if family in OUTPUT_OF_IDS:
+        ids = torch.randint(4, 20, (2, 7), generator=torch.Generator().manual_seed(2)).cuda()
+        with torch.no_grad():
+            output = OUTPUT_OF_IDS[family]
+            torch.testing.assert_close(output(fresh.eval(), ids), output(model.eval(), ids))
