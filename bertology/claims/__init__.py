@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import import_module
 
 from ..errors import UserError
-from .experiment import Experiment, ReproduceConfig
+from .experiment import Experiment, ReproduceConfig, open_reference
 
 
 @dataclass(frozen=True)
@@ -25,13 +25,18 @@ class Claim:
     title: str
     module: str | None
     unavailable: str | None = None  # why it cannot run yet
+    # What it does with a model pre-trained elsewhere (--model; experiment.REFERENCE_NEEDS's names);
+    # empty: it compares against none and refuses --model.
+    model_needs: tuple[str, ...] = ()
 
 
 CLAIMS = [
     Claim(1, "contextual-vs-static", "contextual vectors separate senses that static vectors merge (WiC, "
-          "CoNLL-2003, SST-2 over static, CoVe, ELMo and BERT features)", "contextual_vs_static"),
+          "CoNLL-2003, SST-2 over static, CoVe, ELMo and BERT features)", "contextual_vs_static",
+          model_needs=("features",)),
     Claim(2, "label-needs", "pre-training cuts the labels a task needs (ULMFiT's figure: SST-2 accuracy against "
-          "100 to 10k labels)", "label_needs"),
+          "100 to 10k labels)", "label_needs",
+          model_needs=("sequence",)),
     Claim(3, "pretraining-task", "the masked LM beats left-to-right, NSP matters on some tasks (BERT's ablation "
           "table, with SOP, ELECTRA, XLNet and T5 beside)", "pretraining_task"),
     Claim(4, "directionality", "the masked LM converges more slowly than left-to-right but ends higher (downstream "
@@ -43,8 +48,10 @@ CLAIMS = [
           "pre-training FLOPs)", "electra_efficiency"),
     Claim(9, "t5-objective", "T5's span length and corruption rate barely matter", "t5_objective"),
     Claim(10, "features-vs-finetuning", "feature extraction from the right layers comes close to fine-tuning "
-          "(BERT's CoNLL-2003 table)", "features_vs_finetuning"),
-    Claim(11, "distillation", "distillation beats training the small model directly", "distillation"),
+          "(BERT's CoNLL-2003 table)", "features_vs_finetuning",
+          model_needs=("features", "token")),
+    Claim(11, "distillation", "distillation beats training the small model directly", "distillation",
+          model_needs=("sequence", "teacher")),
     # the summary after the eleven claims: the project's own GLUE table
     Claim(12, "families", "summary: every family (static, CoVe, ELMo, ULMFiT, GPT, BERT, RoBERTa, ALBERT, ELECTRA, "
           "XLNet, T5, a distilled student) pre-trained on one corpus for the same minutes, on SST-2, MRPC, STS-B, "
@@ -66,7 +73,8 @@ def claim_list() -> str:
     lines = []
     for claim in CLAIMS:
         status = f"  [unavailable: {claim.unavailable}]" if claim.module is None else ""
-        lines.append(f"{claim.number:2d}. {claim.name:24} {claim.title}{status}")
+        model = "  [takes --model]" if claim.model_needs else ""
+        lines.append(f"{claim.number:2d}. {claim.name:24} {claim.title}{model}{status}")
     return "\n".join(lines)
 
 
@@ -75,6 +83,10 @@ def run_claim(cfg: ReproduceConfig) -> dict:
     claim = find_claim(cfg.claim)
     if claim.module is None:
         raise UserError(f"claim {claim.name} is unavailable: {claim.unavailable}")
-    experiment = Experiment.from_config(cfg)
+    if cfg.model and not claim.model_needs:
+        raise UserError(f"--model {cfg.model}: claim {claim.name} compares against no model pre-trained elsewhere; "
+                        "leave --model out (--list marks the claims that take it)")
+    reference = open_reference(cfg.model, claim.name, claim.model_needs) if claim.model_needs else None
+    experiment = Experiment.from_config(cfg, reference)
     report = import_module(f"{__name__}.{claim.module}").run(experiment)
     return experiment.report(report)

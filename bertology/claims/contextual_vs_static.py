@@ -10,7 +10,7 @@ features beats it over GloVe on SST-2 and CoNLL-2003 NER.
 
 Here, every model is trained on the shared corpus (the books + WikiText-2) except CoVe's
 translation model (Multi30k, over GloVe trained on the shared corpus) and all-MiniLM-L6-v2
-(real pre-training at scale, the anchor):
+(real pre-training at scale, the anchor; `--model` puts another model pre-trained elsewhere in its place):
 
 - WiC dev accuracy of a logistic regression on the target word's vectors (`bertology wic`),
   for every layer: word2vec and GloVe (static), CoVe ([GloVe; CoVe] and each half), ELMo
@@ -34,7 +34,7 @@ from __future__ import annotations
 from ..plots import plot_seed_bars
 from ..uses.explain import explain_senses
 from ..uses.wic import WicConfig, run_wic
-from .experiment import ClaimReport, Experiment, minilm, seed_values, slug, verdict
+from .experiment import ClaimReport, Experiment, seed_values, slug, verdict
 
 WORD2VEC = {"method": "word2vec", "skip_gram": True, "vector_size": 300, "epochs": 3, "seed": 0}
 GLOVE = {"method": "glove", "vector_size": 300, "epochs": 5, "seed": 0}
@@ -63,9 +63,9 @@ def run(experiment: Experiment) -> ClaimReport:
     glove = experiment.static_vectors(**{**GLOVE, **(QUICK_STATIC if quick else {})})
     cove = experiment.translation_model(vectors=str(glove), **{**COVE, **(QUICK_COVE if quick else {})})
     elmo = experiment.pretrained(**experiment.quick_scale(ELMO))
-    minilm_dir = minilm()
+    reference, reference_name = experiment.reference, experiment.reference_name  # all-MiniLM-L6-v2 or --model
     sources = {"word2vec": word2vec, "GloVe": glove, "CoVe": cove, "ELMo": elmo,
-               "BERT pre-trained here": experiment.shared_mlm(), "all-MiniLM-L6-v2": minilm_dir}
+               "BERT pre-trained here": experiment.shared_mlm(), reference_name: reference}
     # name -> the settings of its heads; [word2vec; ELMo] is ELMo with word2vec in front ([x_k; ELMo_k])
     head_sources = {}
     for name, model in sources.items():
@@ -99,18 +99,18 @@ def run(experiment: Experiment) -> ClaimReport:
 
     plots = [str(plot_seed_bars(groups, experiment.out / "same_head.png", ylabel="dev score (SST-2 accuracy, "
                                 "CoNLL-2003 entity F1)", title="The same head over static and contextual features"))]
-    bank = explain_senses(minilm_dir, "bank", experiment.out / "bank.png", static=word2vec, model_name="all-MiniLM-L6-v2")
+    bank = explain_senses(reference, "bank", experiment.out / "bank.png", static=word2vec, model_name=reference_name)
     plots.append(str(experiment.out / "bank.png"))
 
     static_best = max(best_wic["word2vec"], best_wic["GloVe"])
     verdicts = [verdict(f"{name}'s best contextual layer beats static vectors on WiC", name, [best_wic[name]], "best static",
                         [static_best], "WiC dev accuracy") for name in ("CoVe", "ELMo", "BERT pre-trained here",
-                                                                        "all-MiniLM-L6-v2")]
+                                                                        reference_name)]
     for task_name in TASKS:
         metric = TASKS[task_name]["metric"]
         verdicts += [verdict(f"{name} features beat word2vec on {task_name}", name, groups[task_name][name],
                              "word2vec", groups[task_name]["word2vec"], metric)
-                     for name in ("ELMo", "BERT pre-trained here", "all-MiniLM-L6-v2")]
+                     for name in ("ELMo", "BERT pre-trained here", reference_name)]
         verdicts.append(verdict(f"[GloVe; CoVe] beats GloVe alone on {task_name}", "CoVe", groups[task_name]["CoVe"],
                                 "GloVe", groups[task_name]["GloVe"], metric))
         verdicts.append(verdict(f"{WORD2VEC_ELMO} beats word2vec alone on {task_name} (ELMo's Table 1: a baseline "
@@ -118,8 +118,8 @@ def run(experiment: Experiment) -> ClaimReport:
                                 groups[task_name]["word2vec"], metric))
     notes = ["WiC: the dev set is balanced (chance 0.500); one number per layer (a deterministic regression), so "
              "the WiC verdicts compare single values.",
-             f"The bank view (MiniLM, last layer): cosine within sense {bank.contextual.within:.2f} vs across "
-             f"{bank.contextual.across:.2f}; word2vec gives 'bank' one vector in every sentence."]
+             f"The bank view ({reference_name}, last layer): cosine within sense {bank.contextual.within:.2f} vs "
+             f"across {bank.contextual.across:.2f}; word2vec gives 'bank' one vector in every sentence."]
     train_count = QUICK_TRAIN_EXAMPLES if quick else TRAIN_EXAMPLES
     return ClaimReport(
         name="contextual-vs-static", title="Claim 1: contextual vectors separate senses that static vectors merge",
@@ -130,7 +130,8 @@ def run(experiment: Experiment) -> ClaimReport:
               f"corpus; CoVe's translation model at `{COVE['preset']}` for {COVE['epochs']} epochs of Multi30k "
               f"(29k captions); ELMo `{ELMO['preset']}` for {ELMO['max_steps']:,} steps of {ELMO['batch_size']} x "
               f"{ELMO['max_seq_len']} tokens. Heads: {train_count:,} training examples per task, full dev sets."
-              if not quick else ""),
+              if not quick else "")
+              + ("" if experiment.reference_is_minilm else f" Pre-trained elsewhere: {experiment.reference_words()}."),
         columns=["features", "layer", "WiC dev accuracy", *(f"{task} ({TASKS[task]['metric']})" for task in TASKS)],
         rows=wic_rows + [{**row, "layer": "head over the features"} for row in head_rows], verdicts=verdicts,
         plots=plots, notes=notes)

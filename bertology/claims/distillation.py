@@ -11,7 +11,8 @@ teacher all-MiniLM-L6-v2 0.899, the mini student pre-trained here fine-tuned 0.8
 
 Here, as a claim over seeds at a scale that fits 90 minutes: 3,000 random SST-2 training
 sentences (the same for every run), scored on the full dev set (872). The teacher is
-all-MiniLM-L6-v2 (real pre-training at scale) fine-tuned on their labels (3 epochs, lr 1e-4).
+all-MiniLM-L6-v2 (real pre-training at scale) fine-tuned on their labels (3 epochs, lr 1e-4);
+`--model` makes another model pre-trained elsewhere the teacher, at the same rate.
 There is one teacher, as in the papers: it is a fixed input of the distillation (like the
 pre-trained weights are), so the seeds vary what the comparison is about, the student's
 head, data order and noisy copies; a teacher per seed would cost three teacher runs and mix
@@ -49,11 +50,10 @@ from ..tasks.readers import TASKS, TaskSpec, task_files
 from ..tasks.splits import subset
 from .experiment import ClaimReport, Experiment, seed_values, verdict
 
-TEACHER = "all-MiniLM-L6-v2"
 LABELS, QUICK_LABELS = 3000, 100
 QUICK_DEV = 200  # --quick scores a fixed subset of the dev set: every run is evaluated on it, often
 AUGMENT, QUICK_AUGMENT = 4, 2
-TEACHER_RUN = {"epochs": 3, "lr": 1e-4}  # README's rate for all-MiniLM-L6-v2 on SST-2
+TEACHER_RUN = {"epochs": 3, "lr": 1e-4}  # README's rate for all-MiniLM-L6-v2 on SST-2 (kept for a --model)
 STUDENT_LR = 3e-4  # README's students' rate at this size
 FINETUNE_EPOCHS, DISTILL_EPOCHS = 5, 2  # the distilled student's transfer set is ~5x the labelled set
 MAX_SEQ_LEN = 64  # SST-2's sentences fit (1 in 2,000 is longer)
@@ -81,7 +81,7 @@ def run(experiment: Experiment) -> ClaimReport:
                          "distilled from the teacher": seed_values(distilled, "accuracy")}
     transfer = loads_json((experiment.out / "runs" / "pretrained-distilled" / f"seed-{experiment.seeds[0]}" /
                            "distill_config.json").read_text(encoding="utf-8"))["transfer_examples"]
-    rows = [{"model": f"teacher: {TEACHER}", "trained on": f"{labels:,} labels",
+    rows = [{"model": f"teacher: {experiment.reference_name}", "trained on": f"{labels:,} labels",
              "SST-2 dev accuracy": teacher_accuracy}]
     for name, pair in results.items():
         rows.append({"model": f"{name}, fine-tuned", "trained on": f"{labels:,} labels",
@@ -89,7 +89,7 @@ def run(experiment: Experiment) -> ClaimReport:
         rows.append({"model": f"{name}, distilled", "trained on": f"the teacher's outputs on {transfer:,} texts",
                      "SST-2 dev accuracy": pair["distilled from the teacher"]})
     # group labels on two lines: "student pre-trained here" beside "student from random weights" would overlap
-    plot = plot_seed_bars({"teacher": {f"teacher ({TEACHER})": teacher_accuracy},
+    plot = plot_seed_bars({"teacher": {f"teacher ({experiment.reference_name})": teacher_accuracy},
                            **{name.replace(" ", "\n", 1): pair for name, pair in results.items()}},
                           experiment.out / "distillation.png", ylabel="SST-2 dev accuracy",
                           title=f"Distilled vs fine-tuned on the same {labels:,} sentences")
@@ -106,8 +106,8 @@ def run(experiment: Experiment) -> ClaimReport:
               "pre-training and on augmented task data) beat the same small BERT pre-trained and fine-tuned directly.",
         scale=experiment.scale_note() + f" SST-2: {labels:,} random training sentences, the same for every run; dev "
               + (f"subset of {QUICK_DEV} sentences" if quick else "set (872 sentences)") + f". One teacher: "
-              f"{TEACHER} fine-tuned on those labels (seed {experiment.seeds[0]}). Students: the BERT pre-trained "
-              f"here and the same architecture from random weights, fine-tuned on the labels ({finetune_epochs} "
+              f"{experiment.reference_words()} fine-tuned on those labels (seed {experiment.seeds[0]}). Students: the "
+              f"BERT pre-trained here and the same architecture from random weights, fine-tuned on the labels ({finetune_epochs} "
               f"epochs) or distilled from the teacher over the sentences plus up to {augment} noisy copies of each "
               f"({transfer:,} texts, {distill_epochs} epochs, KL at temperature 2, no labels); lr {STUDENT_LR:g}, "
               f"rows of at most {MAX_SEQ_LEN} tokens, best epoch on dev.",
@@ -116,10 +116,11 @@ def run(experiment: Experiment) -> ClaimReport:
 
 
 def teacher_model(experiment: Experiment, data: Path, epochs: float) -> tuple[Path, list[float]]:
-    """The teacher: all-MiniLM-L6-v2 fine-tuned once (the first seed) on the task subset; its folder and
-    dev accuracy (one value). Kept in runs/teacher and read back like every fine-tuning run."""
+    """The teacher: the reference model (all-MiniLM-L6-v2, or --model) fine-tuned once (the first
+    seed) on the task subset; its folder and dev accuracy (one value). Kept in runs/teacher and read
+    back like every fine-tuning run."""
     once = dataclasses.replace(experiment, seeds=experiment.seeds[:1])
-    summary = once.finetuned("teacher", model=TEACHER, task="sst2", data=str(data), epochs=epochs,
+    summary = once.finetuned("teacher", model=str(experiment.reference), task="sst2", data=str(data), epochs=epochs,
                              lr=TEACHER_RUN["lr"], max_seq_len=MAX_SEQ_LEN)
     return experiment.out / "runs" / "teacher", seed_values(summary, "accuracy")
 

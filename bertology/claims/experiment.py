@@ -38,7 +38,7 @@ from ..data.corpus import read_documents
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import cache_root, loads_json, write_json_atomic, write_text_atomic
-from ..inference.modeldir import save_random_weights
+from ..inference.modeldir import check_model_dir, open_model_dir, save_random_weights
 from ..models import resolve_model_dir
 from ..models.base import SIZES
 from ..models.bert import BertConfig, BertModel
@@ -81,6 +81,19 @@ LIGHT_GLUE_RECIPE = {"SST-2": {"max_train_examples": 2000, "epochs": 1, "max_seq
                      "MRPC": {"max_train_examples": 1500, "epochs": 1, "max_seq_len": 128}}
 QUICK_GLUE = {"max_train_examples": 48, "epochs": 1, "max_seq_len": 40}
 MINI_FINETUNE_LR = 3e-4  # the mini BERTs' fine-tuning rate (bench/distill.py's for this size)
+REFERENCE = "all-MiniLM-L6-v2"  # the model pre-trained elsewhere that claims compare against, unless --model
+# What a claim may do with its --model, each answered by the family's spec: train heads on its frozen
+# layers' features (embed, WiC, feature heads), fine-tune it whole with a sentence or a token head,
+# distil a student from it.
+REFERENCE_NEEDS = {
+    "features": ("trains heads on its frozen layers' features",
+                 lambda spec: spec.feature_encoder is not None and "features" in spec.finetune_modes),
+    "sequence": ("fine-tunes it whole with a sentence head",
+                 lambda spec: "finetune" in spec.finetune_modes and "sequence" in spec.heads),
+    "token": ("fine-tunes it whole with a token head",
+              lambda spec: "finetune" in spec.finetune_modes and "token" in spec.heads),
+    "teacher": ("distils a student from it", lambda spec: spec.student_config is not None),
+}
 
 
 @dataclass
@@ -108,6 +121,36 @@ class ReproduceConfig(Device):
                                  help="pre-train every BERT-family model of the claim by this recipe (`bertology "
                                       "pretrain --recipe`), wherever the claim leaves a setting at its default; the "
                                       "models are cached apart from the claim's own (default: none)")
+    model: str = setting("", metavar="DIR",
+                         help="the model pre-trained elsewhere that a claim compares against (claims 1, 2, 10 and "
+                              "11; --list marks them): a model directory or an installed model's name (default: "
+                              f"{REFERENCE}); the claims' learning rates were chosen for {REFERENCE} and stay as "
+                              "they are")
+
+
+def open_reference(model: str, claim: str, needs: tuple[str, ...]) -> tuple[Path | None, str]:
+    """--model for `claim`, which needs these REFERENCE_NEEDS of it: (its directory, None for
+    all-MiniLM-L6-v2; its name in rows: an installed model's as given, a directory's own). A
+    directory that is not a whole model (`check_model_dir`), or of a family without what the claim
+    needs, is a one-line error naming --model."""
+    if not model:
+        return None, REFERENCE
+    try:
+        opened = open_model_dir(model)
+    except UserError as error:
+        raise UserError(f"--model {model}: {error}") from None
+    problems = check_model_dir(opened.path)  # config, tensors and tokenizer: before hours of other runs
+    if problems:
+        raise UserError(f"--model {model}: {problems[0]}")
+    for need in needs:
+        doing, holds = REFERENCE_NEEDS[need]
+        if not holds(opened.spec):
+            raise UserError(f"--model {model}: claim {claim} {doing}, which a {opened.family.name} model "
+                            "cannot do here")
+    path = opened.path.resolve()
+    if path == minilm().resolve():
+        return None, REFERENCE
+    return path, path.name if Path(model).exists() else model.rsplit("/", 1)[-1]
 
 
 # ----- the experiment: data, pre-training, fine-tuning ----------------------------------------------
@@ -123,20 +166,57 @@ class Experiment:
     seeds: list[int]
     cache: Path
     device: str = "auto"  # the `--device` setting, passed to every run (not part of its cache key)
+    reference_dir: Path | None = None  # --model, resolved; None: all-MiniLM-L6-v2 (looked up when used)
+    reference_name: str = REFERENCE  # the reference model's name in rows, plots and verdicts
     log: Callable[[str], None] = print
     started: float = field(default_factory=time.perf_counter)
     recipe: str | None = None  # `bertology pretrain --recipe` for every BERT-family pre-training
 
     @classmethod
-    def from_config(cls, cfg: ReproduceConfig) -> "Experiment":
-        """The experiment of `bertology reproduce`'s settings (the output folder made)."""
+    def from_config(cls, cfg: ReproduceConfig, reference: tuple[Path | None, str] | None = None) -> "Experiment":
+        """The experiment of `bertology reproduce`'s settings (the output folder made); `reference`:
+        `open_reference`'s answer for a claim that compares against a model pre-trained elsewhere."""
         if not cfg.out:
             raise UserError("--out DIR is required to run a claim")
         seeds = cfg.seeds or (2 if cfg.quick else 3)
         out = Path(cfg.out)
         out.mkdir(parents=True, exist_ok=True)
-        return cls(out, Path(cfg.data), cfg.quick, list(range(seeds)), Path(cfg.cache_dir), cfg.device,
-                   recipe=cfg.recipe)
+        experiment = cls(out, Path(cfg.data), cfg.quick, list(range(seeds)), Path(cfg.cache_dir), cfg.device,
+                         recipe=cfg.recipe)
+        if reference is not None:
+            experiment.reference_dir, experiment.reference_name = reference
+            experiment.bind_reference()
+        return experiment
+
+    @property
+    def reference(self) -> Path:
+        """The model pre-trained elsewhere that the claims compare against: --model, or all-MiniLM-L6-v2."""
+        return self.reference_dir or minilm()
+
+    @property
+    def reference_is_minilm(self) -> bool:
+        """Whether the reference is all-MiniLM-L6-v2, whose specifics a report may state."""
+        return self.reference_dir is None
+
+    def reference_words(self) -> str:
+        """The reference model in words for a report: its name and sizes."""
+        if self.reference_is_minilm:
+            return f"{REFERENCE} (real pre-trained weights: 6 layers, 384 wide, 22.7M parameters)"
+        return f"{self.reference_name} (--model: {open_model_dir(self.reference).describe()})"
+
+    def bind_reference(self) -> None:
+        """Record in the output folder which model is the reference; a folder holding another
+        model's runs is a one-line error naming --model (finished runs are read back by their
+        names, which do not say which model made them)."""
+        record, used = self.out / "reference_model.json", REFERENCE if self.reference_is_minilm else str(self.reference)
+        if record.exists():
+            before = loads_json(record.read_text(encoding="utf-8"))["model"]
+        else:
+            before = REFERENCE if (self.out / "runs").exists() else used  # runs made before --model: all MiniLM's
+        if before != used:
+            raise UserError(f"--model {self.reference_name}: {self.out} holds the runs of another model ({before}); "
+                            "choose another --out")
+        write_json_atomic(record, {"model": used})
 
     def path(self, relative: str) -> Path:
         """A file or folder of the data folder; a one-line error naming it when it is missing."""
@@ -489,8 +569,9 @@ def corpus_words(quick: bool) -> str:
 
 @functools.cache
 def minilm() -> Path:
-    """The installed all-MiniLM-L6-v2's folder: the real pre-trained model the claims compare against,
-    and the vocabulary of every BERT pre-trained here (looked up once: finding it costs a second or two)."""
+    """The installed all-MiniLM-L6-v2's folder: the real pre-trained model the claims compare against
+    unless --model names another, and the vocabulary of every BERT pre-trained here (looked up once:
+    finding it costs a second or two)."""
     return resolve_model_dir("all-MiniLM-L6-v2")
 
 

@@ -8,22 +8,23 @@ pre-trained on the shared corpus, fine-tuned as a language model on SST-2's trai
 with its labels unused, then as a classifier with discriminative rates, the slanted
 triangular schedule and gradual unfreezing), the mini BERT pre-trained here by masked LM,
 and all-MiniLM-L6-v2 (real pre-training at scale: a 6-layer model distilled from a large one
-and trained on a billion sentence pairs). Fewer labels get more epochs, so that every run
+and trained on a billion sentence pairs; `--model` puts another model pre-trained elsewhere in
+its place, at the same rate). Fewer labels get more epochs, so that every run
 takes at least a few hundred steps.
 """
 
 from __future__ import annotations
 
 from ..plots import plot_seed_lines
-from .experiment import ULMFIT_CLASSIFIER, ClaimReport, Experiment, minilm, seed_values, slug, verdict
+from .experiment import ULMFIT_CLASSIFIER, ClaimReport, Experiment, seed_values, slug, verdict
 
 LABELS = (100, 300, 1000, 3000, 10000)
 EPOCHS = {100: 20, 300: 8, 1000: 4, 3000: 2, 10000: 1}
 QUICK_LABELS = (20, 60)
 QUICK_EPOCHS = {20: 2, 60: 1}
-# lr per model: the BERT paper's fine-tuning range for the real model; the mini BERTs (random and
-# pre-trained here, the same settings for both) at the rate bench/distill.py uses for this size;
-# ULMFiT's classifier by ULMFIT_CLASSIFIER (fastai's rate).
+# lr per model: the BERT paper's fine-tuning range for the real model (chosen for all-MiniLM-L6-v2, kept
+# for a --model); the mini BERTs (random and pre-trained here, the same settings for both) at the rate
+# bench/distill.py uses for this size; ULMFiT's classifier by ULMFIT_CLASSIFIER (fastai's rate).
 BERT_LR, MINI_LR = 5e-5, 3e-4
 
 
@@ -36,7 +37,7 @@ def run(experiment: Experiment) -> ClaimReport:
         "BERT, random weights": (experiment.random_weights(mlm), {"lr": MINI_LR}),
         "ULMFiT (AWD-LSTM, 3 stages)": (ulmfit, ULMFIT_CLASSIFIER),
         "BERT, pre-trained here": (mlm, {"lr": MINI_LR}),
-        "all-MiniLM-L6-v2": (minilm(), {"lr": BERT_LR}),
+        experiment.reference_name: (experiment.reference, {"lr": BERT_LR}),
     }
     labels, epochs = (QUICK_LABELS, QUICK_EPOCHS) if experiment.quick else (LABELS, EPOCHS)
     curves: dict[str, dict[float, list[float]]] = {name: {} for name in models}
@@ -69,7 +70,8 @@ def run(experiment: Experiment) -> ClaimReport:
         scale=experiment.scale_note() + f" SST-2 dev ({experiment.dev_examples('glue/SST-2', 'sst2'):,} sentences); "
               f"training subsets of {', '.join(map(str, labels))} "
               "labels, the same subset for every model and seed; epochs " +
-              ", ".join(f"{epochs[c]} at {c:,}" for c in labels) + "; rows of at most 64 tokens.",
+              ", ".join(f"{epochs[c]} at {c:,}" for c in labels) + "; rows of at most 64 tokens." +
+              ("" if experiment.reference_is_minilm else f" Pre-trained elsewhere: {experiment.reference_words()}."),
         columns=["model", *(f"{count:,} labels" for count in labels)], rows=rows, verdicts=verdicts,
         plots=[str(plot)])
 

@@ -15,12 +15,13 @@ def claims_cache(tmp_path_factory):
 
 @pytest.fixture
 def run_quick(tmp_path, data_dir, claims_cache):
-    """Run a claim with --quick into a fresh folder; returns (its results, the folder)."""
-    def run(name: str, *needed: str) -> tuple[dict, object]:
+    """Run a claim with --quick into a fresh folder (`settings`: more ReproduceConfig settings);
+    returns (its results, the folder)."""
+    def run(name: str, *needed: str, **settings) -> tuple[dict, object]:
         for relative in ("wikitext-2-raw/wiki.valid.raw", *needed):
             data_dir / relative  # skips the test when the data set is absent
         out = tmp_path / find_claim(name).name
         cfg = ReproduceConfig(claim=name, out=str(out), data=str(data_dir.root), quick=True,
-                              cache_dir=str(claims_cache))
+                              cache_dir=str(claims_cache), **settings)
         return run_claim(cfg), out
     return run
