@@ -43,7 +43,7 @@ from ..models import resolve_model_dir
 from ..models.base import SIZES
 from ..models.bert import BertConfig, BertModel
 from ..recipes.finetune import FinetuneConfig, run_finetuning
-from ..recipes.pretrain import PretrainConfig, run_pretraining
+from ..recipes.pretrain import RECIPES, PretrainConfig, default_setting, recipe_refusal, run_pretraining
 from ..recipes.static_vectors import StaticTrainConfig
 from ..recipes.static_vectors import train as train_static
 from ..recipes.translate import TranslateTrainConfig
@@ -117,6 +117,10 @@ class ReproduceConfig(Device):
     seeds: int | None = setting(None, positive=True, help="fine-tuning seeds per number (default: 3; --quick 2)")
     cache_dir: str = setting(default_factory=lambda: str(cache_root()), metavar="DIR", output="dir",
                              help="where pre-trained models are kept for every claim ($BERTOLOGY_CACHE)")
+    recipe: str | None = setting(None, choices=tuple(RECIPES),
+                                 help="pre-train every BERT-family model of the claim by this recipe (`bertology "
+                                      "pretrain --recipe`), wherever the claim leaves a setting at its default; the "
+                                      "models are cached apart from the claim's own (default: none)")
     model: str = setting("", metavar="DIR",
                          help="the model pre-trained elsewhere that a claim compares against (claims 1, 2, 10 and "
                               "11; --list marks them): a model directory or an installed model's name (default: "
@@ -166,6 +170,7 @@ class Experiment:
     reference_name: str = REFERENCE  # the reference model's name in rows, plots and verdicts
     log: Callable[[str], None] = print
     started: float = field(default_factory=time.perf_counter)
+    recipe: str | None = None  # `bertology pretrain --recipe` for every BERT-family pre-training
 
     @classmethod
     def from_config(cls, cfg: ReproduceConfig, reference: tuple[Path | None, str] | None = None) -> "Experiment":
@@ -176,7 +181,8 @@ class Experiment:
         seeds = cfg.seeds or (2 if cfg.quick else 3)
         out = Path(cfg.out)
         out.mkdir(parents=True, exist_ok=True)
-        experiment = cls(out, Path(cfg.data), cfg.quick, list(range(seeds)), Path(cfg.cache_dir), cfg.device)
+        experiment = cls(out, Path(cfg.data), cfg.quick, list(range(seeds)), Path(cfg.cache_dir), cfg.device,
+                         recipe=cfg.recipe)
         if reference is not None:
             experiment.reference_dir, experiment.reference_name = reference
             experiment.bind_reference()
@@ -326,9 +332,11 @@ class Experiment:
         cache when any claim has trained it before (see the module docstring).
 
         The default vocabulary is all-MiniLM-L6-v2's, so every BERT-family model here shares it
-        with the real pre-trained model the claims compare against.
+        with the real pre-trained model the claims compare against. With the experiment's `recipe`,
+        every BERT-family model takes it (a setting of its own, so its key, and its cached model,
+        differ from the claim's own).
         """
-        settings = {"tokenizer": str(minilm()), "corpus": self.corpus(), **settings}
+        settings = self.with_recipe({"tokenizer": str(minilm()), "corpus": self.corpus(), **settings})
 
         def train(out: Path, resume: bool) -> None:
             cfg = PretrainConfig(out=str(out), cache_dir=str(self.cache), resume=resume, progress=not self.quick,
@@ -337,6 +345,12 @@ class Experiment:
                 raise KeyboardInterrupt
 
         return self.cached("pretrained", pretraining_key(settings), settings, train)
+
+    def with_recipe(self, settings: dict) -> dict:
+        """PretrainConfig settings with the experiment's recipe when their family takes it (`recipe_refusal`)."""
+        if self.recipe and recipe_refusal(self.recipe, settings.get("arch", default_setting("arch"))) is None:
+            return {**settings, "recipe": self.recipe}
+        return settings
 
     def static_vectors(self, **settings: Any) -> Path:
         """Static word vectors (`bertology static train` settings) on the shared corpus, cached by content."""

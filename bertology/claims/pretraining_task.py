@@ -281,7 +281,8 @@ def step_seconds(experiment: Experiment, settings: dict) -> float:
     and finds its pre-trained models in the cache.
     """
     steps = QUICK_TIMING_STEPS if experiment.quick else TIMING_STEPS
-    timing = {**settings, "corpus": [str(experiment.path("wikitext-2-raw/wiki.valid.raw"))], "max_steps": steps}
+    timing = experiment.with_recipe({**settings, "corpus": [str(experiment.path("wikitext-2-raw/wiki.valid.raw"))],
+                                     "max_steps": steps})
     path = experiment.cache / "claims" / f"step-seconds-{pretraining_key(timing)[:20]}.json"
     if path.exists():
         return loads_json(path.read_text(encoding="utf-8"))["seconds"]

@@ -11,7 +11,10 @@ for Language Understanding", and the reference `modeling.py` of its release:
 Variants are config switches over this one implementation (see `BertConfig`):
 ALBERT's factorized embeddings (`embedding_size`) and cross-layer sharing
 (`share_layers`), pre-LayerNorm blocks (`pre_layer_norm`), no segment embeddings
-(`type_vocab_size=0`) and left-to-right attention (`causal`, GPT's objective). The layouts of
+(`type_vocab_size=0`) and left-to-right attention (`causal`, GPT's objective); and two of
+Cramming's (Geiping and Goldstein 2022, "Cramming: Training a Language Model on a Single GPU in
+One Day"): no biases in the attention and feed-forward linears (`use_bias`) and a gated-GELU
+feed-forward (`gated_feed_forward`). The layouts of
 transformers' RoBERTa, ALBERT, ELECTRA and DistilBERT are a config's `BertLayout` (positions after
 the padding id, the projection always there, no pooler, a dense summary in the sentence head), which
 their own files (models/roberta.py, ...) set with their key tables.
@@ -158,6 +161,15 @@ class BertConfig(ConfigFile):
     position_embedding_type: str = "absolute"
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
+    # Cramming's switches (Geiping and Goldstein 2022). use_bias False: no biases in the attention's and
+    # the feed-forward's linears (LayerNorms and heads keep theirs); save_pretrained writes zeros in their
+    # place, so transformers' BertModel loads such a model as it is.
+    use_bias: bool = True
+    # A gated feed-forward (GLU, Shazeer 2020): ffn_in's intermediate_size outputs are two halves, the
+    # value and its gate, combined as value * hidden_act(gate); ffn_out reads intermediate_size // 2
+    # (Cramming's layout: fewer parameters and products than the plain feed-forward of the same
+    # intermediate_size). transformers' BERT has no such layer, so it cannot load the model.
+    gated_feed_forward: bool = False
 
     # Task head.
     num_labels: int = 2
@@ -200,7 +212,8 @@ class BertConfig(ConfigFile):
         used = {"factorized embeddings": self.embedding_width != self.hidden_size,
                 "shared layers": self.share_layers, "pre-LayerNorm": self.pre_layer_norm,
                 "no segment embeddings": self.type_vocab_size == 0, "causal attention": self.causal,
-                "relative positions": self.position_embedding_type != "absolute", "BiLSTM head": self.head_bilstm}
+                "relative positions": self.position_embedding_type != "absolute", "BiLSTM head": self.head_bilstm,
+                "a gated feed-forward": self.gated_feed_forward}  # use_bias=False: zero biases stand in
         return [name for name, on in used.items() if on]
 
     def transformers_incompatibility(self) -> str | None:
@@ -244,9 +257,13 @@ class BertConfig(ConfigFile):
         for name in ("relative_attention_num_buckets", "relative_attention_max_distance"):
             if type(getattr(self, name)) is not int or not 4 <= getattr(self, name) <= 4096:
                 raise UserError(f"config field {name!r} must be an integer in [4, 4096], got {getattr(self, name)!r}")
-        for name in ("share_layers", "pre_layer_norm", "causal", "head_bilstm", "tie_word_embeddings"):
+        for name in ("share_layers", "pre_layer_norm", "causal", "head_bilstm", "tie_word_embeddings", "use_bias",
+                     "gated_feed_forward"):
             if type(getattr(self, name)) is not bool:
                 raise UserError(f"config field {name!r} must be true or false, got {getattr(self, name)!r}")
+        if self.gated_feed_forward and self.intermediate_size % 2:
+            raise UserError(f"config field 'gated_feed_forward' needs an even 'intermediate_size' (a value half and a "
+                            f"gate half), got {self.intermediate_size}")
         if self.head_bilstm and self.hidden_size % 2:
             raise UserError(f"config field 'head_bilstm' needs an even 'hidden_size' (half each way), got "
                             f"{self.hidden_size}")
@@ -325,8 +342,8 @@ class BertSelfAttention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.head_size = config.head_size
         # One (H, 3H) product instead of three (H, H) ones: fewer, larger matrix products run faster.
-        self.qkv = Linear(config.hidden_size, 3 * config.hidden_size)
-        self.out = Linear(config.hidden_size, config.hidden_size)
+        self.qkv = Linear(config.hidden_size, 3 * config.hidden_size, bias=config.use_bias)
+        self.out = Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
         self.dropout_p = config.attention_probs_dropout_prob
 
     def forward(
@@ -356,14 +373,16 @@ class BertSelfAttention(nn.Module):
 
 
 class BertLayer(nn.Module):
-    """Self-attention and a GELU feed-forward, each with a residual connection and LayerNorm."""
+    """Self-attention and a GELU feed-forward (or a gated one), each with a residual connection and LayerNorm."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.attention = BertSelfAttention(config)
         self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.ffn_in = Linear(config.hidden_size, config.intermediate_size)
-        self.ffn_out = Linear(config.intermediate_size, config.hidden_size)
+        self.gated = config.gated_feed_forward
+        self.ffn_in = Linear(config.hidden_size, config.intermediate_size, bias=config.use_bias)
+        inner = config.intermediate_size // 2 if self.gated else config.intermediate_size
+        self.ffn_out = Linear(inner, config.hidden_size, bias=config.use_bias)
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.act = activation(config.hidden_act)
         self.dropout = Dropout(config.hidden_dropout_prob)
@@ -371,7 +390,11 @@ class BertLayer(nn.Module):
 
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, H) -> (B, T, H) through the intermediate width."""
-        return self.ffn_out(self.act(self.ffn_in(x)))
+        h = self.ffn_in(x)  # (B, T, I)
+        if self.gated:  # GLU: one half gates the other, (B, T, I/2)
+            value, gate = h.chunk(2, dim=-1)
+            return self.ffn_out(value * self.act(gate))
+        return self.ffn_out(self.act(h))
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
@@ -409,8 +432,11 @@ class BertPreTrainedModel(PreTrainedModel):
     onnx_output_names: ClassVar[tuple[str, ...]] = ("logits",)  # what its ONNX graph returns (uses/export.py)
 
     def to_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Our names -> transformers' names of the family (the fused Q/K/V split in three)."""
-        return self.keys.to_transformers(state)
+        """Our names -> transformers' names of the family (the fused Q/K/V split in three). With
+        use_bias=False, zeros in place of the missing biases keep the file in transformers' layout."""
+        zeros = {f"{name}.bias": torch.zeros(module.out_features) for name, module in self.named_modules()
+                 if isinstance(module, nn.Linear) and module.bias is None}
+        return self.keys.to_transformers({**state, **zeros})
 
     def onnx_inputs(self) -> tuple[str, ...]:
         """The inputs of its ONNX graph (no token_type_ids when the model has no segment embeddings)."""
@@ -446,6 +472,8 @@ class BertPreTrainedModel(PreTrainedModel):
             except TypeError as err:
                 raise UserError(f"from_pretrained: {err}") from None
         state, source = checkpoint.load_state_dict(directory, config.vocab_size, cls.keys, config.tie_word_embeddings)
+        if not config.use_bias:
+            state = _without_zero_biases(state, tensor_shapes(cls, config), source)
         if drop_head:
             state = {k: v for k, v in state.items() if not k.startswith(checkpoint.TASK_HEAD_PREFIXES)}
         checkpoint.check_weights(state, tensor_shapes(cls, config), source)
@@ -462,7 +490,13 @@ class BertPreTrainedModel(PreTrainedModel):
         except UserError as err:
             return [str(err)]
         state, _ = cls.keys.from_transformers(raw, path, config.tie_word_embeddings)
-        return [f"{path}: {problem}" for problem in checkpoint.weight_problems(state, tensor_shapes(cls, config))]
+        expected = tensor_shapes(cls, config)
+        if not config.use_bias:
+            try:
+                state = _without_zero_biases(state, expected, path)
+            except UserError as err:
+                return [str(err)]
+        return [f"{path}: {problem}" for problem in checkpoint.weight_problems(state, expected)]
 
     @classmethod
     def from_language_model(cls, directory: str | os.PathLike, num_labels: int, id2label: dict[int, str] | None,
@@ -673,6 +707,21 @@ class BertHeadBiLSTM(nn.Module):
         states, (final, _) = self.lstm(packed)  # final (2, B, H/2): forward, backward, in the rows' order
         states, _ = nn.utils.rnn.pad_packed_sequence(states, batch_first=True, total_length=T)  # (B, T, H)
         return states, torch.cat([final[0], final[1]], dim=-1)
+
+
+def _without_zero_biases(state: dict[str, torch.Tensor], expected: dict[str, torch.Size],
+                         source: Path) -> dict[str, torch.Tensor]:
+    """The stored tensors less the linears' biases that a use_bias=False model lacks, each checked to be
+    zero (what save_pretrained writes): a bias that is not would change what the model computes."""
+    encoder_keys = {name.removeprefix("bert.") for name in expected}  # the checkpoint's canonical names
+    kept = {}
+    for name, tensor in state.items():
+        if name.endswith(".bias") and name not in encoder_keys and name.removesuffix(".bias") + ".weight" in encoder_keys:
+            if bool(tensor.any()):
+                raise UserError(f"{source}: {name} is not zero, but config.json has use_bias false")
+            continue
+        kept[name] = tensor
+    return kept
 
 
 def _classifier_dropout(config: BertConfig) -> float:
@@ -1021,7 +1070,12 @@ SPEC = FamilySpec(
     pretrain_switches={"pre_layer_norm": _switch("pre_layer_norm"), "share_layers": _switch("share_layers"),
                        "embedding_size": _switch("embedding_size"),
                        "segment_embeddings": lambda on: {} if on else {"type_vocab_size": 0},
-                       "position": lambda kind: {"position_embedding_type": kind} if kind != "absolute" else {}},
+                       "position": lambda kind: {"position_embedding_type": kind} if kind != "absolute" else {},
+                       # Cramming's (Geiping and Goldstein 2022)
+                       "bias": lambda on: {} if on else {"use_bias": False},
+                       "gated_gelu": _switch("gated_feed_forward"),
+                       "dropout": lambda p: {} if p is None else {"hidden_dropout_prob": p,
+                                                                  "attention_probs_dropout_prob": p}},
     context_length=lambda c: c.context_length,
     heads={"sequence": BertForSequenceClassification, "token": BertForTokenClassification,
            "span": BertForQuestionAnswering, "wic": BertForWordInContext},

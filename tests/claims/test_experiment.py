@@ -154,3 +154,17 @@ def test_corpus_slice_is_the_first_whole_wikitext_articles_up_to_a_token_count(t
     assert list(read_documents([path], doc_format="lines")) == articles[:5]
     assert experiment.corpus_slice(target) == path  # the same content, the same file
     assert list(read_documents([experiment.corpus_slice(10)], doc_format="lines")) == articles[:2]  # one held out
+
+
+def test_a_recipe_reaches_every_bert_pretraining_and_keys_it_apart(tmp_path, monkeypatch):
+    experiment = Experiment.from_config(ReproduceConfig(claim="3", out=str(tmp_path / "o"), recipe="cramming"))
+    assert experiment.with_recipe({"objective": "roberta"}) == {"objective": "roberta", "recipe": "cramming"}
+    assert experiment.with_recipe({"arch": "gpt"}) == {"arch": "gpt"}  # the recipe is the bert family's
+    seen = []
+    monkeypatch.setattr(Experiment, "cached", lambda self, kind, key, settings, train: seen.append((key, settings)))
+    experiment.pretrained(objective="roberta", max_steps=5)
+    Experiment.from_config(ReproduceConfig(claim="3", out=str(tmp_path / "p"))).pretrained(objective="roberta",
+                                                                                          max_steps=5)
+    (with_key, with_settings), (without_key, without_settings) = seen
+    assert with_settings["recipe"] == "cramming" and "recipe" not in without_settings
+    assert with_key != without_key

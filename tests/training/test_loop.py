@@ -355,3 +355,90 @@ def test_run_problems_flag_a_run_whose_last_metrics_are_not_finite(tmp_path):
     assert run_problems(tmp_path) == [f"{log}: the last evaluation (step 20) has loss nan: the run diverged"]
     log.write_text("{not json\n")
     assert run_problems(tmp_path)[0].startswith(f"{log}: cannot read the run's metrics")
+
+
+# --- Cramming's schedule and batch ramp ----------------------------------------------------------
+
+
+class Windows:
+    """Micro-batches by their number in the run (`window`), recording what each step read."""
+
+    def __init__(self):
+        self.read = []
+
+    def window(self, first, count):
+        self.read.append((first, count))
+        return [batches(first + k)[0] for k in range(count)]
+
+    def __call__(self, step):
+        raise AssertionError("a ramped run reads windows")
+
+
+def test_one_cycle_triangle_peaks_midway_and_the_last_steps_lr_leads_to_zero(tmp_path):
+    # --schedule linear --warmup 0.5: Cramming's one-cycle triangle over the step budget
+    config = TrainConfig(lr=0.01, warmup=0.5, max_steps=20, log_every=1, save_every=0, progress=False,
+                         precision="fp32")
+    trainer = Trainer(Regression(), config, tmp_path, batches)
+    trainer.fit()
+    lrs = [row["lr"] for row in trainer.log.rows() if "split" not in row]
+    assert lrs[0] == 0.0 and max(lrs) == pytest.approx(0.01) and lrs.index(max(lrs)) == 10
+    assert lrs[-1] == pytest.approx(0.01 / 10)  # the last step's rate: one step of the decay from 0
+    assert trainer.set_lr() == 0.0  # at the budget's end the rate is 0
+
+
+def test_time_budget_schedule_ends_at_zero_with_the_time(tmp_path, monkeypatch):
+    # A fake clock: every step takes 1 s, so a 10 s budget is 10 steps and the rate is exactly that of its time
+    clock = iter(range(0, 10_000, 1))
+    monkeypatch.setattr("bertology.training.loop.time.perf_counter", lambda: float(next(clock)))
+    config = TrainConfig(lr=0.01, warmup=0.5, max_time="10s", log_every=1, save_every=0, progress=False,
+                         precision="fp32")
+    trainer = Trainer(Regression(), config, tmp_path, batches)
+    trainer.fit()
+    lrs = [row["lr"] for row in trainer.log.rows() if "split" not in row]
+    assert trainer.step == 10 and trainer.elapsed == 10.0
+    assert lrs == pytest.approx([0.01 * min(t / 5, (10 - t) / 5) for t in range(10)])
+    assert trainer.set_lr() == 0.0
+
+
+def test_batch_ramp_grows_the_effective_batch_and_reads_each_micro_batch_once(tmp_path):
+    source = Windows()
+    config = TrainConfig(lr=0.01, max_steps=12, grad_accum=4, batch_ramp=0.5, log_every=1, save_every=0,
+                         progress=False, precision="fp32")
+    trainer = Trainer(Regression(), config, tmp_path, source)
+    trainer.fit()
+    counts = [count for _, count in source.read]
+    assert counts == [1, 2, 2, 3, 3, 4, 4, 4, 4, 4, 4, 4]  # 1 + 3 * min(step / 6, 1), halves up
+    assert [first for first, _ in source.read] == [sum(counts[:i]) for i in range(12)]  # contiguous, none twice
+    assert [row["micro_batches_per_step"] for row in trainer.log.rows() if "split" not in row] == counts
+
+
+def test_batch_ramp_resumes_where_the_micro_batches_stopped(tmp_path):
+    def run(folder, max_steps, resume=False):
+        torch.manual_seed(0)
+        source = Windows()
+        config = TrainConfig(lr=0.01, max_steps=max_steps, grad_accum=3, batch_ramp=1.0, log_every=1, save_every=4,
+                             keep_last=5, progress=False, precision="fp32", resume=resume)
+        trainer = Trainer(Regression(), config, folder, source)
+        trainer.fit()
+        return source.read, [row["loss"] for row in trainer.log.rows() if "split" not in row]
+
+    whole, whole_losses = run(tmp_path / "whole", 10)
+    run(tmp_path / "split", 10)
+    # interrupted at step 4: drop the later checkpoints, then resume
+    for folder in (tmp_path / "split" / "checkpoints").iterdir():
+        if folder.name != "step-00000004":
+            shutil.rmtree(folder)
+    rest, losses = run(tmp_path / "split", 10, resume=True)
+    assert rest == whole[4:]
+    assert losses == pytest.approx(whole_losses)
+
+
+def test_batch_ramp_settings_are_checked(tmp_path):
+    with pytest.raises(UserError, match="--grad-accum 2"):
+        Trainer(Regression(), TrainConfig(max_steps=5, batch_ramp=0.5, progress=False), tmp_path, Windows())
+    with pytest.raises(UserError, match="at most 1"):
+        Trainer(Regression(), TrainConfig(max_steps=5, grad_accum=2, batch_ramp=2.0, progress=False), tmp_path,
+                Windows())
+    with pytest.raises(UserError, match="--batch-ramp"):
+        Trainer(Regression(), TrainConfig(max_steps=5, grad_accum=2, batch_ramp=0.5, progress=False), tmp_path,
+                batches)
