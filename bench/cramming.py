@@ -329,7 +329,6 @@ def time_phase_one(runs: Runs) -> None:
 def plan_phase_two(runs: Runs) -> None:
     """The recipe by the rule (`paying_changes`) from phase 1's results, its step times and budgets: the demo
     and shared rows, the shared row at mini, and the acceptance runs (recipe at tiny and mini, baseline)."""
-    plan = runs.plan()
     recipe = paying_changes(phase_one_results(runs))
     phase = {"created": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), "recipe": recipe, "rows": {}}
     wanted = {("demo", RECIPE_ROW): recipe, ("shared", RECIPE_ROW): recipe,
