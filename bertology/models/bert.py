@@ -434,8 +434,10 @@ class BertPreTrainedModel(PreTrainedModel):
     def to_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Our names -> transformers' names of the family (the fused Q/K/V split in three). With
         use_bias=False, zeros in place of the missing biases keep the file in transformers' layout."""
+        if self.config.use_bias:  # an untied output matrix has no bias of its own either: `mlm.bias` is its bias
+            return self.keys.to_transformers(state)
         zeros = {f"{name}.bias": torch.zeros(module.out_features) for name, module in self.named_modules()
-                 if isinstance(module, nn.Linear) and module.bias is None}
+                 if isinstance(module, nn.Linear) and module.bias is None and _ENCODER_LAYER.search(name)}
         return self.keys.to_transformers({**state, **zeros})
 
     def onnx_inputs(self) -> tuple[str, ...]:
@@ -707,6 +709,9 @@ class BertHeadBiLSTM(nn.Module):
         states, (final, _) = self.lstm(packed)  # final (2, B, H/2): forward, backward, in the rows' order
         states, _ = nn.utils.rnn.pad_packed_sequence(states, batch_first=True, total_length=T)  # (B, T, H)
         return states, torch.cat([final[0], final[1]], dim=-1)
+
+
+_ENCODER_LAYER = re.compile(r"(?:^|\.)layers\.\d+\.")  # the linears use_bias governs live in the layers
 
 
 def _without_zero_biases(state: dict[str, torch.Tensor], expected: dict[str, torch.Size],
