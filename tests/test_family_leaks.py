@@ -28,10 +28,6 @@ ALLOWED_KEYS = {
     ("__init__.py", "static"),  # the Python API of the `bertology static` command group
     ("cli.py", "static"),  # the `bertology static` command group's help
     ("training/objectives.py", "bert"),  # --electra-masking bert: BERT's 80/10/10 masking recipe, a setting's value
-    # transformers' AutoTokenizer table: the tokenizer class a directory of each model_type holds
-    # when its tokenizer_config.json names none (transformers' layout, read below the models layer)
-    *(("data/tokenizer_files.py", name) for name in ("bert", "gpt2", "openai-gpt", "t5", "xlnet", "roberta",
-                                                      "albert", "electra", "distilbert")),
 }
 CLASSES = {name for family in FAMILIES.values()
            for name, value in vars(import_module(family.module)).items()

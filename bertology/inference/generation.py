@@ -20,6 +20,7 @@ import torch
 
 from ..errors import UserError
 from ..memory import FP32_BYTES, check_fits
+from ..models import spec_for
 from ..ops import position_ids_for
 
 
@@ -180,15 +181,16 @@ def check_fits_model(model, prompts: tuple[int, int], config: GenerationConfig) 
         raise UserError(f"num_beams (--num-beams) {config.num_beams} is more than the model's {vocab_size:,} tokens")
     check_fits(3 * FP32_BYTES * batch * config.num_beams * vocab_size,
                f"num_beams (--num-beams) {config.num_beams} for {batch} prompt(s) over {vocab_size:,} tokens")
-    positions = getattr(model.config, "n_positions", None)
+    positions = spec_for(model.config).context_length(model.config)
     if not is_encoder_decoder(model) and positions and prompt_length + config.max_new_tokens > positions:
         raise UserError(f"max_new_tokens (--max-new-tokens) {config.max_new_tokens} after a prompt of {prompt_length} "
                         f"tokens goes beyond the model's context of {positions} positions (n_positions)")
 
 
 def is_encoder_decoder(model) -> bool:
-    """Whether `model` encodes an input and decodes from a start token (T5), rather than continuing a prompt."""
-    return hasattr(model.config, "decoder_start_token_id") and hasattr(model, "encode")
+    """Whether `model` encodes an input and decodes from a start token (T5), rather than continuing a
+    prompt: its family's spec says how it generates."""
+    return spec_for(model.config).generation == "seq2seq"
 
 
 def _beam_search(model, input_ids: torch.Tensor, mask: torch.Tensor, config: GenerationConfig,
