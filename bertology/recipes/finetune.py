@@ -23,6 +23,7 @@ from typing import Callable
 import torch
 
 from ..config import Device, TaskConfig, default_of, setting, setting_fields
+from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import write_json_atomic
 from ..inference.embedding import POOLINGS
@@ -196,9 +197,9 @@ def read_task(cfg: FinetuneConfig) -> tuple[TaskSpec, list, dict[str, list]]:
     return spec, subset(train, cfg.max_train_examples, cfg.seed), dev
 
 
-def prepare_data(cfg: FinetuneConfig) -> RunData:
-    """Read and encode the task's data once (all seeds share it), reporting what was cut."""
-    tokenizer = open_model_dir(cfg.model).tokenizer()
+def prepare_data(cfg: FinetuneConfig, tokenizer: Tokenizer) -> RunData:
+    """Read and encode the task's data once with the model's `tokenizer` (all seeds share it), reporting
+    what was cut."""
     spec, train, dev = read_task(cfg)
     settings = cfg.input_settings(spec)
     encoded = encode(spec, train, tokenizer, settings, training=True)
@@ -290,20 +291,20 @@ def default_finetune_setting(name: str):
 
 
 # How each runner's fine-tuning starts: (prepare the data, train one seed), by the family's spec's `runner`.
-def _prepare_head(cfg: FinetuneConfig) -> tuple[RunData, Callable, int]:
-    data = prepare_data(cfg)
+def _prepare_head(cfg: FinetuneConfig, model_dir: ModelDir) -> tuple[RunData, Callable, int]:
+    data = prepare_data(cfg, model_dir.tokenizer())
     return data, train_feature_head if cfg.mode == "features" else finetune_once, data.train_encoded.too_long
 
 
-def _prepare_text_to_text(cfg: FinetuneConfig) -> tuple[RunData, Callable, int]:
+def _prepare_text_to_text(cfg: FinetuneConfig, model_dir: ModelDir) -> tuple[RunData, Callable, int]:
     spec, train, dev = read_task(cfg)
-    data = prepare_text_to_text(cfg.model, spec, train, dev, cfg.input_settings(spec))
+    data = prepare_text_to_text(model_dir, spec, train, dev, cfg.input_settings(spec))
     return data, finetune_text_to_text, data.train_encoded.too_long
 
 
-def _prepare_word_features(cfg: FinetuneConfig) -> tuple[RunData, Callable, int]:
+def _prepare_word_features(cfg: FinetuneConfig, model_dir: ModelDir) -> tuple[RunData, Callable, int]:
     check_task(resolve_task(cfg))
-    return prepare_static_data(*read_task(cfg), open_word_features(cfg.model)), train_static_head, 0
+    return prepare_static_data(*read_task(cfg), open_word_features(model_dir.path)), train_static_head, 0
 
 
 PREPARE = {"head": _prepare_head, "text_to_text": _prepare_text_to_text, "word_features": _prepare_word_features}
@@ -320,7 +321,7 @@ def run_finetuning(cfg: FinetuneConfig) -> dict:
     else:
         model_dir = open_model_dir(cfg.model)
         check_model_setup(cfg, model_dir, resolve_task(cfg).kind)
-        data, train_one, too_long = PREPARE[model_dir.spec.runner](cfg)
+        data, train_one, too_long = PREPARE[model_dir.spec.runner](cfg, model_dir)
     if cfg.resume:  # before the record is written again: the earlier run's settings, or a one-line refusal
         check_resumed_record(out / CONFIG_NAME, dataclasses.asdict(cfg))
     write_json_atomic(out / CONFIG_NAME, {**dataclasses.asdict(cfg), "task_spec": dataclasses.asdict(data.spec),

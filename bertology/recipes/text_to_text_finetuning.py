@@ -29,7 +29,7 @@ from torch import nn
 from ..data.padding import pad_rows
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
-from ..inference.modeldir import describe_task, open_model_dir
+from ..inference.modeldir import ModelDir, describe_task, open_model_dir
 from ..inference.text_to_text import (
     casting_for,
     content_ids,
@@ -96,12 +96,11 @@ def evaluate_text_to_text(model: nn.Module, data: RunData, casting, batch_size: 
     return results
 
 
-def prepare_text_to_text(model_dir: str, spec: TaskSpec, train: list, dev: dict[str, list],
+def prepare_text_to_text(opened: ModelDir, spec: TaskSpec, train: list, dev: dict[str, list],
                          settings: InputSettings) -> RunData:
     """A T5's task data: the training examples cast and encoded once for every seed, those whose
     answer a cut input lost dropped (a target longer than the decoder is a one-line error before
     any work), the dev examples as they are."""
-    opened = open_model_dir(model_dir)
     tokenizer = opened.tokenizer()
     decoder_limit = opened.spec.context_length(opened.config)
     casting = casting_for(spec, tokenizer, settings)
