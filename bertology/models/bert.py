@@ -399,7 +399,7 @@ class BertLayer(nn.Module):
         self.pre_layer_norm = config.pre_layer_norm
 
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, H) -> (B, T, H) through the intermediate width."""
+        """(..., H) -> (..., H) through the intermediate width."""
         h = self.ffn_in(x)  # (B, T, I)
         if self.gated:  # GLU: one half gates the other, (B, T, I/2)
             value, gate = h.chunk(2, dim=-1)
@@ -409,7 +409,8 @@ class BertLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, T, H) -> (B, T, H), plus attention weights when asked."""
+        """x (B, T, H) -> (B, T, H), plus attention weights when asked; under an `Unpadding` mask,
+        the packed real tokens (N, H) -> (N, H)."""
         if self.pre_layer_norm:  # normalise each sub-layer's input; the residual path stays raw
             attended, weights = self.attention(self.attention_norm(x), mask, need_weights)
             x = x + self.dropout(attended)
@@ -535,11 +536,11 @@ class BertModel(BertPreTrainedModel):
         (torch.Size([1, 4, 128]), torch.Size([1, 128]))
     """
 
+    unpad = True  # padded batches run on their real tokens alone (False: the padded computation, for comparison)
+
     def onnx_outputs(self) -> tuple[str, ...]:
         """The states, and the pooled [CLS] vector when the model has a pooler."""
         return ("last_hidden_state", "pooler_output") if self.pooler is not None else ("last_hidden_state",)
-
-    unpad = True  # padded batches run on their real tokens alone (False: the padded computation, for comparison)
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
