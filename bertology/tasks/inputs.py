@@ -12,8 +12,8 @@ XLNet's "A <sep> B <sep> <cls>" (written below as BERT's). Each task kind has on
   mode each word is predicted from the window where it sits most centrally.
 - span (SQuAD): "[CLS] question [SEP] context window [SEP]" with windows `doc_stride` tokens
   apart, as BERT's run_squad; answers are found by an n-best search over start/end scores,
-  and SQuAD 2.0's "no answer" (the row's first position: [CLS]) is chosen when its score beats
-  the best span by the threshold.
+  and SQuAD 2.0's "no answer" (the row's classification token: BERT's [CLS] first, XLNet's <cls>
+  last) is chosen when its score beats the best span by the threshold.
 - wic (a sentence pair with a target word in each): "[CLS] s1 [SEP] s2 [SEP]" and, for each
   sentence, the first and last token of its target word (found from the word index through the
   tokens' character offsets). Too-long pairs are cut longest first around the targets, which
@@ -49,8 +49,9 @@ class Feature:
     example: int
     label: int | float | None = None  # sequence and wic tasks
     token_labels: list[int] | None = None  # token tasks (IGNORE_INDEX off first pieces)
-    start: int = 0  # span tasks: gold token positions (0, the row's first position: no answer in this window)
+    start: int = 0  # span tasks: gold token positions (`null_position` when the answer is not in this window)
     end: int = 0
+    null_position: int = 0  # span tasks: the "no answer" position, the row's [CLS] (XLNet's <cls>: its last)
     word_ids: list[int | None] = field(default_factory=list)  # token tasks: word of each first piece
     centrality: list[int] = field(default_factory=list)  # token tasks: distance to the window's edge
     offsets: list[tuple[int, int] | None] = field(default_factory=list)  # span tasks: context chars per token
@@ -219,12 +220,14 @@ def _answer_tokens(offsets: list[tuple[int, int]], answer_start: int, answer_end
 def encode_spans(spec: TaskSpec, examples: list[SpanExample], tokenizer: Tokenizer, settings: InputSettings,
                  training: bool) -> Encoded:
     """Questions + contexts -> "[CLS] q [SEP] window [SEP]" rows; gold spans outside a window point at
-    the row's first position ([CLS])."""
+    the row's classification token (BERT's [CLS] first, XLNet's <cls> last; the first position for a
+    tokenizer without one), as transformers' question-answering scripts point them."""
     contexts = sorted({e.context for e in examples})
     context_ids = {c: i for i, c in enumerate(contexts)}
     ctx = unframed(tokenizer, contexts, offsets=True)
     questions = unframed(tokenizer, [e.question for e in examples])
     frame = framing(tokenizer, pair=True)
+    cls = tokenizer.cls_token_id if "cls" in tokenizer.special_tokens else None
     features, too_long = [], 0
     for i, example in enumerate(examples):
         c = context_ids[example.context]
@@ -240,8 +243,9 @@ def encode_spans(spec: TaskSpec, examples: list[SpanExample], tokenizer: Tokeniz
         first = frame.second(len(question))  # the row position of the window's first token
         for start, end in spans:
             ids_row, types = tokenizer.frame(question, ids[start:end])
-            row = Feature(ids_row, types, i, offsets=[None] * first + list(offsets[start:end])
-                          + [None] * (len(ids_row) - first - (end - start)))
+            null = ids_row.index(cls) if cls in ids_row else 0
+            row = Feature(ids_row, types, i, start=null, end=null, null_position=null,
+                          offsets=[None] * first + list(offsets[start:end]) + [None] * (len(ids_row) - first - (end - start)))
             if gold is not None and start <= gold[0] and gold[1] < end:
                 row.start, row.end = gold[0] - start + first, gold[1] - start + first
             features.append(row)
@@ -428,7 +432,8 @@ def find_answers(encoded: Encoded, starts: list[np.ndarray], ends: list[np.ndarr
 
     Spans must lie in the context, end at or after their start and be at most
     `max_answer_length` tokens; the best start + end score over all windows wins. With
-    `allow_no_answer` (SQuAD 2.0) there is no answer when the smallest [CLS] score over the
+    `allow_no_answer` (SQuAD 2.0) there is no answer when the smallest no-answer score (at each
+    row's [CLS], `Feature.null_position`) over the
     windows exceeds the best span's score by more than `null_score_threshold`.
 
     Returns one dict per example: "answer" (the context's text), "start" and "end" (character
@@ -440,7 +445,7 @@ def find_answers(encoded: Encoded, starts: list[np.ndarray], ends: list[np.ndarr
     null = [np.inf] * len(examples)
     for feature, start, end in zip(encoded.features, starts, ends):
         i = feature.example
-        null[i] = min(null[i], float(start[0] + end[0]))
+        null[i] = min(null[i], float(start[feature.null_position] + end[feature.null_position]))
         valid = np.array([o is not None for o in feature.offsets])
         s_scores = np.where(valid, start[: len(valid)], -np.inf)
         e_scores = np.where(valid, end[: len(valid)], -np.inf)

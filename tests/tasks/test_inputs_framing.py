@@ -107,11 +107,19 @@ def test_tags_answers_and_targets_sit_on_their_tokens_in_any_frame(transformers_
     assert [row.input_ids for row in encoded.features] == expected and encoded.too_long
     found = 0
     for row in encoded.features:
-        if row.start:
+        # "no answer" is the row's classification token (BERT's [CLS] first, XLNet's <cls> last), or its
+        # first position for a tokenizer without one (GPT-2's)
+        cls = ours.cls_token_id if "cls" in ours.special_tokens else None
+        assert row.null_position == (row.input_ids.index(cls) if cls is not None else 0)
+        if row.start != row.null_position:
             found += 1
             answer = questions[row.example].answers[0]["text"]
             assert spelled(ours, row.input_ids[row.start:row.end + 1]).strip() == normalized(ours, answer)
+        else:
+            assert row.end == row.null_position
     assert found >= len(questions)
+    if model_type == "xlnet":
+        assert all(row.null_position == len(row.input_ids) - 1 for row in encoded.features)
     # WiC: each target's tokens spell the word; the rows are transformers' pairs.
     pairs = examples["wic"]
     encoded = encode(TASKS["wic"], pairs, ours, InputSettings(max_seq_len=128), training=False)
