@@ -7,19 +7,22 @@ so a run cut short still leaves what it measured):
 2. pretrain_step: one optimizer step of BERT pre-training (MLM + NSP, bf16 autocast, fused AdamW,
    clipping at 1.0) at mini / base / large, seq 128, batch 128: tokens/s of bertology's Trainer and
    of a plain transformers loop on the same batches, the ratio, and bertology's MFU;
-3. inference: BertModel base at batch 256 x 128 in fp32 and bf16, sequences/s of both libraries;
-4. embed: mean-pooled sentence vectors of WikiText-2 lines (mixed lengths) at bf16: bertology's
+3. profile: where a bertology pre-training step's time goes, at mini and base: the share of the
+   step's wall time the device is busy (low: launch-bound) and the kernels that take the most of it
+   (torch.profiler; on the CPU, the operators);
+4. inference: BertModel base at batch 256 x 128 in fp32 and bf16, sequences/s of both libraries;
+5. embed: mean-pooled sentence vectors of WikiText-2 lines (mixed lengths) at bf16: bertology's
    `embed_texts` (length-bucketed batches) against transformers' AutoModel padding to the longest;
-5. generation: GPT-2 124M shape (random weights), greedy, 128 new tokens after 16, batch 1 / 8 / 32:
+6. generation: GPT-2 124M shape (random weights), greedy, 128 new tokens after 16, batch 1 / 8 / 32:
    new tokens/s of both `generate`s, the ids checked identical;
-6. pretrain_cli: `bertology pretrain --preset base --batch-size 128 --precision bf16` end to end on
+7. pretrain_cli: `bertology pretrain --preset base --batch-size 128 --precision bf16` end to end on
    WikiText-2 (a child process): its steady tokens/s against the bare step of the same model (its
    trained vocabulary's size) on batches already on the device;
-7. families: every family and objective `pretrain` trains, on this device: pre-train (60 steps,
+8. families: every family and objective `pretrain` trains, on this device: pre-train (60 steps,
    checkpoints included), --resume (loads the checkpoint on the device), reload the saved model on
    the device and on the CPU (features compared), then `embed` or `generate` as the family has
    them, and finetune + evaluate on SST-2 where the family has a sequence head; pass or the error;
-8. compile: base pre-training steps compiled (`--compile`: torch.compile, inductor) and eager,
+9. compile: base pre-training steps compiled (`--compile`: torch.compile, inductor) and eager,
    over 300 steps each: the compile time, the steady step time, and the total.
 
     python bench/gpu.py                  # on a CUDA machine: about 8 minutes on one H100
@@ -249,6 +252,48 @@ def section_pretrain_step(bench: Bench) -> list[str]:
         lines.append(f"| {preset} | {theirs:,.0f} | {ours:,.0f} | {ours / theirs:.2f}x | {mfu:.0%} | {memory} |")
         bench.log(lines[-1])
     lines += ["", "Targets (issue 36): base >= 1.5x and >= 45% MFU, large >= 50% MFU, mini >= 1.2x."]
+    return lines
+
+
+# ----- profile ---------------------------------------------------------------------------------
+
+
+def section_profile(bench: Bench) -> list[str]:
+    """Where bertology's pre-training step spends its time: device-busy share and the top kernels."""
+    s = bench.sizes
+    presets = ("tiny",) if bench.smoke else ("mini", "base")
+    batches = [{k: v.to(bench.device) for k, v in b.items()} for b in make_batches(4, 0, s.batch, s.seq_len)]
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if bench.cuda else [])
+    key = "self_device_time_total" if bench.cuda else "self_cpu_time_total"
+    steps = s.timed_steps
+    lines = [f"bertology's pre-training step (MLM + NSP, bf16, fused AdamW, clipping), seq {s.seq_len}, batch "
+             f"{s.batch}, {steps} steps under torch.profiler after {s.warmup_steps} unprofiled ones. Busy: the "
+             f"{'kernels' if bench.cuda else 'operators'}' summed time over the steps' wall time (well below 100% on a "
+             "GPU: the step waits on Python and kernel launches).", ""]
+    for preset in presets:
+        config = BertConfig.from_preset(preset, vocab_size=30522, max_position_embeddings=max(512, s.seq_len))
+        trainer = bertology_trainer(bench, config, batches)
+        for _ in range(s.warmup_steps):
+            trainer.train_step()
+        bench.sync()
+        with torch.profiler.profile(activities=activities) as profile:
+            start = time.perf_counter()
+            for _ in range(steps):
+                trainer.train_step()
+            bench.sync()
+            wall = time.perf_counter() - start
+        del trainer
+        bench.free()
+        events = [e for e in profile.key_averages() if getattr(e, key) > 0]
+        busy = sum(getattr(e, key) for e in events) / 1e6  # microseconds -> seconds
+        lines += [f"**{preset}**: {1000 * wall / steps:.1f} ms per step, busy {busy / wall:.0%}", "",
+                  "| kernel | calls per step | ms per step | share of busy time |", "|---|---:|---:|---:|"]
+        for event in sorted(events, key=lambda e: getattr(e, key), reverse=True)[:12]:
+            name = event.key if len(event.key) <= 70 else event.key[:67] + "..."
+            lines.append(f"| `{name.replace('|', '/')}` | {event.count / steps:g} | "
+                         f"{getattr(event, key) / 1000 / steps:.2f} | {getattr(event, key) / 1e6 / busy:.0%} |")
+        lines.append("")
+        bench.log(f"profile {preset}: {1000 * wall / steps:.1f} ms per step, busy {busy / wall:.0%}")
     return lines
 
 
@@ -586,7 +631,8 @@ def section_compile(bench: Bench) -> list[str]:
             "", "Target (issue 36): compiled faster than eager over its first 300 base steps."]
 
 
-SECTIONS = {"peak": section_peak, "pretrain_step": section_pretrain_step, "inference": section_inference,
+SECTIONS = {"peak": section_peak, "pretrain_step": section_pretrain_step, "profile": section_profile,
+            "inference": section_inference,
             "embed": section_embed, "generation": section_generation, "pretrain_cli": section_pretrain_cli,
             "families": section_families, "compile": section_compile}
 
@@ -612,6 +658,7 @@ def environment(bench: Bench) -> str:
 
 
 TITLES = {"peak": "The card's bf16 matrix-product peak", "pretrain_step": "BERT pre-training step",
+          "profile": "Where the pre-training step's time goes",
           "inference": "Encoder inference", "embed": "embed on real text of mixed lengths",
           "generation": "GPT-2 greedy generation", "pretrain_cli": "The pretrain command end to end",
           "families": "Every family on the device", "compile": "--compile against eager"}

@@ -22,7 +22,7 @@ def test_every_section_of_the_gpu_bench_runs_at_smoke_size(data_dir, tmp_path):
                          capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     page = results.read_text(encoding="utf-8")
-    sections = ["peak", "pretrain_step", "inference", "embed", "generation", "pretrain_cli", "families", "compile"]
+    sections = ["peak", "pretrain_step", "profile", "inference", "embed", "generation", "pretrain_cli", "families", "compile"]
     assert [line.split("[start:")[1].split("]")[0] for line in page.splitlines() if "[start:" in line] == sections
     assert "FAILED" not in page and "skipped" not in page and "not run" not in page, page
     assert page.count("; commit ") == len(sections) and page.count("transformers ") >= len(sections)
