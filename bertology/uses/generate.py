@@ -57,6 +57,9 @@ class GenerateConfig(Device):
     stop: list[str] = setting([], metavar="TEXT", help="end a continuation before the first of these strings")
     batch_size: int = setting(8, positive=True, help="prompts per forward pass")
     seed: int = setting(0, help="the random seed of sampling")
+    compile: bool = setting(False, help="compile the decode step of greedy decoding and sampling (torch.compile; "
+                                        "a CUDA graph on a GPU): the first call waits for the compiler, every "
+                                        "token after it runs faster")
 
 
 Generator = nn.Module  # a model of a family whose spec has `generation`: its language model (GPT) or T5
@@ -228,7 +231,7 @@ def run_generate(cfg: GenerateConfig) -> list[dict]:
         raise UserError("nothing to continue: give --prompt TEXT or --input FILE")
     model, tokenizer = load_generator(cfg.model, cfg.device)
     config = GenerationConfig(max_new_tokens=cfg.max_new_tokens, do_sample=cfg.do_sample, temperature=cfg.temperature,
-                              top_k=cfg.top_k, top_p=cfg.top_p, num_beams=cfg.num_beams)
+                              top_k=cfg.top_k, top_p=cfg.top_p, num_beams=cfg.num_beams, compile=cfg.compile)
     generated = generate_text(model, tokenizer, prompts, config, cfg.stop, cfg.batch_size, cfg.seed)
     if is_encoder_decoder(model):
         records = [{"prompt": p, "output": o} for p, o in zip(prompts, generated)]
