@@ -190,7 +190,9 @@ class GPTAttention(nn.Module):
         batch, length, width = x.shape
         query, key, value = (t.view(batch, length, self.n_head, self.head_size).transpose(1, 2)
                              for t in self.c_attn(x).split(width, dim=2))
-        if cache_position is not None:  # in place: the buffers keep their shape and address from token to token
+        # In place: the buffers keep their shape and address from token to token. (The casts do nothing
+        # unless autocast computes in another precision than the cache holds.)
+        if cache_position is not None:
             past[0].index_copy_(2, cache_position, key.to(past[0].dtype))
             past[1].index_copy_(2, cache_position, value.to(past[1].dtype))
             key, value = past[0].to(query.dtype), past[1].to(query.dtype)
