@@ -163,10 +163,10 @@ def test_the_compiled_decode_step_is_traced_once_and_replayed_without_recompilin
     torch.manual_seed(0)
     model = GPTLMHeadModel(GPTConfig(**SMALL, pre_layer_norm=True, initializer_range=0.3)).eval()
     ids, mask = left_padded([9, 5])
-    compiled = generate(model, ids, mask, static(max_new_tokens=30, compile=True))  # 29 decode steps after the prompt
+    compiled = generate(model, ids, mask, static(max_new_tokens=31, compile=True))  # 30 decode steps after the prompt
     assert counters["stats"]["unique_graphs"] == 1
-    assert torch.equal(compiled, generate(model, ids, mask, dynamic(max_new_tokens=30)))
-    # Another call whose prompt and tokens fit the cache (39 positions, held as 64) reuses the cache
+    assert torch.equal(compiled, generate(model, ids, mask, dynamic(max_new_tokens=31)))
+    # Another call whose prompt and tokens fit the cache (40 positions, held as 64) reuses the cache
     # and the compiled step: other prompts, other lengths, sampling, nothing is compiled again.
     ids, mask = left_padded([12, 3], seed=5)
     with torch._dynamo.config.patch(error_on_recompile=True):
