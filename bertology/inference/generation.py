@@ -21,6 +21,7 @@ cache that grows by concatenation, as does a family without a static cache (T5).
 from __future__ import annotations
 
 import math
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -152,6 +153,7 @@ class _Compiled:
 
     step: Callable[..., torch.Tensor]
     cache: Any = None
+    seconds: float | None = None  # its first call, compiled and run (a CUDA graph is captured at the second)
 
 
 # model -> its compiled decode step; dropped with the model.
@@ -163,8 +165,8 @@ class StaticDecoding:
     (B, T) in one call, then one new token per call at fixed shapes, compiled with `compile`.
 
     The cache holds the prompt and max_new_tokens more (compiled: rounded up to a power of two, at
-    most the model's context, and reused by later calls that fit, so that a server's prompts of
-    varying lengths share one compiled step). Positions after the prompt count as real tokens: a
+    most the model's context, and reused by later calls that fit, so that the command's batches of
+    prompts of varying lengths share one compiled step). Positions after the prompt count as real tokens: a
     row that has ended keeps computing, but its tokens are replaced by padding, as in the dynamic path.
     """
 
@@ -186,7 +188,7 @@ class StaticDecoding:
                 context = spec_for(model.config).context_length(model.config) or length
                 cache = compiled.cache = make_cache(model.config, batch, min(1 << (length - 1).bit_length(), context),
                                                     parameter.device, parameter.dtype)
-            self.cache, self.compiled = cache, compiled.step
+            self.cache, self.compiled = cache, compiled
         else:
             self.cache, self.compiled = make_cache(model.config, batch, length, parameter.device, parameter.dtype), None
         self.model = model
@@ -211,7 +213,18 @@ class StaticDecoding:
         if self.compiled is None or input_ids.shape[1] > 1:  # the prompt: its length varies, so it runs eagerly
             return decode_step(self.model, self.cache, self.mask, self.positions, input_ids, cache_position)
         torch.compiler.cudagraph_mark_step_begin()  # a new replay: the last one's logits have been read
-        return self.compiled(self.model, self.cache, self.mask, self.positions, input_ids, cache_position)
+        start = time.perf_counter()
+        logits = self.compiled.step(self.model, self.cache, self.mask, self.positions, input_ids, cache_position)
+        if self.compiled.seconds is None:
+            self.compiled.seconds = time.perf_counter() - start
+        return logits
+
+
+def compile_seconds(model) -> float | None:
+    """How long the first call of `model`'s compiled decode step took (compiling it included), or
+    None if generation has not compiled it."""
+    compiled = _COMPILED.get(model)
+    return compiled.seconds if compiled is not None else None
 
 
 @torch.no_grad()

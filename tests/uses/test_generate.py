@@ -199,4 +199,5 @@ def test_compile_prints_what_the_eager_steps_give(gpt_dir, capsys, monkeypatch):
         compiled = run(capsys, "--model", str(gpt_dir), "--prompt", *prompts, "--max-new-tokens", "12", "--compile",
                        *sampling)
         assert eager[0] == compiled[0] == 0 and compiled[1] == eager[1], compiled[2]
+        assert "compiling took" in compiled[2] and "compiling took" not in eager[2]
     torch._dynamo.reset()
