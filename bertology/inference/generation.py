@@ -183,8 +183,10 @@ class StaticDecoding:
                 mode = "reduce-overhead" if parameter.device.type == "cuda" else None
                 compiled = _COMPILED[model] = _Compiled(torch.compile(decode_step, fullgraph=True, mode=mode))
             cache = compiled.cache
+            # (Buffers made under inference_mode cannot be written outside it, and the other way round.)
             if (cache is None or cache.max_batch_size != batch or cache.max_cache_len < length
-                    or cache.layers[0][0].device != parameter.device or cache.layers[0][0].dtype != parameter.dtype):
+                    or cache.layers[0][0].device != parameter.device or cache.layers[0][0].dtype != parameter.dtype
+                    or cache.layers[0][0].is_inference() != torch.is_inference_mode_enabled()):
                 context = spec_for(model.config).context_length(model.config) or length
                 cache = compiled.cache = make_cache(model.config, batch, min(1 << (length - 1).bit_length(), context),
                                                     parameter.device, parameter.dtype)

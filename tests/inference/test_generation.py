@@ -174,3 +174,8 @@ def test_the_compiled_decode_step_is_traced_once_and_replayed_without_recompilin
             compiled = generate(model, ids, mask, static(compile=True, **settings), torch.Generator().manual_seed(2))
             assert torch.equal(compiled, generate(model, ids, mask, dynamic(**settings), torch.Generator().manual_seed(2)))
     assert counters["stats"]["unique_graphs"] == 1
+    # A cache made under inference_mode (as a benchmark runs), then generation outside it: a new cache.
+    greedy = generate(model, ids[:1], mask[:1], dynamic(max_new_tokens=20))
+    with torch.inference_mode():
+        assert torch.equal(generate(model, ids[:1], mask[:1], static(max_new_tokens=20, compile=True)), greedy)
+    assert torch.equal(generate(model, ids[:1], mask[:1], static(max_new_tokens=20, compile=True)), greedy)
