@@ -18,13 +18,15 @@ chunks. `resolve_precision` and `autocast` choose and apply fp32 or bf16 for tra
 inference alike; `IGNORE_INDEX` marks label positions that carry no loss.
 `resolve_device` reads the `--device` setting.
 `relative_position_bucket` is T5's bucketing of query-key distances, which T5 and BERT's
-relative positions share.
+relative positions share. `Unpadding` packs a padded batch's real tokens so that an encoder computes
+on them alone (MosaicBERT's unpadding).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -296,3 +298,99 @@ def relative_position_bucket(relative_position: torch.Tensor, bidirectional: boo
                                * (num_buckets - max_exact)).long()
     logarithmic = logarithmic.clamp(max=num_buckets - 1)
     return buckets + torch.where(distance < max_exact, distance, logarithmic)
+
+
+# ----- unpadding -----------------------------------------------------------------------------
+
+def _varlen_attn(*args, **kwargs) -> torch.Tensor:
+    """PyTorch's variable-length FlashAttention (CUDA), imported on first use: the module loads
+    torch._dynamo, which every command would otherwise pay for at start-up."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    return varlen_attn(*args, **kwargs)
+
+
+def _has_varlen_attn() -> bool:
+    try:
+        import torch.nn.attention.varlen  # noqa: F401 - torch >= 2.10
+    except ImportError:  # pragma: no cover - older torch: every device takes the padded form
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Unpadding:
+    """Where a padded batch's real tokens are, so that an encoder computes on them alone.
+
+    A batch of texts of mixed lengths padded to its longest spends the linear layers' and the
+    attention's arithmetic on padding; MosaicBERT packs the real tokens of every row into one
+    (N, H) tensor instead, runs the linear layers, LayerNorms and dropout on that, and attends
+    within each row's span (`attend`, or padded back around the attention alone where no
+    variable-length kernel runs). Every real token's output equals the padded computation's;
+    the padding positions come back as zeros (`pad`), which nothing downstream reads (losses,
+    poolers and heads all skip them through the attention mask).
+
+    Attributes:
+        indices: (N,) flat positions (row * T + column) of the real tokens, row by row.
+        cu_seqlens: (B + 1,) int32 offsets of each row's first token in the packed tensors.
+        max_len: the most real tokens in a row.
+        shape: (B, T) of the padded batch.
+        mask: bool (B, 1, 1|T, T), True = may attend: the padded form's attention mask, for the
+            devices without a variable-length kernel.
+        causal: whether each token attends only to the real tokens before it.
+    """
+
+    indices: torch.Tensor
+    cu_seqlens: torch.Tensor
+    max_len: int
+    shape: tuple[int, int]
+    mask: torch.Tensor
+    causal: bool = False
+
+    @classmethod
+    def of(cls, attention_mask: torch.Tensor, mask: torch.Tensor, causal: bool = False) -> Unpadding:
+        """From attention_mask (B, T), 1 = real token (any positions: left, right or inner padding),
+        and the bool attention mask (B, 1, 1|T, T) the padded form would use."""
+        real = attention_mask.bool()
+        lengths = real.sum(1, dtype=torch.int32)  # (B,)
+        cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+        indices = real.flatten().nonzero().squeeze(1)
+        return cls(indices, cu_seqlens, int(lengths.max()), tuple(real.shape), mask, causal)
+
+    # Packing and padding back around the attention cost about what 8% padding costs: measured on the
+    # CPU, a mini and a small BERT's training step ran 0.95-0.97x as fast unpadded at 3% padding and
+    # 1.02-1.07x at 15%; inference at WikiText-2's mixed lengths, 1.4x.
+    MIN_PADDING = 0.1
+
+    @staticmethod
+    def applies(attention_mask: torch.Tensor | None) -> bool:
+        """Whether to unpad a batch with this attention_mask (B, T): when at least `MIN_PADDING` of
+        it is padding, and outside tracing and compilation (the packed length depends on the data)."""
+        if attention_mask is None or torch.jit.is_tracing() or torch.compiler.is_compiling():
+            return False
+        if torch.onnx.is_in_onnx_export():
+            return False
+        return float(attention_mask.float().mean()) <= 1 - Unpadding.MIN_PADDING
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) -> (N, ...): the real tokens' rows, in order."""
+        return x.flatten(0, 1).index_select(0, self.indices)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, ...) -> (B, T, ...), zeros at the padding positions."""
+        padded = x.new_zeros((self.shape[0] * self.shape[1],) + tuple(x.shape[1:]))
+        return padded.index_copy(0, self.indices, x).view(*self.shape, *x.shape[1:])
+
+    def has_kernel(self, x: torch.Tensor, dropout_p: float) -> bool:
+        """Whether `attend` can take packed tensors like `x` as they are: PyTorch's variable-length
+        FlashAttention, on CUDA in half precision without attention dropout (which it lacks).
+        Elsewhere the caller pads the queries, keys and values back around its usual attention,
+        which still saves the linear layers' work on the padding."""
+        return (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and dropout_p == 0.0
+                and _has_varlen_attn())
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Attention within each row's real tokens (where `has_kernel`): q, k, v (N, heads, head
+        size) -> (N, heads, head size)."""
+        return _varlen_attn(q.contiguous(), k.contiguous(), v.contiguous(), self.cu_seqlens, self.cu_seqlens,
+                            self.max_len, self.max_len, window_size=(-1, 0) if self.causal else (-1, -1))

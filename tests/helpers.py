@@ -299,3 +299,10 @@ def save_transformers_tokenizer(model_type: str, lines: list[str], native: Path,
         (native / "spiece.vocab").unlink()
     (native / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     getattr(transformers, TOKENIZER_CLASSES[model_type]).from_pretrained(native).save_pretrained(saved)
+
+
+def at_real_tokens(output: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """A per-token output (B, T, ...) at the real tokens only (N, ...); other outputs as they are.
+    Padding positions carry no meaning: bertology's unpadded encoder returns zeros there
+    (ops.Unpadding), transformers and a traced ONNX graph whatever the padded computation gave."""
+    return output[attention_mask.bool()] if output.shape[:2] == attention_mask.shape else output

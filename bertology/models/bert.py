@@ -47,6 +47,7 @@ from ..ops import (
     IGNORE_INDEX,
     Dropout,
     Linear,
+    Unpadding,
     cross_entropy_with_accuracy,
     dropout,
     last_token_states,
@@ -347,17 +348,24 @@ class BertSelfAttention(nn.Module):
         self.dropout_p = config.attention_probs_dropout_prob
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
+        self, x: torch.Tensor, mask: torch.Tensor | Unpadding | None, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, H), mask (B, 1, 1|T, T) bool, True = may attend, or float (B|1, heads|1, T, T)
-        added to the scores (relative positions). Returns (B, T, H) and the attention
-        probabilities (B, heads, T, T) when `need_weights`."""
-        B, T, H = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
+        added to the scores (relative positions); or, under an `Unpadding`, x the packed real tokens
+        (N, H). Returns x's shape and the attention probabilities (B, heads, T, T) when `need_weights`."""
+        qkv = self.qkv(x)  # (B, T, 3H) or (N, 3H)
         dropout_p = self.dropout_p if self.training else 0.0
+        unpadding = mask if isinstance(mask, Unpadding) else None
+        if unpadding is not None and not need_weights and unpadding.has_kernel(qkv, dropout_p):
+            q, k, v = qkv.view(-1, 3, self.num_heads, self.head_size).unbind(1)  # 3 x (N, nh, hs)
+            return self.out(unpadding.attend(q, k, v).flatten(1)), None
+        if unpadding is not None:  # no packed kernel here: pad for the attention alone
+            qkv, mask = unpadding.pad(qkv), unpadding.mask
+        B, T, _ = qkv.shape
+        q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
         # PyTorch's fused CPU attention has no dropout: with dropout on, SDPA falls back to this
         # same explicit form anyway, there with slower masks than ops.dropout.
-        if need_weights or (dropout_p > 0 and x.device.type == "cpu"):
+        if need_weights or (dropout_p > 0 and qkv.device.type == "cpu"):
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_size)  # (B, nh, T, T)
             if mask is not None and mask.dtype == torch.bool:
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -368,7 +376,9 @@ class BertSelfAttention(nn.Module):
         else:  # fused kernel (flash / memory-efficient attention where the device has one)
             weights = None
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, nh * hs)
+        y = y.transpose(1, 2).reshape(B, T, -1)  # (B, T, nh * hs)
+        if unpadding is not None:
+            y = unpadding.unpad(y)  # (N, H)
         return self.out(y), weights if need_weights else None
 
 
@@ -389,7 +399,7 @@ class BertLayer(nn.Module):
         self.pre_layer_norm = config.pre_layer_norm
 
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, H) -> (B, T, H) through the intermediate width."""
+        """(..., H) -> (..., H) through the intermediate width."""
         h = self.ffn_in(x)  # (B, T, I)
         if self.gated:  # GLU: one half gates the other, (B, T, I/2)
             value, gate = h.chunk(2, dim=-1)
@@ -399,7 +409,8 @@ class BertLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, T, H) -> (B, T, H), plus attention weights when asked."""
+        """x (B, T, H) -> (B, T, H), plus attention weights when asked; under an `Unpadding` mask,
+        the packed real tokens (N, H) -> (N, H)."""
         if self.pre_layer_norm:  # normalise each sub-layer's input; the residual path stays raw
             attended, weights = self.attention(self.attention_norm(x), mask, need_weights)
             x = x + self.dropout(attended)
@@ -525,6 +536,8 @@ class BertModel(BertPreTrainedModel):
         (torch.Size([1, 4, 128]), torch.Size([1, 128]))
     """
 
+    unpad = True  # padded batches run on their real tokens alone (False: the padded computation, for comparison)
+
     def onnx_outputs(self) -> tuple[str, ...]:
         """The states, and the pooled [CLS] vector when the model has a pooler."""
         return ("last_hidden_state", "pooler_output") if self.pooler is not None else ("last_hidden_state",)
@@ -592,6 +605,13 @@ class BertModel(BertPreTrainedModel):
         x = self.embeddings(input_ids, token_type_ids)
         if self.config.position_embedding_type == "relative":
             mask = self.position_bias(seq_len, mask, x.dtype, x.device)
+        # Padding costs every layer's arithmetic; the real tokens alone go through the layers (ops.py's
+        # Unpadding). Relative positions' per-pair biases and asked-for attention maps stay padded.
+        unpadding = None
+        if (self.unpad and self.config.position_embedding_type != "relative" and not output_attentions
+                and Unpadding.applies(attention_mask)):
+            unpadding = Unpadding.of(attention_mask, mask, causal=self.config.causal)
+            mask, x = unpadding, unpadding.unpad(x)  # (N, H)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for i in range(self.config.num_hidden_layers):
@@ -604,6 +624,10 @@ class BertModel(BertPreTrainedModel):
             x = self.final_norm(x)
             if output_hidden_states:
                 hidden_states[-1] = x
+        if unpadding is not None:
+            x = unpadding.pad(x)  # (B, T, H), zeros at the padding
+            if output_hidden_states:
+                hidden_states = [unpadding.pad(h) for h in hidden_states]
         pooled = None
         if self.pooler is not None:
             # Under a causal mask [CLS] sees only itself; the last real token has read the whole input.
@@ -896,6 +920,9 @@ class BertForQuestionAnswering(BertPreTrainedModel):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)
+        # The span loss is a softmax over every position, padding included (transformers' too), so the
+        # padding's states must be the padded computation's, not the unpadded encoder's zeros.
+        self.bert.unpad = False
         self.bilstm = BertHeadBiLSTM(config) if config.head_bilstm else None
         self.qa_outputs = Linear(config.hidden_size, 2)
         self.init_weights()

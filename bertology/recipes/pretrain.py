@@ -431,6 +431,8 @@ class PretrainingBatches:
     its index in the copy) (`static_mask_seeds`): the same mask every N epochs, whatever its batch.
     """
 
+    prefetchable = True  # a pure function of the step, on the CPU: the loop may prepare steps ahead on a thread
+
     def __init__(self, dataset: PretrainingDataset, objective, batch_size: int, grad_accum: int,
                  seed: int, pad_id: int, rank: int = 0, world_size: int = 1,
                  continuation: torch.Tensor | None = None, static_masks: int | None = None):

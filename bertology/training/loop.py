@@ -22,7 +22,9 @@ recipe's config is composed with) plus the step budget and bookkeeping.
 
 Batches are a pure function of the step number, so the "data position" of a
 checkpoint is just its step; with a batch ramp, of the number of micro-batches read so far,
-which the checkpoint stores."""
+which the checkpoint stores. On a GPU, batches that declare themselves `prefetchable` (the
+pre-training batches: collation and masking on the CPU, no model) are prepared a few steps ahead
+on a thread, in pinned memory (`Prefetcher`)."""
 
 from __future__ import annotations
 
@@ -31,13 +33,15 @@ import dataclasses
 import json
 import math
 import os
+import queue
 import shutil
 import signal
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Self
 
 import torch
 from torch import nn
@@ -563,6 +567,74 @@ def read_checkpoint_state(folder: Path) -> dict:
     return state
 
 
+class Prefetcher:
+    """Step -> micro-batches, prepared `depth` steps ahead on a background thread (and copied into
+    pinned memory for a CUDA device, so that the copy to the GPU runs beside its work), so that the
+    GPU does not wait while the CPU collates and masks the next batch.
+
+    `micro_batches(step)` must be a pure function of the step that touches no model (the loop's
+    pre-training batches declare that with `prefetchable = True`). Steps are asked for in order;
+    one out of order (a resume) starts the thread again from there. An error raised while preparing
+    a step is raised by the call for that step, in the training thread."""
+
+    def __init__(self, micro_batches: Callable[[int], list[Batch]], pin_memory: bool, depth: int = 2):
+        self.micro_batches, self.pin_memory, self.depth = micro_batches, pin_memory, depth
+        self._thread: threading.Thread | None = None
+        self._queue: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._next_step: int | None = None
+
+    def __call__(self, step: int) -> list[Batch]:
+        if step != self._next_step:
+            self._start(step)
+        prepared = self._queue.get()
+        if isinstance(prepared, BaseException):
+            self.close()
+            raise prepared
+        self._next_step = step + 1
+        return prepared
+
+    def _start(self, step: int) -> None:
+        self.close()
+        self._stop, self._queue = threading.Event(), queue.Queue(maxsize=self.depth)
+        self._thread = threading.Thread(target=self._work, args=(step, self._queue, self._stop),
+                                        name="bertology-prefetch", daemon=True)
+        self._thread.start()
+
+    def _work(self, step: int, out: queue.Queue, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                prepared = self.micro_batches(step)
+                if self.pin_memory:
+                    prepared = [{k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+                                for batch in prepared]
+            except BaseException as error:  # noqa: BLE001 - handed to the training thread, which raises it
+                prepared = error
+            while not stop.is_set():
+                try:
+                    out.put(prepared, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if isinstance(prepared, BaseException):
+                return
+            step += 1
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the thread (the steps it prepared ahead are dropped)."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        self._next_step = None
+
+
 class Trainer:
     """Runs the loop described in the module docstring.
 
@@ -600,6 +672,9 @@ class Trainer:
         self.precision = resolve_precision(config.precision, self.device)
         self.module = module.to(self.device)
         self.micro_batches = micro_batches
+        # A batch ramp's step sizes follow the clock, so its steps cannot be prepared ahead.
+        prefetch = self.device.type == "cuda" and getattr(micro_batches, "prefetchable", False) and not config.batch_ramp
+        self.prefetcher = Prefetcher(micro_batches, pin_memory=True) if prefetch else None
         self.evaluate_fn = evaluate
         self.save_model_fn = save_model
         self.on_speed = on_speed
@@ -697,7 +772,7 @@ class Trainer:
         if self.config.batch_ramp:
             batches = self.micro_batches.window(self.micro_batches_read, self.accumulation())
         else:
-            batches = self.micro_batches(self.step)
+            batches = (self.prefetcher or self.micro_batches)(self.step)
         self.micro_batches_read += len(batches)
         lr = self.set_lr()
         # Sums stay tensors on the device until the step ends: one host sync per step, not per micro-batch.
@@ -892,7 +967,7 @@ class Trainer:
         window = self._new_window()
         status = "completed"
         timed_micro_batches, timed_seconds, announced = 0, 0.0, False  # what gives the up-front estimate
-        with StopSignal() as stop:
+        with StopSignal() as stop, self.prefetcher or contextlib.nullcontext():  # its thread ends with the loop
             while not self.finished():
                 start = time.perf_counter()
                 loss, counts, tokens = self.train_step()

@@ -73,7 +73,9 @@ def rows(out, split=None):
 LEARNS = {
     "bert": [("mlm_accuracy", 0.075)],
     "roberta": [("mlm_accuracy", 0.075)],
-    "albert": [("mlm_accuracy", 0.075)],
+    # ALBERT's one shared layer learns slower: 0.077 and 0.075 at step 400 in two runs that differed
+    # only in dropout's random draws (its plateau at step 200: 0.062-0.063)
+    "albert": [("mlm_accuracy", 0.07)],
     "electra": [("mlm_accuracy", 0.07)],  # the generator's
     "clm": [("lm_accuracy", 0.12)],
 }

@@ -12,6 +12,7 @@ from torch import nn
 
 from bertology import UserError
 from bertology.training.loop import (
+    Prefetcher,
     StepOutput,
     TrainConfig,
     Trainer,
@@ -442,3 +443,59 @@ def test_batch_ramp_settings_are_checked(tmp_path):
     with pytest.raises(UserError, match="--batch-ramp"):
         Trainer(Regression(), TrainConfig(max_steps=5, grad_accum=2, batch_ramp=0.5, progress=False), tmp_path,
                 batches)
+
+
+class Recorded:
+    """`batches`, recording which thread asked for which step."""
+
+    prefetchable = True
+
+    def __init__(self, fail_at: int | None = None):
+        self.calls, self.fail_at = [], fail_at
+
+    def __call__(self, step):
+        import threading
+
+        self.calls.append((step, threading.current_thread().name))
+        if step == self.fail_at:
+            raise UserError(f"step {step}: the corpus ran dry")
+        return batches(step)
+
+
+def test_the_prefetcher_gives_each_step_its_batches_prepared_ahead_on_a_thread():
+    source = Recorded()
+    with Prefetcher(source, pin_memory=False, depth=2) as prefetcher:
+        for step in range(5):
+            assert torch.equal(prefetcher(step)[0]["x"], batches(step)[0]["x"])
+        assert torch.equal(prefetcher(2)[0]["x"], batches(2)[0]["x"])  # out of order (a resume): starts again there
+    assert {name for _, name in source.calls} == {"bertology-prefetch"}
+    steps = [step for step, _ in source.calls]
+    assert steps[:5] == [0, 1, 2, 3, 4] and 2 in steps[5:]
+    assert max(steps[:steps.index(2, 5)]) <= 4 + 3  # at most depth + 1 steps ahead of the last one taken
+
+
+def test_an_error_while_preparing_is_raised_for_its_step_in_the_training_thread():
+    with Prefetcher(Recorded(fail_at=3), pin_memory=False) as prefetcher:
+        for step in range(3):
+            prefetcher(step)
+        with pytest.raises(UserError, match="step 3: the corpus ran dry"):
+            prefetcher(3)
+
+
+def test_a_prefetched_run_trains_exactly_as_one_that_is_not(tmp_path):
+    """On a GPU the loop prefetches prefetchable batches; the same losses either way (tested on the CPU
+    by giving the trainer the prefetcher it would build there)."""
+    losses = []
+    for prefetch in (False, True):
+        torch.manual_seed(0)
+        config = TrainConfig(lr=0.05, max_steps=12, log_every=1, progress=False, precision="fp32")
+        out = tmp_path / str(prefetch)
+        trainer = Trainer(Regression(), config, out, Recorded())
+        assert trainer.prefetcher is None  # the CPU: no thread
+        if prefetch:
+            trainer.prefetcher = Prefetcher(trainer.micro_batches, pin_memory=False)
+        assert trainer.fit() == "completed"
+        assert prefetch == any(name == "bertology-prefetch" for _, name in trainer.micro_batches.calls)
+        losses.append([json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()
+                       if "split" not in json.loads(line)])
+    assert losses[0] == losses[1] and len(losses[0]) == 12

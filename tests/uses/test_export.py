@@ -5,7 +5,7 @@ import sys
 
 import pytest
 import torch
-from helpers import save_task_model
+from helpers import at_real_tokens, save_task_model
 
 from bertology import BertConfig, BertModel, Tokenizer, UserError
 from bertology.cli import main
@@ -73,7 +73,8 @@ def test_onnx_matches_pytorch_on_padded_batches_of_other_shapes(models, onnx_dir
         actual = onnx_model(**batch)
         for field in OUTPUTS[name]:
             assert actual[field].shape == expected[field].shape
-            assert (actual[field] - expected[field]).abs().max() < 1e-4, (field, shape)
+            difference = at_real_tokens(actual[field] - expected[field], batch["attention_mask"])
+            assert difference.abs().max() < 1e-4, (field, shape)
     # padding does not change a row's outputs (at its real tokens)
     batch = padded_batch(2, 10)  # row 1: 7 real tokens, 3 padding
     padded, alone = onnx_model(**batch), onnx_model(**{k: v[1:, :7] for k, v in batch.items()})
@@ -175,7 +176,9 @@ def test_hf_export_loads_in_transformers_with_the_same_outputs(tmp_path, models,
     batch = padded_batch()
     with torch.no_grad():
         expected, actual = ours(**batch), theirs.eval()(**batch)
-    assert all(agree_to_fp32_rounding(actual[field], expected[field]) for field in OUTPUTS[name])
+    real = batch["attention_mask"]
+    assert all(agree_to_fp32_rounding(at_real_tokens(actual[field], real), at_real_tokens(expected[field], real))
+               for field in OUTPUTS[name])
     # ... and a wrong mapping would show: the last layer's query and key biases swapped, the smallest
     # change of those measured (see agree_to_fp32_rounding)
     attention = theirs.base_model.encoder.layer[-1].attention.self
@@ -184,7 +187,8 @@ def test_hf_export_loads_in_transformers_with_the_same_outputs(tmp_path, models,
         attention.query.bias.copy_(attention.key.bias)
         attention.key.bias.copy_(query_bias)
         wrong = theirs(**batch)
-    assert not any(agree_to_fp32_rounding(wrong[field], expected[field]) for field in OUTPUTS[name])
+    assert not any(agree_to_fp32_rounding(at_real_tokens(wrong[field], real), at_real_tokens(expected[field], real))
+                   for field in OUTPUTS[name])
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     ours = Tokenizer.from_pretrained(out)(SENTENCES, padding=False, return_tensors=None)
     assert tokenizer(SENTENCES)["input_ids"] == ours["input_ids"]
