@@ -1,5 +1,7 @@
-"""Generation speed: bertology's GPT with and without its key/value cache vs transformers'
-`generate`, on the same weights, in the same run.
+"""Generation speed: bertology's GPT over its static key/value cache (the default), over the cache
+that grows by concatenation, and without a cache, vs transformers' `generate`, on the same
+weights, in the same run; with --compile also the static cache's decode step compiled (inductor:
+on this CPU its build takes minutes, and CUDA graphs need a GPU: bench/gpu.py measures them there).
 
 Greedy decoding of `--new-tokens` tokens after a 16-token prompt, at batch 1 and 8, GPT-2
 layout with random weights (a `--preset` of the BERT size names; mini = 4 layers x 256).
@@ -9,6 +11,7 @@ ratio to transformers (> 1: bertology is faster). The outputs are checked to be 
 
     python bench/generation.py                     # mini, 128 new tokens, batch 1 and 8
     python bench/generation.py --preset base       # GPT-2 small's shape (124M with a 50k vocabulary)
+    python bench/generation.py --compile --batch-sizes 1
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compile", action="store_true", help="also the compiled decode step")
     args = parser.parse_args()
     config, ours, reference = load_pair(args.preset, args.vocab_size, 16 + args.new_tokens)
     settings_line = (f"GPT-2 layout, preset {args.preset} ({config.n_layer} layers x {config.n_embd}, "
@@ -61,7 +65,7 @@ def main() -> None:
                      f"{torch.get_num_threads()} threads, transformers {transformers.__version__}")
     print(settings_line)
     rows = []
-    print(f"{'batch':>5} {'contender':<32} {'new tokens/s':>13} {'vs transformers':>16}")
+    print(f"{'batch':>5} {'contender':<38} {'new tokens/s':>13} {'vs transformers':>16}")
     settings = GenerationConfig(max_new_tokens=args.new_tokens)
     for batch_size in args.batch_sizes:
         prompt = torch.randint(0, args.vocab_size, (batch_size, 16), generator=torch.Generator().manual_seed(1))
@@ -69,10 +73,15 @@ def main() -> None:
             "transformers generate (cache)": lambda: reference.generate(
                 prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=args.new_tokens, do_sample=False,
                 pad_token_id=0),
-            "bertology generate (cache)": lambda: generate(ours, prompt, config=settings),
+            "bertology generate (static cache)": lambda: generate(ours, prompt, config=settings),
+            "bertology generate (dynamic cache)": lambda: generate(
+                ours, prompt, config=GenerationConfig(max_new_tokens=args.new_tokens, cache_implementation="dynamic")),
             "bertology generate (no cache)": lambda: generate(
                 ours, prompt, config=GenerationConfig(max_new_tokens=args.new_tokens, use_cache=False)),
         }
+        if args.compile:
+            contenders["bertology generate (static, compiled)"] = lambda: generate(
+                ours, prompt, config=GenerationConfig(max_new_tokens=args.new_tokens, compile=True))
         seconds: dict[str, list[float]] = {name: [] for name in contenders}
         outputs = {}
         with torch.inference_mode():
@@ -86,7 +95,7 @@ def main() -> None:
         baseline = statistics.median(seconds["transformers generate (cache)"])
         for name, values in seconds.items():
             median = statistics.median(values)
-            print(f"{batch_size:>5} {name:<32} {batch_size * args.new_tokens / median:>13,.0f} "
+            print(f"{batch_size:>5} {name:<38} {batch_size * args.new_tokens / median:>13,.0f} "
                   f"{baseline / median:>15.2f}x")
             rows.append([batch_size, name, f"{batch_size * args.new_tokens / median:,.0f}", f"{baseline / median:.2f}x"])
     table = markdown_table(["batch", "contender", "new tokens/s", "vs transformers"], rows, "rlrr")

@@ -14,7 +14,8 @@ so a run cut short still leaves what it measured):
 5. embed: mean-pooled sentence vectors of WikiText-2 lines (mixed lengths) at bf16: bertology's
    `embed_texts` (length-bucketed batches) against transformers' AutoModel padding to the longest;
 6. generation: GPT-2 124M shape (random weights), greedy, 128 new tokens after 16, batch 1 / 8 / 32:
-   new tokens/s of both `generate`s, the ids checked identical;
+   new tokens/s of transformers' `generate` and of bertology's over its static key/value cache, eager
+   and with the decode step compiled (CUDA graphs), the ids checked identical;
 7. pretrain_cli: `bertology pretrain --preset base --batch-size 128 --precision bf16` end to end on
    WikiText-2 (a child process): its steady tokens/s against the bare step of the same model (its
    trained vocabulary's size) on batches already on the device;
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import io
 import json
@@ -425,26 +427,51 @@ def section_generation(bench: Bench) -> list[str]:
     GPTLMHeadModel(config).save_pretrained(directory)
     ours = GPTLMHeadModel.from_pretrained(directory).to(bench.device).eval()
     theirs = transformers.GPT2LMHeadModel.from_pretrained(directory).to(bench.device).eval()
-    settings = GenerationConfig(max_new_tokens=s.new_tokens)
+    # bertology's generate over its static cache, eagerly and with the decode step compiled (on a GPU
+    # mode reduce-overhead: a CUDA graph replayed per token). inductor's C++ build takes minutes on a
+    # small CPU: there the smoke run checks the compiled path with dynamo's aot_eager backend.
+    torch._dynamo.reset()
+    compile_backend = {} if bench.cuda else {"backend": "aot_eager"}
+    contenders = {"eager": GenerationConfig(max_new_tokens=s.new_tokens),
+                  "compiled": GenerationConfig(max_new_tokens=s.new_tokens, compile=True)}
     lines = [f"GPT-2 layout, {ours.num_parameters() / 1e6:,.0f}M parameters (random weights), fp32, greedy, "
-             f"16-token prompts, {s.new_tokens} new tokens", "",
-             "| batch | transformers new tok/s | bertology new tok/s | ratio | ids identical |",
-             "|---:|---:|---:|---:|---|"]
-    for batch in s.gen_batches:
-        prompt = torch.randint(0, s.gpt_vocab, (batch, 16), generator=torch.Generator().manual_seed(1)).to(bench.device)
+             f"16-token prompts, {s.new_tokens} new tokens; bertology over its static key/value cache, eager and "
+             "with `--compile` (its first call, which compiles and captures the decode step, timed apart)"
+             + ("" if bench.cuda else " (CPU smoke run: backend aot_eager)"), "",
+             "| batch | transformers new tok/s | bertology eager new tok/s | ratio | bertology compiled new tok/s "
+             "| ratio | compiled first call | eager ids identical | compiled ids identical |",
+             "|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    real_compile = torch.compile
+    try:
+        torch.compile = functools.partial(real_compile, **compile_backend)
+        for batch in s.gen_batches:
+            prompt = torch.randint(0, s.gpt_vocab, (batch, 16), generator=torch.Generator().manual_seed(1))
+            prompt = prompt.to(bench.device)
 
-        def run_theirs():
-            return theirs.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=s.new_tokens,
-                                   min_new_tokens=s.new_tokens, do_sample=False, pad_token_id=0)
+            def run_theirs():
+                return theirs.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=s.new_tokens,
+                                       min_new_tokens=s.new_tokens, do_sample=False, pad_token_id=0)
 
-        def run_ours():
-            return generate(ours, prompt, config=settings)
-
-        with torch.inference_mode():
-            same = torch.equal(run_theirs().cpu(), run_ours().cpu())
-            rates = [batch * s.new_tokens / median_seconds(bench, run, s.repeats) for run in (run_theirs, run_ours)]
-        lines.append(f"| {batch} | {rates[0]:,.0f} | {rates[1]:,.0f} | {rates[1] / rates[0]:.2f}x | {same} |")
-        bench.log(lines[-1])
+            runs = {"transformers": run_theirs}
+            runs.update({name: functools.partial(generate, ours, prompt, config=settings)
+                         for name, settings in contenders.items()})
+            with torch.inference_mode():
+                outputs, first_call = {}, {}
+                for name, run in runs.items():  # a warm-up each; the compiled one compiles here
+                    bench.sync()
+                    start = time.perf_counter()
+                    outputs[name] = run().cpu()
+                    first_call[name] = time.perf_counter() - start
+                same = {name: torch.equal(outputs["transformers"], outputs[name]) for name in contenders}
+                rates = {name: batch * s.new_tokens / median_seconds(bench, run, s.repeats) for name, run in runs.items()}
+            ratio = {name: rates[name] / rates["transformers"] for name in contenders}
+            lines.append(f"| {batch} | {rates['transformers']:,.0f} | {rates['eager']:,.0f} | {ratio['eager']:.2f}x | "
+                         f"{rates['compiled']:,.0f} | {ratio['compiled']:.2f}x | {first_call['compiled']:.1f} s | "
+                         f"{same['eager']} | {same['compiled']} |")
+            bench.log(lines[-1])
+    finally:
+        torch.compile = real_compile
+        torch._dynamo.reset()  # the compiled graphs and their CUDA graph pools go before the next section
     lines += ["", "Target (issue 36): >= 1.5x at batch 1 with identical ids."]
     return lines
 

@@ -38,7 +38,6 @@ def test_cudnn_flat_lstm_weights_are_saved_exactly(family, tmp_path):
             torch.testing.assert_close(output(fresh.eval(), ids), output(model.eval(), ids))
 
 
-
 class _Batches:
     """Seeded regression batches (x (8, 4), y (8,)), a pure function of the step."""
 
@@ -81,3 +80,27 @@ def test_pretraining_batches_come_prepared_ahead_in_pinned_memory(tmp_path):
         rows = (tmp_path / str(prefetch) / "metrics.jsonl").read_text().splitlines()
         losses.append([json.loads(row)["loss"] for row in rows if "split" not in json.loads(row)])
     assert losses[0] == losses[1] and len(losses[0]) == 6
+
+
+def test_compiled_generation_replays_one_cuda_graph_and_gives_the_eager_ids():
+    """generate --compile on the GPU: the decode step compiled once (inductor, reduce-overhead) and
+    captured as a CUDA graph, none skipped (the static cache's buffers are static addresses, so that
+    writing them in place does not make inductor give up the graph); greedy ids those of eager decoding."""
+    from torch._dynamo.utils import counters
+
+    from bertology.inference.generation import GenerationConfig, generate
+    from bertology.models.gpt import GPTConfig, GPTLMHeadModel
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = GPTLMHeadModel(GPTConfig(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                                     pre_layer_norm=True, initializer_range=0.3)).cuda().eval()
+    ids = torch.randint(1, 99, (2, 9), generator=torch.Generator().manual_seed(1)).cuda()
+    mask = torch.ones_like(ids)
+    ids[1, :3], mask[1, :3] = 0, 0
+    eager = generate(model, ids, mask, GenerationConfig(max_new_tokens=30, cache_implementation="dynamic"))
+    for _ in range(2):  # the second call replays what the first compiled and captured
+        assert torch.equal(generate(model, ids, mask, GenerationConfig(max_new_tokens=30, compile=True)), eager)
+    assert counters["stats"]["unique_graphs"] == 1 and counters["inductor"]["cudagraph_skips"] == 0
+    torch._dynamo.reset()

@@ -8,13 +8,24 @@ left-padded: the model counts positions from each prompt's first real token, so 
 prompt continues exactly as it would alone. An encoder-decoder (T5) encodes its input once;
 its decoder starts from `decoder_start_token_id` and generates as a decoder-only model does,
 attending to the encoder states (their keys and values cached too).
+
+Greedy decoding and sampling use the family's static cache where its spec has one
+(`cache_implementation="static"`, the default): keys and values preallocated for the prompt and
+every new token, written in place, so that each new token runs at the same shapes. `compile=True`
+compiles that one decode step (torch.compile; on a GPU, mode "reduce-overhead" captures it as a
+CUDA graph and replays it for every token, one launch instead of hundreds: what a small model at
+batch 1 spends its time on). Beam search reorders its cache's rows at every step and keeps the
+cache that grows by concatenation, as does a family without a static cache (T5).
 """
 
 from __future__ import annotations
 
 import math
+import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -27,6 +38,7 @@ from ..ops import position_ids_for
 # Beam search divides a score by length ** length_penalty: beyond this, a length of 2 already
 # divides by zero or overflows (transformers' values lie in -2 .. 2).
 MAX_LENGTH_PENALTY = 10.0
+CACHE_IMPLEMENTATIONS = ("static", "dynamic")
 
 
 @dataclass
@@ -43,6 +55,10 @@ class GenerationConfig:
     eos_token_id: int | None = None
     pad_token_id: int | None = None  # written after a sequence's end of text (default: eos, else 0)
     use_cache: bool = True
+    # "static": greedy and sampling write a preallocated cache in place, where the family has one;
+    # "dynamic": the cache grows by concatenation (beam search and T5 always use this one).
+    cache_implementation: str = "static"
+    compile: bool = False  # torch.compile the static cache's decode step (CUDA graphs on a GPU)
 
     def validate(self) -> None:
         """One-line errors naming the setting, before any work."""
@@ -61,6 +77,13 @@ class GenerationConfig:
         if not -MAX_LENGTH_PENALTY <= self.length_penalty <= MAX_LENGTH_PENALTY:
             raise UserError(f"length_penalty must be a number from {-MAX_LENGTH_PENALTY} to {MAX_LENGTH_PENALTY}, "
                             f"got {self.length_penalty!r}")
+        if self.cache_implementation not in CACHE_IMPLEMENTATIONS:
+            raise UserError(f"cache_implementation must be one of {', '.join(CACHE_IMPLEMENTATIONS)}, "
+                            f"got {self.cache_implementation!r}")
+        if self.compile and (self.num_beams > 1 or not self.use_cache or self.cache_implementation == "dynamic"):
+            raise UserError("compile (--compile) compiles the static cache's decode step of greedy decoding and "
+                            "sampling: it does not go with num_beams > 1 (--num-beams), use_cache=False or a "
+                            "dynamic cache")
 
     @property
     def padding_id(self) -> int:
@@ -111,6 +134,101 @@ def _step(model, ids: torch.Tensor, mask: torch.Tensor, past, use_cache: bool,
     return out.logits[:, -1].float(), out.past_key_values
 
 
+def decode_step(model, cache, attention_mask: torch.Tensor, positions: torch.Tensor, input_ids: torch.Tensor,
+                cache_position: torch.Tensor) -> torch.Tensor:
+    """The next-token logits (B, V), fp32, after the new tokens input_ids (B, T), whose keys and
+    values go into the static `cache` at cache_position (T,); attention_mask (1 = a real token) and
+    positions (each token's position id) are (B, L) over the cache's L positions. One token at a
+    time (T = 1), every call has the same shapes: the step that `compile` captures once."""
+    out = model(input_ids, attention_mask, position_ids=positions.index_select(1, cache_position),
+                past_key_values=cache, cache_position=cache_position)
+    return out.logits[:, -1].float()
+
+
+@dataclass
+class _Compiled:
+    """A model's compiled decode step, and the static cache it last ran on (kept for the next
+    generation that fits it: the same buffers, so nothing is compiled or captured again; one
+    generation at a time per model, as the command line runs them)."""
+
+    step: Callable[..., torch.Tensor]
+    cache: Any = None
+    seconds: float | None = None  # its first call, compiled and run (a CUDA graph is captured at the second)
+
+
+# model -> its compiled decode step; dropped with the model.
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class StaticDecoding:
+    """The model calls of greedy decoding and sampling over the family's static cache: the prompts
+    (B, T) in one call, then one new token per call at fixed shapes, compiled with `compile`.
+
+    The cache holds the prompt and max_new_tokens more (compiled: rounded up to a power of two, at
+    most the model's context, and reused by later calls that fit, so that the command's batches of
+    prompts of varying lengths share one compiled step). Positions after the prompt count as real tokens: a
+    row that has ended keeps computing, but its tokens are replaced by padding, as in the dynamic path.
+    """
+
+    def __init__(self, model, mask: torch.Tensor, max_new_tokens: int, compile: bool):
+        batch, prompt_length = mask.shape
+        length = prompt_length + max_new_tokens
+        parameter = next(model.parameters())
+        make_cache = spec_for(model.config).static_cache
+        if compile:
+            compiled = _COMPILED.get(model)
+            if compiled is None:
+                # On a GPU "reduce-overhead" replays the step as a CUDA graph; fullgraph: a graph break
+                # would split the capture, so it is an error rather than a silent slow path.
+                mode = "reduce-overhead" if parameter.device.type == "cuda" else None
+                compiled = _COMPILED[model] = _Compiled(torch.compile(decode_step, fullgraph=True, mode=mode))
+            cache = compiled.cache
+            # (Buffers made under inference_mode cannot be written outside it, and the other way round.)
+            if (cache is None or cache.max_batch_size != batch or cache.max_cache_len < length
+                    or cache.layers[0][0].device != parameter.device or cache.layers[0][0].dtype != parameter.dtype
+                    or cache.layers[0][0].is_inference() != torch.is_inference_mode_enabled()):
+                context = spec_for(model.config).context_length(model.config) or length
+                cache = compiled.cache = make_cache(model.config, batch, min(1 << (length - 1).bit_length(), context),
+                                                    parameter.device, parameter.dtype)
+            self.cache, self.compiled = cache, compiled
+        else:
+            self.cache, self.compiled = make_cache(model.config, batch, length, parameter.device, parameter.dtype), None
+        self.model = model
+        self.mask = mask.new_ones(batch, self.cache.max_cache_len)
+        self.mask[:, :prompt_length] = mask
+        self.positions = position_ids_for(self.mask)
+        self.cache_positions = torch.arange(self.cache.max_cache_len, device=mask.device)
+        self.filled = 0
+
+    @staticmethod
+    def applies(model, config: GenerationConfig) -> bool:
+        """Whether `config` decodes greedily or samples over the family's static cache, rather than
+        over the dynamic one (beam search, `use_cache=False`, a family without one)."""
+        return (config.use_cache and config.cache_implementation != "dynamic" and config.num_beams == 1
+                and not is_encoder_decoder(model) and spec_for(model.config).static_cache is not None)
+
+    def __call__(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The next-token logits (B, V), fp32, after the prompts (the first call) or the last new
+        tokens (B, 1)."""
+        cache_position = self.cache_positions[self.filled:self.filled + input_ids.shape[1]]
+        self.filled += input_ids.shape[1]
+        if self.compiled is None or input_ids.shape[1] > 1:  # the prompt: its length varies, so it runs eagerly
+            return decode_step(self.model, self.cache, self.mask, self.positions, input_ids, cache_position)
+        torch.compiler.cudagraph_mark_step_begin()  # a new replay: the last one's logits have been read
+        start = time.perf_counter()
+        logits = self.compiled.step(self.model, self.cache, self.mask, self.positions, input_ids, cache_position)
+        if self.compiled.seconds is None:
+            self.compiled.seconds = time.perf_counter() - start
+        return logits
+
+
+def compile_seconds(model) -> float | None:
+    """How long the first call of `model`'s compiled decode step took (compiling it included), or
+    None if generation has not compiled it."""
+    compiled = _COMPILED.get(model)
+    return compiled.seconds if compiled is not None else None
+
+
 @torch.no_grad()
 def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
              config: GenerationConfig | None = None, generator: torch.Generator | None = None,
@@ -136,6 +254,9 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
     if input_ids.shape[1] == 0:
         raise UserError("the prompt is empty: give at least one token")
     check_fits_model(model, input_ids.shape, config)
+    if config.compile and not StaticDecoding.applies(model, config):
+        raise UserError(f"compile (--compile): {spec_for(model.config).describe(model.config)} has no static "
+                        "key/value cache whose decode step could be compiled")
     device = next(model.parameters()).device  # the prompts go where the model is
     input_ids = input_ids.to(device)
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device, input_ids.dtype)
@@ -147,10 +268,17 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         mask = torch.ones_like(input_ids)
     if config.num_beams > 1:
         return _beam_search(model, input_ids, mask, config, encoded)
+    static = None
+    if StaticDecoding.applies(model, config):
+        static = StaticDecoding(model, mask, config.max_new_tokens, config.compile)
     ids, past = input_ids, None
+    unseen = input_ids  # what the static cache has not read: the prompts, then each step's new tokens
     finished = torch.zeros(len(ids), dtype=torch.bool, device=ids.device)
     for _ in range(config.max_new_tokens):
-        logits, past = _step(model, ids, mask, past, config.use_cache, encoded)
+        if static is not None:
+            logits = static(unseen)
+        else:
+            logits, past = _step(model, ids, mask, past, config.use_cache, encoded)
         if config.do_sample:
             probabilities = filter_logits(logits, config.temperature, config.top_k, config.top_p).softmax(-1)
             # Drawn where the generator is (a CPU one by default): the same seed gives the same samples on any device.
@@ -160,7 +288,11 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
             chosen = logits.argmax(-1)
         chosen = chosen.masked_fill(finished, config.padding_id)
         ids = torch.cat([ids, chosen[:, None]], dim=1)
-        mask = torch.cat([mask, (~finished).to(mask.dtype)[:, None]], dim=1)
+        unseen = chosen[:, None]  # (B, 1), not a slice of ids: the same strides at every step, so no recompilation
+        if static is None:
+            mask = torch.cat([mask, (~finished).to(mask.dtype)[:, None]], dim=1)
+        if config.eos_token_id is None and stopping is None:
+            continue  # nothing ends a row early: no need to wait for the device to say whether all have
         if config.eos_token_id is not None:
             finished |= chosen == config.eos_token_id
         if stopping is not None:

@@ -511,6 +511,11 @@ class FamilySpec:
 
     # ---- generation and export ----
     generation: str | None = None  # "causal" (GPT), "seq2seq" (T5), or None: `bertology generate` refuses it
+    # (config, max_batch_size, max_cache_len, device, dtype) -> a key/value cache preallocated for that
+    # many positions and written in place (the model's forward takes it as past_key_values, with
+    # cache_position): greedy and sampled generation then run every new token at the same shapes, which
+    # `generate --compile` captures once. None: the cache grows by concatenation, and nothing is compiled.
+    static_cache: Callable[..., Any] | None = None
     export_formats: tuple[str, ...] = ()  # what `bertology export --format` writes: "hf", "int8", "onnx"
 
     def model_class(self, config: ConfigFile) -> type[nn.Module]:

@@ -14,7 +14,10 @@ Module names are those of transformers' `GPT2LMHeadModel` (`transformer.wte`, `.
 model_type "gpt2"), and either of those loads here. transformers stores the four projection
 matrices as `Conv1D` weights, (in, out); ours are `nn.Linear`'s (out, in): the key table below
 transposes them. Attention keeps a key/value cache (`past_key_values`) so that generation
-(inference/generation.py) costs one token's work per new token.
+(inference/generation.py) costs one token's work per new token: either grown by concatenation (a
+list of each layer's keys and values so far) or a `StaticCache`, preallocated for a fixed number of
+positions and written in place at `cache_position`, so that every new token runs at the same
+shapes and a compiled decode step (CUDA graphs) can replay it.
 
 Task models, fine-tuned with the language model's loss on the task's inputs as an auxiliary term
 (`lm_coef`, the GPT paper's): `GPTForSequenceClassification` (the last real token's state),
@@ -177,14 +180,23 @@ class GPTAttention(nn.Module):
         self.attn_pdrop = config.attn_pdrop
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
-                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """x: (B, T, H); bias: (B, 1, T, S) additive, 0 where allowed, S = past length + T.
+    def forward(self, x: torch.Tensor, bias: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None,
+                cache_position: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """x: (B, T, H); bias: (B, 1, T, S) additive, 0 where allowed. `past`: the keys and values
+        (B, heads, S - T, head size) of the tokens before, S = past length + T; or with
+        `cache_position` (T,) a static cache's buffers (B, heads, S, head size), S its length, into
+        which the new keys and values are written at those positions.
         Returns the output (B, T, H) and this layer's keys and values (B, heads, S, head size)."""
         batch, length, width = x.shape
         query, key, value = (t.view(batch, length, self.n_head, self.head_size).transpose(1, 2)
                              for t in self.c_attn(x).split(width, dim=2))
-        if past is not None:
+        # In place: the buffers keep their shape and address from token to token. (The casts do nothing
+        # unless autocast computes in another precision than the cache holds.)
+        if cache_position is not None:
+            past[0].index_copy_(2, cache_position, key.to(past[0].dtype))
+            past[1].index_copy_(2, cache_position, value.to(past[1].dtype))
+            key, value = past[0].to(query.dtype), past[1].to(query.dtype)
+        elif past is not None:
             key, value = torch.cat([past[0], key], dim=2), torch.cat([past[1], value], dim=2)
         context = F.scaled_dot_product_attention(query, key, value, attn_mask=bias,
                                                  dropout_p=self.attn_pdrop if self.training else 0.0)
@@ -218,31 +230,63 @@ class GPTBlock(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.mlp = GPTMLP(config)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
-                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def forward(self, x: torch.Tensor, bias: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None,
+                cache_position: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """x: (B, T, H) -> (B, T, H), and this layer's keys and values (see GPTAttention)."""
         if self.pre_layer_norm:
-            attended, present = self.attn(self.ln_1(x), bias, past)
+            attended, present = self.attn(self.ln_1(x), bias, past, cache_position)
             x = x + attended
             return x + self.mlp(self.ln_2(x)), present
-        attended, present = self.attn(x, bias, past)
+        attended, present = self.attn(x, bias, past, cache_position)
         x = self.ln_1(x + attended)
         return self.ln_2(x + self.mlp(x)), present
 
 
-def attention_bias(attention_mask: torch.Tensor | None, batch: int, length: int, past_length: int,
-                   dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The additive attention bias (B, 1, T, S), S = past_length + T: causal, and padding
-    (`attention_mask` (B, S), 1 = a real token) hidden. A row with nothing to see (a pad
-    position before its sequence starts) attends to itself, so that no NaN arises."""
-    total = past_length + length
-    rows = torch.arange(past_length, total, device=device)[:, None]
-    allowed = (torch.arange(total, device=device)[None, :] <= rows)[None, None]  # (1, 1, T, S)
+def attention_bias(attention_mask: torch.Tensor | None, cache_position: torch.Tensor, total: int, batch: int,
+                   dtype: torch.dtype) -> torch.Tensor:
+    """The additive attention bias (B, 1, T, S) of T new tokens at `cache_position` (T,) among S
+    keys: causal (a key at a later position is hidden, and so is every unfilled position of a
+    static cache), and padding (`attention_mask` (B, S), 1 = a real token) hidden. A row with
+    nothing to see (a pad position before its sequence starts) attends to itself, so that no NaN arises."""
+    rows = cache_position[:, None]
+    columns = torch.arange(total, device=cache_position.device)[None, :]
+    allowed = (columns <= rows)[None, None]  # (1, 1, T, S)
     if attention_mask is not None:
-        itself = torch.arange(total, device=device)[None, :] == rows
-        allowed = (allowed & attention_mask[:, None, None, :].bool()) | itself[None, None]
-    bias = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
-    return bias.expand(batch, 1, length, total)
+        allowed = (allowed & attention_mask[:, None, None, :].bool()) | (columns == rows)[None, None]
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=cache_position.device)
+    bias = bias.masked_fill(~allowed, torch.finfo(dtype).min)
+    return bias.expand(batch, 1, len(cache_position), total)
+
+
+class StaticCache:
+    """Keys and values preallocated for `max_cache_len` positions (transformers' name): per layer
+    two buffers (B, heads, max_cache_len, head size), written in place at each new token's
+    position (`cache_position`). Every new token then runs at the same shapes on the same memory,
+    which a compiled decode step captures once (CUDA graphs) and replays; attention reads the whole
+    buffer, its unfilled positions hidden by the causal mask. The buffers may be reused by the next
+    generation that fits them: every position it reads, it has written first."""
+
+    def __init__(self, config: GPTConfig, max_batch_size: int, max_cache_len: int, device: torch.device | str,
+                 dtype: torch.dtype):
+        if max_cache_len > config.n_positions:
+            raise UserError(f"a cache of {max_cache_len} positions is beyond the model's context of "
+                            f"{config.n_positions} (n_positions)")
+        shape = (max_batch_size, config.n_head, max_cache_len, config.n_embd // config.n_head)
+        self.layers = [(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
+                       for _ in range(config.n_layer)]
+        for buffers in self.layers:
+            for buffer in buffers:  # one address for every replay: CUDA graphs read them in place, never copied in
+                torch._dynamo.mark_static_address(buffer)
+
+    @property
+    def max_batch_size(self) -> int:
+        """The rows it holds."""
+        return self.layers[0][0].shape[0]
+
+    @property
+    def max_cache_len(self) -> int:
+        """The positions it holds."""
+        return self.layers[0][0].shape[2]
 
 
 class GPTPreTrainedModel(PreTrainedModel):
@@ -293,30 +337,43 @@ class GPTModel(GPTPreTrainedModel):
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, past_key_values: CACHE | None = None,
-                output_hidden_states: bool = False) -> ModelOutput:
-        """input_ids: (B, T); attention_mask: (B, S) over the cached and the new tokens
-        (S = past length + T), 1 = real; position_ids: (B, T), default past length + 0, 1, ...
-        Returns last_hidden_state (B, T, H), past_key_values (this call's cache) and, when asked,
-        hidden_states: the embeddings output, then each block's output (B, T, H), GPT-2's last one
-        after its final LayerNorm (transformers' convention: the last is last_hidden_state)."""
+                position_ids: torch.Tensor | None = None, past_key_values: CACHE | StaticCache | None = None,
+                output_hidden_states: bool = False, cache_position: torch.Tensor | None = None) -> ModelOutput:
+        """input_ids: (B, T); attention_mask: (B, S) over the cached and the new tokens, 1 = real
+        (S = past length + T; with a StaticCache, S = its max_cache_len); position_ids: (B, T),
+        default cache_position; cache_position: (T,) the new tokens' positions in the cache,
+        default past length + 0, 1, ... (a StaticCache is written there).
+        Returns last_hidden_state (B, T, H), past_key_values (this call's cache: the StaticCache
+        given, or the dynamic one grown) and, when asked, hidden_states: the embeddings output,
+        then each block's output (B, T, H), GPT-2's last one after its final LayerNorm
+        (transformers' convention: the last is last_hidden_state)."""
         batch, length = input_ids.shape
-        past_length = past_key_values[0][0].shape[2] if past_key_values else 0
-        if past_length + length > self.config.n_positions:
-            raise UserError(f"{past_length + length} tokens do not fit the model's context of "
-                            f"{self.config.n_positions} (n_positions)")
+        static = isinstance(past_key_values, StaticCache)
+        if static:  # its length was checked against the context when it was made
+            layers, total = past_key_values.layers, past_key_values.max_cache_len
+            if cache_position is None:
+                raise UserError("a StaticCache needs cache_position: where the new tokens go")
+        else:
+            layers = past_key_values or [None] * len(self.h)
+            past_length = past_key_values[0][0].shape[2] if past_key_values else 0
+            total = past_length + length
+            if total > self.config.n_positions:
+                raise UserError(f"{total} tokens do not fit the model's context of "
+                                f"{self.config.n_positions} (n_positions)")
+            if cache_position is None:
+                cache_position = torch.arange(past_length, total, device=input_ids.device)
         if position_ids is None:  # as transformers: 0, 1, ... whatever the padding (see position_ids_for)
-            position_ids = torch.arange(past_length, past_length + length, device=input_ids.device).expand(batch, length)
+            position_ids = cache_position.expand(batch, length)
         x = self.drop(self.wte(input_ids) + self.wpe(position_ids))
-        bias = attention_bias(attention_mask, batch, length, past_length, x.dtype, x.device)
+        bias = attention_bias(attention_mask, cache_position, total, batch, x.dtype)
         presents, hidden_states = [], [x]
-        for index, block in enumerate(self.h):
-            x, present = block(x, bias, past_key_values[index] if past_key_values else None)
+        for block, past in zip(self.h, layers):
+            x, present = block(x, bias, past, cache_position if static else None)
             presents.append(present)
             hidden_states.append(x)
         if self.ln_f is not None:
             x = hidden_states[-1] = self.ln_f(x)
-        return ModelOutput(last_hidden_state=x, past_key_values=presents,
+        return ModelOutput(last_hidden_state=x, past_key_values=past_key_values if static else presents,
                            hidden_states=tuple(hidden_states) if output_hidden_states else None)
 
 
@@ -332,13 +389,14 @@ class GPTLMHeadModel(GPTPreTrainedModel):
         self.lm_head.weight = self.transformer.wte.weight  # tied, as both GPT releases
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, past_key_values: CACHE | None = None,
-                labels: torch.Tensor | None = None) -> ModelOutput:
+                position_ids: torch.Tensor | None = None, past_key_values: CACHE | StaticCache | None = None,
+                labels: torch.Tensor | None = None, cache_position: torch.Tensor | None = None) -> ModelOutput:
         """As `GPTModel.forward`; returns logits (B, T, V) and past_key_values. With `labels`
         (B, T; -100 = ignored): the mean next-token loss (position t predicts labels[t + 1]),
         logits (N, V) at the N scored positions only, and for the training loop's accuracy
         masked_lm_loss and masked_lm_correct (argmax hits)."""
-        encoded = self.transformer(input_ids, attention_mask, position_ids, past_key_values)
+        encoded = self.transformer(input_ids, attention_mask, position_ids, past_key_values,
+                                   cache_position=cache_position)
         hidden = encoded.last_hidden_state
         if labels is None:
             return ModelOutput(logits=self.lm_head(hidden), past_key_values=encoded.past_key_values)
@@ -554,5 +612,6 @@ SPEC = FamilySpec(
     layer_of=_layer_of,
     num_layers=lambda model: len(model.transformer.h),
     generation="causal",
+    static_cache=StaticCache,
     tokenizer_classes={"gpt2": "GPT2Tokenizer", "openai-gpt": "OpenAIGPTTokenizer"},
 )

@@ -28,7 +28,7 @@ from ..data.padding import pad_rows
 from ..data.tokenizer import Tokenizer
 from ..errors import UserError
 from ..files import atomic_path
-from ..inference.generation import GenerationConfig, generate, is_encoder_decoder
+from ..inference.generation import GenerationConfig, compile_seconds, generate, is_encoder_decoder
 from ..inference.modeldir import ModelDir, open_model_dir
 from ..ops import resolve_device
 from ..text import is_invisible, normalize_text
@@ -57,6 +57,9 @@ class GenerateConfig(Device):
     stop: list[str] = setting([], metavar="TEXT", help="end a continuation before the first of these strings")
     batch_size: int = setting(8, positive=True, help="prompts per forward pass")
     seed: int = setting(0, help="the random seed of sampling")
+    compile: bool = setting(False, help="compile the decode step of greedy decoding and sampling (torch.compile; "
+                                        "a CUDA graph on a GPU): the first call waits for the compiler, every "
+                                        "token after it runs faster")
 
 
 Generator = nn.Module  # a model of a family whose spec has `generation`: its language model (GPT) or T5
@@ -228,8 +231,11 @@ def run_generate(cfg: GenerateConfig) -> list[dict]:
         raise UserError("nothing to continue: give --prompt TEXT or --input FILE")
     model, tokenizer = load_generator(cfg.model, cfg.device)
     config = GenerationConfig(max_new_tokens=cfg.max_new_tokens, do_sample=cfg.do_sample, temperature=cfg.temperature,
-                              top_k=cfg.top_k, top_p=cfg.top_p, num_beams=cfg.num_beams)
+                              top_k=cfg.top_k, top_p=cfg.top_p, num_beams=cfg.num_beams, compile=cfg.compile)
     generated = generate_text(model, tokenizer, prompts, config, cfg.stop, cfg.batch_size, cfg.seed)
+    if compile_seconds(model) is not None:
+        print(f"compiling took {compile_seconds(model):.1f} s (the first decode step, compiled and run)",
+              file=sys.stderr)
     if is_encoder_decoder(model):
         records = [{"prompt": p, "output": o} for p, o in zip(prompts, generated)]
         lines = [record["output"] for record in records]

@@ -22,6 +22,7 @@ from bertology.models.gpt import (
     GPTForTokenClassification,
     GPTLMHeadModel,
     GPTModel,
+    StaticCache,
 )
 
 LAYOUTS = {"openai-gpt": (OpenAIGPTLMHeadModel, OpenAIGPTConfig), "gpt2": (GPT2LMHeadModel, GPT2Config)}
@@ -115,6 +116,25 @@ def test_the_cache_gives_the_logits_of_the_whole_sequence():
             past = out.past_key_values
     torch.testing.assert_close(torch.cat(pieces, dim=1), whole, rtol=0, atol=1e-5)
     assert past[0][0].shape == (3, 4, 12, 8)
+
+
+def test_a_static_cache_written_in_place_gives_the_logits_of_the_whole_sequence():
+    """The prompt, then one token at a time into buffers of 16 positions: the same logits, the
+    cache the same object throughout, the positions not yet reached left untouched."""
+    model = GPTLMHeadModel(GPTConfig(**SMALL, pre_layer_norm=True)).eval()
+    ids = torch.randint(0, 99, (3, 12))
+    cache = StaticCache(model.config, 3, 16, "cpu", torch.float32)
+    mask = torch.ones(3, 16, dtype=torch.long)  # over the cache's positions; the causal mask hides those ahead
+    with torch.no_grad():
+        whole = model(ids).logits
+        pieces = [model(ids[:, :5], mask, past_key_values=cache, cache_position=torch.arange(5)).logits]
+        for t in range(5, 12):
+            out = model(ids[:, t:t + 1], mask, past_key_values=cache, cache_position=torch.tensor([t]))
+            assert out.past_key_values is cache
+            pieces.append(out.logits)
+    torch.testing.assert_close(torch.cat(pieces, dim=1), whole, rtol=0, atol=1e-5)
+    keys = cache.layers[0][0]
+    assert keys.shape == (3, 4, 16, 8) and keys[:, :, :12].abs().sum() > 0 and not keys[:, :, 12:].any()
 
 
 def test_the_lm_loss_is_next_token_cross_entropy():

@@ -1,6 +1,7 @@
 """`bertology generate`: prompts in, prompt + continuation out (a GPT) or the output (a T5), as
 the Python API computes them; stop strings, batches, and every bad input a one-line error."""
 
+import functools
 import json
 
 import pytest
@@ -88,6 +89,7 @@ def test_sampling_follows_the_seed(gpt_dir, capsys):
     (["--prompt", "the cat", "--max-new-tokens", "60"], "does not fit the model's context of 48 tokens"),
     (["--prompt", "the cat", "--top-p", "1.5"], "top_p (--top-p) must be in (0, 1], got 1.5"),
     (["--prompt", "x", "--num-beams", "2", "--do-sample"], "choose beam search or sampling"),
+    (["--prompt", "x", "--num-beams", "2", "--compile"], "compile (--compile) compiles the static cache's decode step"),
     ([], "nothing to continue: give --prompt TEXT or --input FILE"),
     (["--input", "no-such-file.txt"], "no-such-file.txt: no such file")])
 def test_bad_input_is_one_line(gpt_dir, capsys, args, message):
@@ -140,7 +142,8 @@ def test_t5_batches_give_what_each_input_gives_alone(t5_dir):
     (["--prompt", "  "], "prompt 1 is empty: give some text to transform"),
     (["--prompt", " ".join(["cat"] * 70)], "more than the model's input limit of 64 tokens"),
     (["--prompt", "the cat", "--max-new-tokens", "64"], "longer than the model's decoder limit of 63 tokens"),
-    (["--prompt", "the cat", "--top-p", "1.5"], "top_p (--top-p) must be in (0, 1], got 1.5")])
+    (["--prompt", "the cat", "--top-p", "1.5"], "top_p (--top-p) must be in (0, 1], got 1.5"),
+    (["--prompt", "the cat", "--compile"], "has no static key/value cache whose decode step could be compiled")])
 def test_t5_bad_input_is_one_line(t5_dir, capsys, args, message):
     status, out, err = run(capsys, "--model", str(t5_dir), *args)
     assert status == 2 and not out
@@ -182,3 +185,19 @@ def test_a_seed_outside_the_generators_range_is_one_line(gpt_dir):
     for seed in (-1, 2**64):
         with pytest.raises(UserError, match="seed \\(--seed\\) must be an integer from 0 to 4,294,967,295"):
             generate_text(model, tokenizer, ["the cat"], GenerationConfig(do_sample=True), seed=seed)
+
+
+@pytest.mark.slow
+def test_compile_prints_what_the_eager_steps_give(gpt_dir, capsys, monkeypatch):
+    """--compile reaches the decode step (dynamo's aot_eager backend here: inductor's build takes
+    minutes on this machine) and changes no token, greedy or sampled."""
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    torch._dynamo.reset()
+    prompts = ["the cat", "import os and sys to", "a"]
+    for sampling in ([], ["--do-sample", "--seed", "3"]):
+        eager = run(capsys, "--model", str(gpt_dir), "--prompt", *prompts, "--max-new-tokens", "12", *sampling)
+        compiled = run(capsys, "--model", str(gpt_dir), "--prompt", *prompts, "--max-new-tokens", "12", "--compile",
+                       *sampling)
+        assert eager[0] == compiled[0] == 0 and compiled[1] == eager[1], compiled[2]
+        assert "compiling took" in compiled[2] and "compiling took" not in eager[2]
+    torch._dynamo.reset()
