@@ -481,11 +481,14 @@ def run_problems(directory: Path) -> list[str]:
     return problems
 
 
+WRITE_PROBE = ".write-test-"  # + the pid: the file `check_writable` writes and removes at once
+
+
 def check_writable(directory: Path, needed_bytes: int) -> None:
     """Fail before training, not after an hour, if `directory` cannot hold the checkpoints."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / f".write-test-{os.getpid()}"
+        probe = directory / f"{WRITE_PROBE}{os.getpid()}"
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as err:
@@ -505,7 +508,8 @@ def check_no_earlier_run(directory: Path) -> None:
     """Before a fresh run writes anything: `directory` must be new or empty. An earlier run is
     continued with --resume; anything else there (a model copied in, the user's own vocab.txt)
     is the user's, and the run would write over it."""
-    entries = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+    # Another process of the same run (a torchrun rank) may be probing the folder this very moment.
+    entries = sorted(p.name for p in directory.iterdir() if not p.name.startswith(WRITE_PROBE)) if directory.is_dir() else []
     if holds_training_run(directory):
         raise UserError(f"{directory} already holds a training run; continue it with --resume "
                         "or choose another output directory")

@@ -272,6 +272,16 @@ def test_a_fresh_run_refuses_a_folder_holding_the_users_files(tmp_path):
     assert (tmp_path / "model.safetensors").read_bytes() == b"the user's export"
 
 
+def test_another_ranks_write_probe_is_not_an_earlier_run(tmp_path):
+    """Under torchrun every rank checks the folder; one rank's write probe, there for a moment, is not
+    something of the user's (a two-process test once failed on it)."""
+    (tmp_path / ".write-test-4242").write_bytes(b"ok")
+    check_no_earlier_run(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match=r"is not empty \(notes.txt\)"):
+        check_no_earlier_run(tmp_path)
+
+
 def interrupted_run(out, **overrides):
     """A 4-step run whose checkpoint at step 2 is the last: what a resume starts from."""
     config = TrainConfig(max_steps=4, save_every=2, keep_last=2, progress=False, precision="fp32", **overrides)
