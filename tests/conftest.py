@@ -134,3 +134,22 @@ def transformers_tokenizers(tmp_path_factory, data_dir) -> TransformersTokenizer
     text = (data_dir / "wikitext-2-raw/wiki.valid.raw").read_text(encoding="utf-8")
     lines = [line.strip() for line in text.split("\n") if line.strip()]
     return TransformersTokenizers(tmp_path_factory.mktemp("transformers-tokenizers"), lines)
+
+
+@pytest.fixture
+def aot_eager(monkeypatch):
+    """torch.compile with dynamo's aot_eager backend (the graph run by PyTorch's own kernels, with AOT
+    autograd's backward: what a compiled step traces, without a C++ compiler), dynamo's state and its
+    counters (`torch._dynamo.utils.counters`) fresh. Imported here, not at collection: most tests
+    never load dynamo."""
+    import functools
+
+    import torch
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    yield
+    torch._dynamo.reset()

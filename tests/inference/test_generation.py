@@ -9,7 +9,6 @@ every backend; inductor's build takes minutes on this machine, and CUDA graphs n
 (bench/gpu.py measures them there).
 """
 
-import functools
 import re
 
 import pytest
@@ -65,7 +64,6 @@ def dynamic(**settings) -> GenerationConfig:
 
 def test_the_static_cache_is_the_default_for_greedy_and_sampling_and_beam_search_keeps_the_dynamic_one(pair):
     _, ours = pair
-    ids, mask = left_padded([5, 3])
     assert StaticDecoding.applies(ours, GenerationConfig())
     assert StaticDecoding.applies(ours, GenerationConfig(do_sample=True))
     assert not StaticDecoding.applies(ours, GenerationConfig(num_beams=2))
@@ -146,16 +144,6 @@ def test_a_family_without_a_static_cache_is_refused_compile_and_generates_with_t
     with pytest.raises(UserError, match="has no static key/value cache whose decode step could be compiled"):
         generate(model, torch.tensor([[5, 6, 1]]), config=GenerationConfig(max_new_tokens=3, compile=True))
     assert generate(model, torch.tensor([[5, 6, 1]]), config=GenerationConfig(max_new_tokens=3)).shape == (1, 4)
-
-
-@pytest.fixture
-def aot_eager(monkeypatch):
-    """torch.compile with the aot_eager backend (see the module docstring); dynamo's state fresh."""
-    torch._dynamo.reset()
-    counters.clear()
-    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
-    yield
-    torch._dynamo.reset()
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ inductor's C++ build of each graph takes over a minute on this 2-core machine. b
 measures the inductor build on a GPU.
 """
 
-import functools
 import json
 
 import pytest
@@ -41,16 +40,6 @@ def objective(name: str) -> torch.nn.Module:
     config = BertConfig.from_preset("tiny", vocab_size=VOCAB, max_position_embeddings=32, hidden_dropout_prob=0.0,
                                     attention_probs_dropout_prob=0.0)
     return build_objective(name, config, mask_token_id=4)
-
-
-@pytest.fixture
-def aot_eager(monkeypatch):
-    """torch.compile with the aot_eager backend (see the module docstring); dynamo's state fresh."""
-    torch._dynamo.reset()
-    counters.clear()
-    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
-    yield
-    torch._dynamo.reset()
 
 
 def run(name: str, out, compile: bool) -> tuple[list[float], list[int]]:
