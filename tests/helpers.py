@@ -306,3 +306,14 @@ def at_real_tokens(output: torch.Tensor, attention_mask: torch.Tensor) -> torch.
     Padding positions carry no meaning: bertology's unpadded encoder returns zeros there
     (ops.Unpadding), transformers and a traced ONNX graph whatever the padded computation gave."""
     return output[attention_mask.bool()] if output.shape[:2] == attention_mask.shape else output
+
+
+def wikitext_corpus(data_dir, root: Path, chars: int, vocab_size: int | None = None) -> Path:
+    """`root`/wiki.txt: the first `chars` characters of WikiText-2 valid, cut at a line's end; with
+    `vocab_size`, a WordPiece vocabulary of that size trained on it in `root`/tokenizer. Returns root."""
+    text = (data_dir / "wikitext-2-raw/wiki.valid.raw").read_text(encoding="utf-8")[:chars]
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "wiki.txt").write_text(text[: text.rindex("\n") + 1], encoding="utf-8")
+    if vocab_size is not None:
+        train_tokenizer([root / "wiki.txt"], vocab_size=vocab_size, out_dir=root / "tokenizer")
+    return root

@@ -7,15 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import wikitext_corpus
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
 def test_every_section_of_the_gpu_bench_runs_at_smoke_size(data_dir, tmp_path):
-    corpus = tmp_path / "wiki.txt"
-    text = (data_dir / "wikitext-2-raw/wiki.valid.raw").read_text(encoding="utf-8")[:60_000]
-    corpus.write_text(text[: text.rindex("\n") + 1], encoding="utf-8")
+    corpus = wikitext_corpus(data_dir, tmp_path, 60_000) / "wiki.txt"
     results = tmp_path / "gpu.md"
     run = subprocess.run([sys.executable, REPO / "bench" / "gpu.py", "--smoke", "--corpus", corpus, "--results",
                           results, "--families", "bert:bert", "gpt", "--budget", "100000"],

@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import assert_resumed_run_matches
+from helpers import assert_resumed_run_matches, wikitext_corpus
 
 from bertology import UserError
 from bertology.data.shards import build_corpus
 from bertology.data.token_stream import StreamBatches, TokenStream
-from bertology.data.tokenizer import Tokenizer, train_tokenizer
+from bertology.data.tokenizer import Tokenizer
 from bertology.models import family_named
 from bertology.models.awd_lstm import AWDLSTMLMHeadModel
 from bertology.models.elmo import ELMoModel
@@ -24,11 +24,7 @@ TINY = {"emb_sz": 32, "n_hid": 64, "n_layers": 3}
 @pytest.fixture(scope="module")
 def corpus(data_dir, tmp_path_factory):
     """The first 200 KB of WikiText-2 valid and a 2,000-token vocabulary."""
-    root = tmp_path_factory.mktemp("awd")
-    text = (data_dir / "wikitext-2-raw/wiki.valid.raw").read_text(encoding="utf-8")[:200_000]
-    (root / "wiki.txt").write_text(text[: text.rindex("\n") + 1], encoding="utf-8")
-    train_tokenizer([root / "wiki.txt"], vocab_size=2000, out_dir=root / "tokenizer")
-    return root
+    return wikitext_corpus(data_dir, tmp_path_factory.mktemp("awd"), 200_000, vocab_size=2000)
 
 
 def settings(root, out, **overrides):

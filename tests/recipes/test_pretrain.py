@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 import transformers
+from helpers import wikitext_corpus
 
 from bertology import (
     BertConfig,
@@ -43,12 +44,7 @@ NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 @pytest.fixture(scope="module")
 def corpus(data_dir, tmp_path_factory):
     """The first 400 KB of WikiText-2 valid (real text, ~20 articles), and a 2,000-token vocabulary."""
-    source = data_dir / "wikitext-2-raw/wiki.valid.raw"
-    root = tmp_path_factory.mktemp("pretrain")
-    text = source.read_text(encoding="utf-8")[:400_000]
-    (root / "wiki.txt").write_text(text[: text.rindex("\n") + 1], encoding="utf-8")
-    train_tokenizer([root / "wiki.txt"], vocab_size=2000, out_dir=root / "tokenizer")
-    return root
+    return wikitext_corpus(data_dir, tmp_path_factory.mktemp("pretrain"), 400_000, vocab_size=2000)
 
 
 def settings(root, out, **overrides):

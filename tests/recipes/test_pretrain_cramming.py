@@ -7,6 +7,7 @@ import re
 
 import pytest
 import torch
+from helpers import wikitext_corpus
 
 from bertology import BertConfig, BertForMaskedLM, UserError
 from bertology.data.tokenizer import Tokenizer, train_tokenizer
@@ -25,11 +26,7 @@ from bertology.recipes.pretrain import (
 @pytest.fixture(scope="module")
 def corpus(data_dir, tmp_path_factory):
     """The first 150 KB of WikiText-2 valid and a 1,000-token vocabulary."""
-    root = tmp_path_factory.mktemp("cramming")
-    text = (data_dir / "wikitext-2-raw/wiki.valid.raw").read_text(encoding="utf-8")[:150_000]
-    (root / "wiki.txt").write_text(text[: text.rindex("\n") + 1], encoding="utf-8")
-    train_tokenizer([root / "wiki.txt"], vocab_size=1000, out_dir=root / "tokenizer")
-    return root
+    return wikitext_corpus(data_dir, tmp_path_factory.mktemp("cramming"), 150_000, vocab_size=1000)
 
 
 def settings(root, out, **overrides) -> PretrainConfig:
