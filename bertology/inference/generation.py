@@ -205,7 +205,7 @@ class StaticDecoding:
         """Whether `config` decodes greedily or samples over the family's static cache, rather than
         over the dynamic one (beam search, `use_cache=False`, a family without one)."""
         return (config.use_cache and config.cache_implementation != "dynamic" and config.num_beams == 1
-                and not is_encoder_decoder(model) and spec_for(model.config).static_cache is not None)
+                and spec_for(model.config).static_cache is not None)
 
     def __call__(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The next-token logits (B, V), fp32, after the prompts (the first call) or the last new
