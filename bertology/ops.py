@@ -168,20 +168,30 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         return grad.mul_((grad_loss / max(grad.shape[0], 1)).to(grad.dtype)), None, None
 
 
+# Rows of fp32 logits a chunk of `cross_entropy_with_accuracy` holds: on the CPU few enough to stay in
+# cache; on a GPU, where every chunk costs a dozen kernel launches, as many as 512 MiB hold (a BERT
+# pre-training batch of 128 x 128 tokens masks about 2,500 positions: one chunk at BERT's 30,522 pieces).
+CPU_CHUNK_ROWS = 64
+DEVICE_CHUNK_BYTES = 512 << 20
+
+
 def cross_entropy_with_accuracy(logits: torch.Tensor, targets: torch.Tensor,
-                                chunk_rows: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+                                chunk_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean cross-entropy of (N, V) logits against (N,) targets, and how many argmaxes hit.
 
     The same loss as `F.cross_entropy`, computed for the large (positions x vocabulary)
-    products of language-model heads: the rows are processed in chunks small enough to
-    stay in cache, in fp32 whatever the logits' dtype, and the gradient is formed in the
-    same pass, so no (N, V) fp32 log-probabilities are ever materialised. Under torch.compile,
-    F.cross_entropy, which the compiler fuses as well and traces for any N (the chunk loop's trip
-    count would be fixed into the graph).
+    products of language-model heads: the rows are processed in chunks (`chunk_rows`; by
+    default small enough to stay in a CPU's cache, large on a GPU), in fp32 whatever the logits'
+    dtype, and the gradient is formed in the same pass, so no (N, V) fp32 log-probabilities are
+    ever materialised. Under torch.compile, F.cross_entropy, which the compiler fuses as well and
+    traces for any N (the chunk loop's trip count would be fixed into the graph).
     """
     if torch.compiler.is_compiling():
         correct = (logits.argmax(dim=-1) == targets).sum()
         return F.cross_entropy(logits.float(), targets), correct
+    if chunk_rows is None:
+        chunk_rows = CPU_CHUNK_ROWS if logits.device.type == "cpu" else max(
+            1, DEVICE_CHUNK_BYTES // (4 * logits.shape[-1]))
     return _ChunkedCrossEntropy.apply(logits, targets, chunk_rows)
 
 

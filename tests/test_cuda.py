@@ -104,3 +104,24 @@ def test_compiled_generation_replays_one_cuda_graph_and_gives_the_eager_ids():
         assert torch.equal(generate(model, ids, mask, GenerationConfig(max_new_tokens=30, compile=True)), eager)
     assert counters["stats"]["unique_graphs"] == 1 and counters["inductor"]["cudagraph_skips"] == 0
     torch._dynamo.reset()
+
+
+def test_masked_lm_loss_on_the_gpu_is_one_chunk_and_equals_pytorch():
+    """A BERT pre-training batch's masked positions (about 2,500 at 128 x 128) fit one chunk of
+    cross_entropy_with_accuracy on a GPU; the loss and gradient are F.cross_entropy's."""
+    import torch.nn.functional as F
+
+    from bertology.ops import CPU_CHUNK_ROWS, DEVICE_CHUNK_BYTES, cross_entropy_with_accuracy
+
+    assert DEVICE_CHUNK_BYTES // (4 * 30522) >= 2500 > CPU_CHUNK_ROWS
+    torch.manual_seed(0)
+    targets = torch.randint(0, 30522, (2500,), device="cuda")
+    logits = (3 * torch.randn(2500, 30522, device="cuda")).bfloat16().requires_grad_(True)
+    loss, correct = cross_entropy_with_accuracy(logits, targets)
+    loss.backward()
+    ours, logits.grad = logits.grad.float(), None
+    reference = F.cross_entropy(logits.float(), targets)
+    reference.backward()
+    assert abs(loss.item() - reference.item()) < 1e-4
+    assert (ours - logits.grad.float()).abs().max() < 1e-2
+    assert correct.item() == (logits.float().argmax(-1) == targets).sum().item()

@@ -1,5 +1,6 @@
 """The faster CPU layers in ops.py must compute exactly what PyTorch's own do."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -54,12 +55,13 @@ def test_dropout_is_reproducible_under_a_seed():
     assert torch.equal(a, b)
 
 
-def test_chunked_cross_entropy_matches_pytorch():
+@pytest.mark.parametrize("chunk_rows", [64, 1000])  # 3 chunks, the last partial (a CPU's); one (a GPU's)
+def test_chunked_cross_entropy_matches_pytorch(chunk_rows):
     torch.manual_seed(1)
     targets = torch.randint(0, 1000, (150,))
     for dtype, tolerance in ((torch.float32, 1e-6), (torch.bfloat16, 1e-2)):
         logits = (3 * torch.randn(150, 1000)).to(dtype).requires_grad_(True)
-        loss, correct = cross_entropy_with_accuracy(logits, targets, chunk_rows=64)  # 3 chunks, the last partial
+        loss, correct = cross_entropy_with_accuracy(logits, targets, chunk_rows=chunk_rows)
         (2 * loss).backward()
         ours = logits.grad.clone()
         logits.grad = None
