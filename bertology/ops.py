@@ -182,8 +182,8 @@ def cross_entropy_with_accuracy(logits: torch.Tensor, targets: torch.Tensor,
     The same loss as `F.cross_entropy`, computed for the large (positions x vocabulary)
     products of language-model heads: the rows are processed in chunks (`chunk_rows`; by
     default small enough to stay in a CPU's cache, large on a GPU), in fp32 whatever the logits'
-    dtype, and the gradient is formed in the same pass, so no (N, V) fp32 log-probabilities are
-    ever materialised. Under torch.compile, F.cross_entropy, which the compiler fuses as well and
+    dtype, and the gradient is formed in the same pass, so no more than a chunk of fp32
+    log-probabilities is ever held. Under torch.compile, F.cross_entropy, which the compiler fuses as well and
     traces for any N (the chunk loop's trip count would be fixed into the graph).
     """
     if torch.compiler.is_compiling():
