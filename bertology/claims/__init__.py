@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import import_module
 
 from ..errors import UserError
-from .experiment import Experiment, ReproduceConfig, open_reference
+from .experiment import Experiment, ReproduceConfig, open_reference, read_beside
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,7 @@ def run_claim(cfg: ReproduceConfig) -> dict:
         raise UserError(f"--model {cfg.model}: claim {claim.name} compares against no model pre-trained elsewhere; "
                         "leave --model out (--list marks the claims that take it)")
     reference = open_reference(cfg.model, claim.name, claim.model_needs) if claim.model_needs else None
-    experiment = Experiment.from_config(cfg, reference)
+    beside = read_beside(cfg, claim.name) if cfg.beside else None  # a wrong file is an error now, not in hours
+    experiment = Experiment.from_config(cfg, reference, beside)
     report = import_module(f"{__name__}.{claim.module}").run(experiment)
     return experiment.report(report)

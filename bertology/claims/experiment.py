@@ -121,6 +121,10 @@ class ReproduceConfig(Device):
                                  help="pre-train every BERT-family model of the claim by this recipe (`bertology "
                                       "pretrain --recipe`), wherever the claim leaves a setting at its default; the "
                                       "models are cached apart from the claim's own (default: none)")
+    beside: str = setting("", metavar="RESULTS",
+                          help="with --recipe: the results.json of the same claim run without it (docs/claims/"
+                               "NAME.json); results.md then keeps its rows and shows each row this run changed "
+                               "beside it, named '..., --recipe NAME', and both runs' verdicts (default: none)")
     model: str = setting("", metavar="DIR",
                          help="the model pre-trained elsewhere that a claim compares against (claims 1, 2, 10 and "
                               "11; --list marks them): a model directory or an installed model's name (default: "
@@ -171,18 +175,21 @@ class Experiment:
     log: Callable[[str], None] = print
     started: float = field(default_factory=time.perf_counter)
     recipe: str | None = None  # `bertology pretrain --recipe` for every BERT-family pre-training
+    beside: dict | None = None  # --beside: the same claim's results without the recipe, shown beside this run's
 
     @classmethod
-    def from_config(cls, cfg: ReproduceConfig, reference: tuple[Path | None, str] | None = None) -> "Experiment":
+    def from_config(cls, cfg: ReproduceConfig, reference: tuple[Path | None, str] | None = None,
+                    beside: dict | None = None) -> "Experiment":
         """The experiment of `bertology reproduce`'s settings (the output folder made); `reference`:
-        `open_reference`'s answer for a claim that compares against a model pre-trained elsewhere."""
+        `open_reference`'s answer for a claim that compares against a model pre-trained elsewhere;
+        `beside`: `read_beside`'s."""
         if not cfg.out:
             raise UserError("--out DIR is required to run a claim")
         seeds = cfg.seeds or (2 if cfg.quick else 3)
         out = Path(cfg.out)
         out.mkdir(parents=True, exist_ok=True)
         experiment = cls(out, Path(cfg.data), cfg.quick, list(range(seeds)), Path(cfg.cache_dir), cfg.device,
-                         recipe=cfg.recipe)
+                         recipe=cfg.recipe, beside=beside)
         if reference is not None:
             experiment.reference_dir, experiment.reference_name = reference
             experiment.bind_reference()
@@ -460,7 +467,8 @@ class Experiment:
                    "verdicts": [dataclasses.asdict(v) for v in claim.verdicts], "plots": claim.plots,
                    "notes": claim.notes}
         write_json_atomic(self.out / "results.json", results)
-        write_text_atomic(self.out / "results.md", markdown(results))
+        shown = results if self.beside is None else rows_beside(self.beside, results, f"--recipe {self.recipe}")
+        write_text_atomic(self.out / "results.md", markdown(shown))
         return results
 
 
@@ -646,6 +654,51 @@ def cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     return "" if value is None else str(value)
+
+
+def read_beside(cfg: ReproduceConfig, claim: str) -> dict:
+    """--beside's results.json, which must be claim `claim`'s (run without a recipe): a one-line error naming the
+    file otherwise."""
+    if not cfg.recipe:
+        raise UserError("--beside shows a run with --recipe beside one without it: give --recipe too")
+    path = Path(cfg.beside)
+    try:
+        base = loads_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise UserError(f"--beside {path}: not a readable results.json ({error})") from None
+    if not isinstance(base, dict) or not {"claim", "columns", "rows", "verdicts", "notes"} <= set(base):
+        raise UserError(f"--beside {path}: not the results.json of a claim (it lacks claim, columns, rows, verdicts "
+                        "or notes)")
+    if base["claim"] != claim:
+        raise UserError(f"--beside {path}: holds claim {base['claim']}'s results, not claim {claim}'s")
+    return base
+
+
+def rows_beside(base: dict, results: dict, label: str) -> dict:
+    """A claim's `results` from a run with a pre-training recipe (named by `label`) beside `base`, the same
+    claim's without it: base's rows, each followed by this run's row of the same name wherever a number
+    differs, named "NAME, LABEL" (rows only this run has come last, named so too); base's verdicts, then
+    this run's, each prefixed "LABEL: "; base's notes, then this run's that base lacks. Paper, scale and
+    plots stay base's, with a note on this run's date, scale and time."""
+    if base["columns"] != results["columns"]:
+        raise UserError(f"--beside: the columns differ ({', '.join(base['columns'])} against "
+                        f"{', '.join(results['columns'])}): were both run at the same scale (--quick)?")
+    key = base["columns"][0]
+    ours = {row[key]: row for row in results["rows"]}
+    rows = []
+    for row in base["rows"]:
+        rows.append(row)
+        changed = ours.get(row[key])
+        if changed is not None and changed != row:
+            rows.append({**changed, key: f"{row[key]}, {label}"})
+    named = {row[key] for row in base["rows"]}
+    rows += [{**row, key: f"{name}, {label}"} for name, row in ours.items() if name not in named]
+    verdicts = base["verdicts"] + [{**v, "statement": f"{label}: {v['statement']}"} for v in results["verdicts"]]
+    when = (f"Rows named '..., {label}' come from a run of the same claim with `{label}` "
+            f"({results['machine']['date']}, {results['minutes']} minutes); the rest from the run below, and a row "
+            "that run gave the same numbers (a model the recipe does not touch) is shown once.")
+    notes = [*base["notes"], *[note for note in results["notes"] if note not in base["notes"]], when]
+    return {**base, "rows": rows, "verdicts": verdicts, "notes": notes}
 
 
 def markdown(results: dict) -> str:

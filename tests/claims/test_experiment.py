@@ -14,6 +14,7 @@ from bertology.claims.experiment import (
     cell,
     markdown,
     pretraining_key,
+    rows_beside,
     verdict,
 )
 from bertology.cli import main
@@ -168,3 +169,52 @@ def test_a_recipe_reaches_every_bert_pretraining_and_keys_it_apart(tmp_path, mon
     (with_key, with_settings), (without_key, without_settings) = seen
     assert with_settings["recipe"] == "cramming" and "recipe" not in without_settings
     assert with_key != without_key
+
+
+def claim_results(claim: str, rows: list[dict], verdicts: list[str], notes: list[str], date: str) -> dict:
+    """A claim's results.json as Experiment.report writes it (one column of seeds' numbers)."""
+    return {"claim": claim, "title": "Claim 2", "quick": False, "seeds": [0, 1], "minutes": 12.5,
+            "machine": {"date": date, "cpus": 2, "processor": "x86_64", "torch": "2.13.0", "torch_threads": 1},
+            "scale": "mini BERT", "paper": "BERT", "columns": ["model", "100 labels"], "rows": rows,
+            "verdicts": [{"statement": s, "outcome": "reproduced", "metric": "accuracy", "better": "a", "worse": "b",
+                          "margin": 0.1} for s in verdicts], "plots": ["label_needs.png"], "notes": notes}
+
+
+def test_a_recipe_run_is_shown_beside_the_run_without_it():
+    base = claim_results("label-needs", [{"model": "BERT, pre-trained here", "100 labels": [0.55, 0.57]},
+                                         {"model": "ULMFiT", "100 labels": [0.60, 0.61]},
+                                         {"model": "BERT, random weights", "100 labels": [0.52, 0.53]}],
+                         ["pre-trained beats random"], ["the corpus is WikiText-2"], "2026-11-26")
+    recipe = claim_results("label-needs", [{"model": "BERT, pre-trained here", "100 labels": [0.62, 0.64]},
+                                           {"model": "ULMFiT", "100 labels": [0.60, 0.61]},  # not a BERT: unchanged
+                                           {"model": "BERT, random weights", "100 labels": [0.51, 0.53]}],
+                           ["pre-trained beats random"], ["the corpus is WikiText-2", "pre-trained by the recipe"],
+                           "2026-11-29")
+    shown = rows_beside(base, recipe, "--recipe cramming")
+    assert [row["model"] for row in shown["rows"]] == [
+        "BERT, pre-trained here", "BERT, pre-trained here, --recipe cramming", "ULMFiT", "BERT, random weights",
+        "BERT, random weights, --recipe cramming"]
+    assert shown["rows"][1]["100 labels"] == [0.62, 0.64] and shown["rows"][0]["100 labels"] == [0.55, 0.57]
+    assert [v["statement"] for v in shown["verdicts"]] == ["pre-trained beats random",
+                                                          "--recipe cramming: pre-trained beats random"]
+    assert shown["notes"][:2] == ["the corpus is WikiText-2", "pre-trained by the recipe"]
+    assert "2026-11-29" in shown["notes"][-1] and shown["machine"]["date"] == "2026-11-26"
+    page = markdown(shown)
+    assert "| BERT, pre-trained here, --recipe cramming | 0.630 (0.620-0.640) |" in page
+    with pytest.raises(UserError, match="the columns differ"):
+        rows_beside(base, {**recipe, "columns": ["model", "300 labels"]}, "--recipe cramming")
+
+
+def test_beside_is_checked_before_the_claim_runs(tmp_path, capsys):
+    base = tmp_path / "label-needs.json"
+    base.write_text(json.dumps(claim_results("label-needs", [], [], [], "2026-11-26")))
+    out = str(tmp_path / "o")
+    cases = [(["label-needs", "--beside", str(base)], "give --recipe too"),
+             (["label-needs", "--recipe", "cramming", "--beside", str(tmp_path / "absent.json")],
+              "absent.json: not a readable results.json"),
+             (["model-size", "--recipe", "cramming", "--beside", str(base)],
+              "holds claim label-needs's results, not claim model-size's")]
+    for flags, message in cases:
+        assert main(["reproduce", *flags, "--out", out]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # refused before anything was made
