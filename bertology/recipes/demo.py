@@ -138,10 +138,12 @@ def pretraining_settings(cfg: DemoConfig) -> dict:
     own = {"objective": cfg.objective, "max_seq_len": cfg.pretrain_max_seq_len, "lr": cfg.pretrain_lr,
            "batch_size": BATCH_SIZE}
     if cfg.recipe:
+        # The recipe's settings where the user left the demo's at their defaults; the demo's own where the
+        # recipe sets none (cramming keeps the demo's 64-token rows of 32; cramming-all brings its own).
         defaults = {f.name: default_of(f) for f in fields(DemoConfig)}
         given = {"objective": "objective", "max_seq_len": "pretrain_max_seq_len", "lr": "pretrain_lr"}
-        own = {name: value for name, value in own.items()
-               if name in given and getattr(cfg, given[name]) != defaults[given[name]]}
+        own = {name: value for name, value in own.items() if name not in RECIPES[cfg.recipe]
+               or (name in given and getattr(cfg, given[name]) != defaults[given[name]])}
     budget = steps(cfg)
     return {"preset": cfg.preset, "recipe": cfg.recipe, "max_steps": budget, "eval_fraction": 0.02,
             "eval_every": max(budget // 40, 1), "save_every": SAVE_EVERY, "progress": cfg.progress, **own}

@@ -178,6 +178,10 @@ def test_the_recipe_replaces_the_demos_pretraining_defaults_but_not_what_the_use
     assert (plain["objective"], plain["max_seq_len"], plain["lr"], plain["batch_size"]) == ("roberta", 64, 1e-3, 32)
     crammed = pretraining_settings(DemoConfig(recipe="cramming"))
     assert crammed["recipe"] == "cramming" and crammed["max_steps"] == RECIPE_STEPS["cramming"]
-    assert not {"objective", "max_seq_len", "lr", "batch_size"} & set(crammed)  # the recipe's own, in PretrainConfig
-    given = pretraining_settings(DemoConfig(recipe="cramming", pretrain_lr=3e-3, pretrain_steps=50))
+    # the recipe's objective and rate (set in PretrainConfig); the demo's rows of 64 tokens, 32 a batch, which
+    # the recipe leaves alone; cramming-all brings its own rows and batch too
+    assert not {"objective", "lr"} & set(crammed) and (crammed["max_seq_len"], crammed["batch_size"]) == (64, 32)
+    assert not {"objective", "max_seq_len", "lr", "batch_size"} & set(pretraining_settings(DemoConfig(
+        recipe="cramming-all")))
+    given = pretraining_settings(DemoConfig(recipe="cramming-all", pretrain_lr=3e-3, pretrain_steps=50))
     assert given["lr"] == 3e-3 and given["max_steps"] == 50 and "max_seq_len" not in given
