@@ -1,4 +1,4 @@
-"""`bertology demo`: the whole BERT story, offline, in about 6 minutes a seed on a laptop CPU.
+"""`bertology demo`: the whole BERT story, offline, in about 9 minutes a seed on a laptop CPU.
 
 1. Real text every Python installation carries (stdlib_docs.py: the standard library's
    docstrings and the language reference), minus the modules held out for evaluation.
@@ -6,9 +6,11 @@
 3. The baselines every claim needs: the majority class and TF-IDF + logistic regression
    (words, and character n-grams), their regularisation chosen by cross-validation on the
    training docstrings only.
-4. A tiny BERT pre-trained on the text for a fixed number of steps: masked LM over full
-   sentences packed into 64-token rows (RoBERTa's recipe, which drops next-sentence
-   prediction and, in a budget this small, learns far faster than BERT's MLM + NSP). The
+4. A tiny BERT pre-trained on the text for a fixed number of steps by the pre-training recipe
+   (`bertology pretrain --recipe cramming`): masked LM over full sentences packed into 64-token
+   rows (RoBERTa's objective, which drops next-sentence prediction and, in a budget this small,
+   learns far faster than BERT's MLM + NSP) with the changes of Cramming that paid on 2 cores
+   (no biases, gated GELU, no dropout, one-cycle to 2e-3, the vocabulary padded to 64). The
    budget is in steps, not seconds, so the result is a function of the seed and the thread
    count (--threads): a busy machine gets the same numbers, later.
 5. The same labelled task fine-tuned twice with identical settings: from the pre-trained
@@ -21,8 +23,8 @@
    twin (its architecture and vocabulary) with identical settings. Minutes of pre-training on
    1.5 MB teach the tiny model only a little; this pair shows what the same recipe gives when
    the pre-training is at scale (left out with `--reference-model ""` or when not installed).
-With `--recipe cramming` step 4 pre-trains by Cramming's recipe (`bertology pretrain --recipe`) for the
-steps that take the same time.
+`--recipe none` pre-trains with the demo's own settings instead (--objective, --pretrain-lr,
+--pretrain-max-seq-len) for the steps that take the same time.
 Steps 4-6 run once per seed (`--seeds 3`: the pre-training, initialisation and fine-tuning
 seeds vary, the task does not). A table, results.json and plots close the run. An interrupted
 demo continues with `--resume`: the pre-training from its last checkpoint, an unfinished
@@ -80,12 +82,12 @@ MODEL_TITLES = {
 
 # What docs/getting-started.md measured with the defaults on 2 free cores ("The main job"; tests/recipes/test_demo.py
 # checks that the two agree): the speed the slow-run note compares with.
-MEASURED_MINUTES_PER_SEED, MEASURED_STEPS_PER_SECOND = 6.3, 19
+MEASURED_MINUTES_PER_SEED, MEASURED_STEPS_PER_SECOND = 9.2, 10
 
 
 @dataclass
 class DemoConfig(Device):
-    """The demo's settings. The defaults took 6.3 minutes a seed on 2 free CPU cores (see docs/getting-started.md)."""
+    """The demo's settings. The defaults took 9.2 minutes a seed on 2 free CPU cores (see docs/getting-started.md)."""
 
     out: str = setting("bertology-demo", metavar="DIR", output="dir",
                        help="output directory: results.json, the plots, every model")
