@@ -630,6 +630,7 @@ def section_compile(bench: Bench) -> list[str]:
     compile_backend = {} if bench.cuda else {"backend": "aot_eager"}
     # A cache of this run's own, so the first compiled run is a cold start (a fresh machine's); the
     # second compiles the same blocks again over it (a user's next run: inductor's caches warm).
+    cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(bench.scratch / "inductor-cache")
     runs = {"eager": None, "compiled blocks, cold caches": "blocks", "compiled blocks, warm caches": "blocks",
             "compiled whole step, cold caches": "model"}
@@ -666,6 +667,10 @@ def section_compile(bench: Bench) -> list[str]:
     finally:
         torch.compile = real_compile
         torch._dynamo.reset()
+        if cache_dir is None:  # the sections after this one, and a caller's process, keep their own cache
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
     eager, _ = totals["eager"]
     verdicts = []
     for run in list(runs)[1:]:
