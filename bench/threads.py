@@ -10,9 +10,11 @@ setting's median steps/s over the rounds (min-max), and the load average when it
 
 Settings (--settings): "default" (what a command does given no --threads), "N" (--threads N,
 waiting as the default does), "N-spin" (N threads, the OpenMP runtime's own spin-waiting, as
-PyTorch does by itself: how the demo ran before the default changed).
+PyTorch does by itself: how the demo ran before the default changed), "N-spinK" (N threads that
+spin K times, GNU OpenMP's GOMP_SPINCOUNT, before they sleep: the runtime's own count is 300,000,
+the sleeping default's 0).
 
-    python bench/threads.py [--competitors 0 1] [--settings default 1 2 2-spin] [--rounds 3] [--seconds 8]
+    python bench/threads.py [--competitors 0 1] [--settings default 1 2 2-spin 2-spin3000] [--rounds 3] [--seconds 8]
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def child(setting: str, seconds: float) -> None:
     from bertology.config import Threads
 
     threads, _, spin = setting.partition("-")
-    if spin != "spin":
+    if not spin.startswith("spin"):
         prepare_threads()  # before PyTorch loads, as the command line does
     import numpy as np
     import torch
@@ -75,7 +77,7 @@ def main() -> None:
     if args.child:
         return child(args.child, args.seconds)
     env = {key: value for key, value in os.environ.items()
-           if key not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "BERTOLOGY_THREADS")}
+           if key not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "BERTOLOGY_THREADS")}
     print(f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f} before")
     lines = [f"The demo's pre-training step (a tiny BERT, RoBERTa's masked LM, batches of 32 x 64 tokens) in a child "
              f"process per measurement, interleaved rounds, {os.cpu_count()} CPUs; steps/s, median (min-max):"]
@@ -87,8 +89,10 @@ def main() -> None:
             threads, loads = {}, []
             for _ in range(args.rounds):
                 for setting in args.settings:
+                    spin_count = setting.partition("-spin")[2]  # read by the runtime when PyTorch loads
                     result = subprocess.run([sys.executable, __file__, "--child", setting, "--seconds",
-                                             str(args.seconds)], env=env, capture_output=True, text=True, check=True)
+                                             str(args.seconds)], capture_output=True, text=True, check=True,
+                                            env={**env, "GOMP_SPINCOUNT": spin_count} if spin_count else env)
                     measured = json.loads(result.stdout.splitlines()[-1])
                     rates[setting].append(measured["steps_per_second"])
                     threads[setting] = measured["threads"]

@@ -839,7 +839,9 @@ def prepare_threads() -> None:
     operation waits for: the demo's pre-training on 2 threads beside one competing process
     fell to a tenth of its speed on 1 thread. Sleeping costs a wake-up per operation instead,
     and keeps every core the fastest choice, busy or free (bench/threads.py measures this;
-    docs/results/threads.md has the numbers). The runtime reads the policy once, when PyTorch loads.
+    docs/results/threads.md has the numbers). A short spin before sleeping (GNU OpenMP's GOMP_SPINCOUNT)
+    was measured too: each count gains on a free machine what it loses beside a competitor, so none
+    replaces sleeping. The runtime reads the policy once, when PyTorch loads.
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
