@@ -236,6 +236,22 @@ def bf16_is_fast(device: torch.device) -> bool:
     return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+def can_compile(device: torch.device) -> bool:
+    """Whether torch.compile can build kernels for `device` here: Triton for a GPU; a C++ compiler
+    (g++ or clang; cl on Windows) for the CPU, which a laptop may lack."""
+    try:  # PyTorch's own lookups, private: any failure of theirs means no
+        if device.type == "cuda":
+            from torch.utils._triton import has_triton
+
+            return has_triton()
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        get_cpp_compiler()  # raises when no compiler is found
+        return True
+    except Exception:
+        return False
+
+
 def resolve_precision(precision: str, device: torch.device) -> str:
     """'auto' -> 'bf16' where it is fast, else 'fp32'."""
     if precision == "auto":

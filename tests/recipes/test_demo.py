@@ -69,6 +69,8 @@ def test_demo_writes_results_and_pictures(tmp_path, capsys):
         assert (out / picture).stat().st_size > 10_000, picture
     table, err = capsys.readouterr()
     assert "this machine pre-trains the tiny model" in err  # timed from the first seed's pre-training
+    assert "compiling took" in err  # the default compiles the layers, where (as here) a C++ compiler is found
+    assert json.loads((out / "seed5" / "pretrained" / "pretrain_config.json").read_text())["compile"] is True
     for line in ("BERT pre-trained here, then fine-tuned", "the same, fine-tuned from random weights",
                  "all-MiniLM-L6-v2, fine-tuned", "TF-IDF words", "majority"):
         assert line in table
@@ -120,6 +122,17 @@ def test_the_help_and_the_slow_run_note_say_the_documented_measured_time(capsys)
     help_text = " ".join(capsys.readouterr().out.split())
     assert f"took {minutes} minutes a seed on 2 free CPU cores" in help_text and "10 minutes" not in help_text
     assert f"One seed takes **{minutes} minutes**" in " ".join((repo / "README.md").read_text(encoding="utf-8").split())
+
+
+@pytest.mark.slow  # a short demo: about 20 s
+def test_without_a_compiler_the_demo_says_so_and_pretrains_eagerly(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("bertology.recipes.demo.can_compile", lambda device: False)
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--pretrain-steps", "20", "--max-train-per-label", "5",
+                 "--finetune-epochs", "1", "--reference-model", "", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "finds no compiler for compiling here" in err and "compiling took" not in err
+    assert json.loads((out / "seed0" / "pretrained" / "pretrain_config.json").read_text())["compile"] is False
 
 
 @pytest.mark.slow  # three short demos: about a minute
