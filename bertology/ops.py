@@ -239,7 +239,7 @@ def bf16_is_fast(device: torch.device) -> bool:
 def can_compile(device: torch.device) -> bool:
     """Whether torch.compile can build kernels for `device` here: Triton for a GPU; a C++ compiler
     (g++ or clang; cl on Windows) for the CPU, which a laptop may lack."""
-    try:  # PyTorch's own lookups, private: any failure of theirs means no
+    try:
         if device.type == "cuda":
             from torch.utils._triton import has_triton
 
@@ -248,7 +248,7 @@ def can_compile(device: torch.device) -> bool:
 
         get_cpp_compiler()  # raises when no compiler is found
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 - PyTorch's private lookups: any failure of theirs means no
         return False
 
 

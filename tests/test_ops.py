@@ -73,7 +73,7 @@ def test_chunked_cross_entropy_matches_pytorch(chunk_rows):
 
 
 def test_can_compile_asks_pytorch_for_a_compiler_and_takes_any_failure_as_no(monkeypatch):
-    import torch._inductor.cpp_builder as cpp_builder
+    from torch._inductor import cpp_builder
 
     from bertology.ops import can_compile
 
