@@ -52,7 +52,7 @@ from ..config import Device, check_settings, option_name, setting
 from ..errors import UserError
 from ..files import loads_json, write_json_atomic, write_text_atomic
 from ..models.base import compile_repeated_blocks
-from ..ops import PRECISIONS, autocast, resolve_device, resolve_precision
+from ..ops import PRECISIONS, autocast, can_compile, resolve_device, resolve_precision
 
 
 @dataclass
@@ -710,6 +710,9 @@ class Trainer:
             # No buffer broadcast: a recurrent objective's buffers hold each rank's own carried state.
             module = nn.parallel.DistributedDataParallel(module, device_ids=device_ids, broadcast_buffers=False)
         if self.config.compile:
+            if not can_compile(self.device):  # else PyTorch fails inside the first step, in a traceback
+                raise UserError("--compile: PyTorch finds no compiler here (on a CPU: g++ or clang; cl on Windows); "
+                                "install one, or leave --compile out")
             # The number of masked positions differs from batch to batch: traced as a size read from
             # the data (the nonzero of the labels) instead of a graph break at every step.
             torch._dynamo.config.capture_dynamic_output_shape_ops = True

@@ -122,3 +122,13 @@ def test_compiled_blocks_of_every_stack_give_the_eager_losses_and_gradients(fami
     assert graphs >= 1
     loss_and_grads(4)  # another size and padding
     assert counters["frames"]["total"] == graphs
+
+
+def test_compile_without_a_compiler_is_a_one_line_error_before_any_step(tmp_path, monkeypatch):
+    from bertology.errors import UserError
+
+    monkeypatch.setattr("bertology.training.loop.can_compile", lambda device: False)
+    objective = build_objective("roberta", BertConfig.from_preset("tiny", vocab_size=100), mask_token_id=4)
+    with pytest.raises(UserError, match="--compile: PyTorch finds no compiler here"):
+        Trainer(objective, TrainConfig(max_steps=1, compile=True, progress=False), tmp_path, lambda step: [])
+
