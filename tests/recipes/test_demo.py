@@ -106,6 +106,23 @@ def test_a_slow_machine_is_told_before_pretraining_starts(capsys):
     assert "at 0.04 steps/s (25.0 s per step): 36,000 steps take about 250.0 h" in said
 
 
+def test_a_long_run_the_user_chose_is_not_blamed_on_the_machine(capsys):
+    cfg = DemoConfig(pretrain_steps=12_000)  # twice the default steps at the documented speed: 12.5 min a seed
+    _announce_speed(16.0, cfg)
+    said = " ".join(capsys.readouterr().err.split())
+    assert "because of the settings chosen: --pretrain-steps 12,000 (the default: 6,000)" in said
+    assert "Other programs" not in said and "slower than the demo" not in said
+    _announce_speed(9.0, DemoConfig(compile=False))  # eager at about half the compiled speed: the expected pace
+    said = " ".join(capsys.readouterr().err.split())
+    assert "because of the settings chosen: pre-training eagerly" in said and "Other programs" not in said
+    _announce_speed(3.0, DemoConfig(compile=False))  # eager, and far below even that: both reasons
+    said = " ".join(capsys.readouterr().err.split())
+    assert "pre-training eagerly" in said and "Other programs busy on the CPU" in said
+    _announce_speed(2.0, DemoConfig(preset="mini"))  # another size: no documented speed to blame the machine by
+    said = " ".join(capsys.readouterr().err.split())
+    assert "--preset mini (the default: tiny)" in said and "Other programs" not in said
+
+
 def test_the_help_and_the_slow_run_note_say_the_documented_measured_time(capsys):
     import re
     from pathlib import Path
