@@ -13,7 +13,11 @@ by default: bertology's with the glibc malloc settings its command line sets
 (`bertology/__main__.py`), transformers' without. A third column gives transformers
 with bertology's malloc settings too, so the gain of each part can be told apart.
 
-    python bench/pretrain_throughput.py [--presets tiny mini small] [--steps 6]
+With `--compile`, both again compiled: bertology's `--compile` (its repeated layers, one graph
+shared by the stack) against `torch.compile` of transformers' whole model, the usual way a
+transformers user compiles it. Compiling happens in the warm-up steps, outside the timing.
+
+    python bench/pretrain_throughput.py [--presets tiny mini small] [--steps 6] [--compile]
 """
 
 from __future__ import annotations
@@ -96,13 +100,14 @@ def matmul_peak(precision: str) -> float:
     return 10 * 2 * 4096 * 1024 * 1024 / (time.perf_counter() - start)
 
 
-def bertology_seconds(config: BertConfig, batches, precision: str, steps: int) -> float:
-    """Seconds per optimizer step of bertology's Trainer (batches already prepared)."""
+def bertology_seconds(config: BertConfig, batches, precision: str, steps: int, compiled: bool = False) -> float:
+    """Seconds per optimizer step of bertology's Trainer (batches already prepared), `compiled` by its --compile."""
     torch.manual_seed(0)
     objective = build_objective("bert", config, MASK_ID)
-    trainer = Trainer(objective, TrainConfig(lr=1e-4, max_steps=10**6, precision=precision, progress=False),
+    trainer = Trainer(objective, TrainConfig(lr=1e-4, max_steps=10**6, precision=precision, progress=False,
+                                             compile=compiled),
                       "/tmp/bertology-bench", lambda step: [batches[step % len(batches)]])
-    for _ in range(2):  # warm-up
+    for _ in range(2):  # warm-up (compiling, when compiled)
         trainer.train_step()
     start = time.perf_counter()
     for _ in range(steps):
@@ -110,12 +115,14 @@ def bertology_seconds(config: BertConfig, batches, precision: str, steps: int) -
     return (time.perf_counter() - start) / steps
 
 
-def transformers_seconds(config: BertConfig, batches, precision: str, steps: int) -> float:
-    """Seconds per optimizer step of a plain transformers training loop, same work."""
+def transformers_seconds(config: BertConfig, batches, precision: str, steps: int, compiled: bool = False) -> float:
+    """Seconds per optimizer step of a plain transformers training loop, same work; `compiled`: the whole
+    model under torch.compile."""
     torch.manual_seed(0)
     hf_config = transformers.BertConfig(**{k: v for k, v in config.to_dict().items() if k != "model_type"})
-    model = transformers.BertForPreTraining(hf_config).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6)
+    trained = transformers.BertForPreTraining(hf_config).train()
+    model = torch.compile(trained) if compiled else trained
+    optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-4, eps=1e-6)
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
 
     def step(i):
@@ -125,11 +132,11 @@ def transformers_seconds(config: BertConfig, batches, precision: str, steps: int
                          token_type_ids=batch["token_type_ids"], labels=batch["labels"],
                          next_sentence_label=batch["pair_labels"]).loss
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trained.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    for i in range(2):
+    for i in range(2):  # warm-up (compiling, when compiled)
         step(i)
     start = time.perf_counter()
     for i in range(steps):
@@ -137,20 +144,20 @@ def transformers_seconds(config: BertConfig, batches, precision: str, steps: int
     return (time.perf_counter() - start) / steps
 
 
-def child(library: str, preset: str, precision: str, steps: int) -> None:
-    """Measure one (library, preset, precision) and print its tokens/s as JSON."""
+def child(library: str, preset: str, precision: str, mode: str, steps: int) -> None:
+    """Measure one (library, preset, precision, mode: eager or compiled) and print its tokens/s as JSON."""
     config = BertConfig.from_preset(preset, vocab_size=VOCAB)
     run = bertology_seconds if library == "bertology" else transformers_seconds
-    seconds = run(config, make_batches(4), precision, steps)
+    seconds = run(config, make_batches(4), precision, steps, compiled=mode == "compiled")
     print(json.dumps({"tokens_per_second": BATCH * SEQ_LEN / seconds}))
 
 
-def measure(library: str, preset: str, precision: str, steps: int, tuned_malloc: bool) -> float:
-    """Tokens/s from a child process, with or without bertology's malloc settings."""
+def measure(library: str, preset: str, precision: str, steps: int, tuned_malloc: bool, mode: str = "eager") -> float:
+    """Tokens/s from a child process, with or without bertology's malloc settings, eager or compiled."""
     env = {k: v for k, v in os.environ.items() if k not in MALLOC_SETTINGS}
     if tuned_malloc:
         env.update(MALLOC_SETTINGS)
-    result = subprocess.run([sys.executable, __file__, "--child", library, preset, precision, "--steps", str(steps)],
+    result = subprocess.run([sys.executable, __file__, "--child", library, preset, precision, mode, "--steps", str(steps)],
                             env=env, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])["tokens_per_second"]
 
@@ -160,52 +167,70 @@ def main() -> None:
     parser.add_argument("--presets", nargs="+", default=["tiny", "mini", "small"])
     parser.add_argument("--steps", type=int, default=6, help="timed steps per measurement")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of all measurements; the median is reported")
-    parser.add_argument("--child", nargs=3, metavar=("LIBRARY", "PRESET", "PRECISION"), help=argparse.SUPPRESS)
+    parser.add_argument("--compile", action="store_true",
+                        help="also measure both compiled (bertology --compile, transformers under torch.compile)")
+    parser.add_argument("--child", nargs=4, metavar=("LIBRARY", "PRESET", "PRECISION", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(*args.child, args.steps)
 
     precisions = ["fp32", "bf16"] if bf16_is_fast(torch.device("cpu")) else ["fp32"]
     peaks = {p: matmul_peak(p) for p in precisions}
-    setups = [("transformers", False), ("transformers", True), ("bertology", True)]
+    # (library, bertology's malloc settings, mode): each library as it runs by default, then compiled
+    setups = [("transformers", False, "eager"), ("transformers", True, "eager"), ("bertology", True, "eager")]
+    if args.compile:
+        setups += [("transformers", False, "compiled"), ("bertology", True, "compiled")]
     samples: dict[tuple, list[float]] = {}
     for _ in range(args.rounds):  # rounds alternate, so drift in the machine's speed hits all alike
         for preset in args.presets:
             for precision in precisions:
-                for library, tuned in setups:
-                    samples.setdefault((preset, precision, library, tuned), []).append(
-                        measure(library, preset, precision, args.steps, tuned))
+                for library, tuned, mode in setups:
+                    samples.setdefault((preset, precision, library, tuned, mode), []).append(
+                        measure(library, preset, precision, args.steps, tuned, mode))
                 print(f"{preset} {precision}: " + ", ".join(
-                    f"{lib}{' (tuned malloc)' if t else ''} {samples[(preset, precision, lib, t)][-1]:,.0f} tok/s"
-                    for lib, t in setups), flush=True)
+                    f"{lib}{' (tuned malloc)' if t else ''}{' compiled' if m == 'compiled' else ''} "
+                    f"{samples[(preset, precision, lib, t, m)][-1]:,.0f} tok/s" for lib, t, m in setups), flush=True)
     speed = {key: statistics.median(values) for key, values in samples.items()}
 
     lines = [f"seq {SEQ_LEN}, batch {BATCH}, vocab {VOCAB}, MLM + NSP, {torch.get_num_threads()} threads, torch "
              f"{torch.__version__}, transformers {transformers.__version__}, median of {args.rounds} rounds; "
              "matmul peak measured now: " + ", ".join(f"{p} {v / 1e9:,.0f} GFLOP/s" for p, v in peaks.items()), "",
-             "| preset | precision | transformers tok/s | transformers + tuned malloc | bertology tok/s | ratio | bertology MFU |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "| preset | precision | transformers tok/s | transformers + tuned malloc | bertology tok/s | ratio | bertology MFU |"
+             + (" transformers compiled | bertology compiled | compiled ratio | bertology compiled / eager |"
+                if args.compile else ""),
+             "|---|---|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if args.compile else "")]
     for preset in args.presets:
         config = BertConfig.from_preset(preset, vocab_size=VOCAB)
         for precision in precisions:
-            theirs = speed[(preset, precision, "transformers", False)]
-            tuned = speed[(preset, precision, "transformers", True)]
-            ours = speed[(preset, precision, "bertology", True)]
+            theirs = speed[(preset, precision, "transformers", False, "eager")]
+            tuned = speed[(preset, precision, "transformers", True, "eager")]
+            ours = speed[(preset, precision, "bertology", True, "eager")]
             mfu = ours * model_flops_per_token(config) / peaks[precision]
-            lines.append(f"| {preset} | {precision} | {theirs:,.0f} | {tuned:,.0f} | {ours:,.0f} | {ours / theirs:.2f} "
-                         f"| {mfu:.0%} |")
+            line = (f"| {preset} | {precision} | {theirs:,.0f} | {tuned:,.0f} | {ours:,.0f} | {ours / theirs:.2f} "
+                    f"| {mfu:.0%} |")
+            if args.compile:
+                theirs_compiled = speed[(preset, precision, "transformers", False, "compiled")]
+                ours_compiled = speed[(preset, precision, "bertology", True, "compiled")]
+                line += (f" {theirs_compiled:,.0f} | {ours_compiled:,.0f} | {ours_compiled / theirs_compiled:.2f} "
+                         f"| {ours_compiled / ours:.2f} |")
+            lines.append(line)
     default = "bf16" if "bf16" in precisions else "fp32"
     lines += ["", f"ratio = bertology / transformers, each as it runs by default. bertology's default precision here "
                   f"is {default}; its speed against transformers' default setups:", ""]
     for preset in args.presets:
-        ours = speed[(preset, default, "bertology", True)]
-        line = f"- {preset}: {ours / speed[(preset, 'fp32', 'transformers', False)]:.2f}x transformers fp32"
+        ours = speed[(preset, default, "bertology", True, "eager")]
+        line = f"- {preset}: {ours / speed[(preset, 'fp32', 'transformers', False, 'eager')]:.2f}x transformers fp32"
         if "bf16" in precisions:
-            line += f", {ours / speed[(preset, 'bf16', 'transformers', False)]:.2f}x transformers with bf16 autocast"
+            line += (f", {ours / speed[(preset, 'bf16', 'transformers', False, 'eager')]:.2f}x transformers with bf16 "
+                     "autocast")
         lines.append(line)
     print("\n" + "\n".join(lines))
-    write_section("pretrain-throughput", slug("presets", *args.presets), "Training tokens/s per preset, bertology "
-                  "against transformers' BertForPreTraining", "\n".join(lines))
+    if args.compile:
+        lines += ["", "compiled ratio = bertology --compile / transformers under torch.compile, the same precision; "
+                      "the last column: what --compile gives bertology here."]
+    write_section("pretrain-throughput", slug("presets", *args.presets, *(["compiled"] if args.compile else [])),
+                  "Training tokens/s per preset, bertology against transformers' BertForPreTraining"
+                  + (", eager and compiled" if args.compile else ""), "\n".join(lines))
 
 
 if __name__ == "__main__":
