@@ -157,8 +157,8 @@ def measure(library: str, preset: str, precision: str, steps: int, tuned_malloc:
     env = {k: v for k, v in os.environ.items() if k not in MALLOC_SETTINGS}
     if tuned_malloc:
         env.update(MALLOC_SETTINGS)
-    result = subprocess.run([sys.executable, __file__, "--child", library, preset, precision, mode, "--steps", str(steps)],
-                            env=env, capture_output=True, text=True, check=True)
+    command = [sys.executable, __file__, "--child", library, preset, precision, mode, "--steps", str(steps)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])["tokens_per_second"]
 
 
