@@ -218,8 +218,8 @@ def _announce_speed(steps_per_second: float, cfg: DemoConfig) -> None:
         (f"--preset {cfg.preset} (the default: {PRESET})", cfg.preset != PRESET),
         ("pre-training eagerly (about half the compiled speed)", not cfg.compile)) if longer]
     if chosen:
-        print(f"note: a seed takes longer than the demo's {PROMISED_SECONDS // 60} minutes because of the settings "
-              f"chosen: {'; '.join(chosen)}. The budget is in steps, so the results are those of these settings on "
+        print(f"note: a seed takes longer than the demo's {PROMISED_SECONDS // 60} minutes because of these "
+              f"settings: {'; '.join(chosen)}. The budget is in steps, so the results are those of these settings on "
               "any machine, only later on a slower one.", file=sys.stderr, flush=True)
     # The documented speed is the default model's, compiled or (about half of it) eager; another size has none.
     expected = MEASURED_STEPS_PER_SECOND * (1 if cfg.compile else 0.5) if cfg.preset == PRESET else None

@@ -110,11 +110,11 @@ def test_a_long_run_the_user_chose_is_not_blamed_on_the_machine(capsys):
     cfg = DemoConfig(pretrain_steps=12_000)  # twice the default steps at the documented speed: 12.5 min a seed
     _announce_speed(16.0, cfg)
     said = " ".join(capsys.readouterr().err.split())
-    assert "because of the settings chosen: --pretrain-steps 12,000 (the default: 6,000)" in said
+    assert "because of these settings: --pretrain-steps 12,000 (the default: 6,000)" in said
     assert "Other programs" not in said and "slower than the demo" not in said
     _announce_speed(9.0, DemoConfig(compile=False))  # eager at about half the compiled speed: the expected pace
     said = " ".join(capsys.readouterr().err.split())
-    assert "because of the settings chosen: pre-training eagerly" in said and "Other programs" not in said
+    assert "because of these settings: pre-training eagerly" in said and "Other programs" not in said
     _announce_speed(3.0, DemoConfig(compile=False))  # eager, and far below even that: both reasons
     said = " ".join(capsys.readouterr().err.split())
     assert "pre-training eagerly" in said and "Other programs busy on the CPU" in said
