@@ -144,11 +144,14 @@ def transformers_seconds(config: BertConfig, batches, precision: str, steps: int
     return (time.perf_counter() - start) / steps
 
 
+# The library a child measures -> its timing (a library's name, not a model family's: both run BERT).
+STEP_SECONDS = dict(bertology=bertology_seconds, transformers=transformers_seconds)
+
+
 def child(library: str, preset: str, precision: str, mode: str, steps: int) -> None:
     """Measure one (library, preset, precision, mode: eager or compiled) and print its tokens/s as JSON."""
     config = BertConfig.from_preset(preset, vocab_size=VOCAB)
-    run = bertology_seconds if library == "bertology" else transformers_seconds
-    seconds = run(config, make_batches(4), precision, steps, compiled=mode == "compiled")
+    seconds = STEP_SECONDS[library](config, make_batches(4), precision, steps, compiled=mode == "compiled")
     print(json.dumps({"tokens_per_second": BATCH * SEQ_LEN / seconds}))
 
 
